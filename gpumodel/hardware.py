@@ -1,0 +1,305 @@
+"""GPU spec records: what a datasheet says about one GPU, validated and in SI units.
+
+A :class:`GPUSpec` is built from one YAML file in ``specs/gpus/`` (see
+:mod:`gpumodel.specs` for loading). Readable units in the YAML (``"3.35 TB/s"``,
+``"80 GB"``) are parsed exactly at this boundary; every attribute is in SI base units.
+Tensor-core peaks are DENSE; 2:4 structured sparsity is a separate factor
+(:meth:`GPUSpec.peak_flops` with ``sparse=True``).
+
+The record checks itself against the arithmetic a datasheet implies:
+
+* FP32 peak = SM count x FP32 lanes per SM x 2 FLOP per FMA x boost clock
+  (the seed's H100 SXM example: 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s);
+* bf16 = fp16 (with fp32 accumulate), tf32 = bf16 / 2, fp8 = 2 x bf16, fp4 = 2 x fp8,
+  int8 in {2, 4} x bf16: the ratios NVIDIA's and AMD's whitepapers publish for every
+  tensor-core generation since Ampere.
+
+A record that breaks one of these by more than :data:`PEAK_TOLERANCE` fails validation
+with the numbers shown.
+
+References
+----------
+NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022); NVIDIA A100 Tensor Core GPU
+Architecture whitepaper (2020); NVIDIA Ada GPU Architecture whitepaper (2023).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from .dtypes import DType, UnknownDTypeError, dtype as _dtype
+from .units import format_quantity, parse_quantity
+
+__all__ = [
+    "GPUSpec", "Peaks", "MemoryLevel", "NVLink", "Vendor", "Bytes", "BytesPerSecond", "FlopsPerSecond",
+    "Hertz", "Watts", "PEAK_TOLERANCE", "UnsupportedDTypeError",
+]
+
+#: Relative tolerance of the datasheet cross-checks (rounding in published figures is ~1%).
+PEAK_TOLERANCE = 0.03
+
+
+class UnsupportedDTypeError(ValueError):
+    """The GPU has no execution path (or no published peak) for this number format."""
+
+
+def _quantity(dimension: str):
+    def parse(value: object) -> float:
+        return parse_quantity(value, dimension)
+
+    return BeforeValidator(parse)
+
+
+Bytes = Annotated[float, _quantity("bytes"), Field(ge=0)]
+BytesPerSecond = Annotated[float, _quantity("bytes/s"), Field(gt=0)]
+FlopsPerSecond = Annotated[float, _quantity("FLOP/s"), Field(gt=0)]
+Hertz = Annotated[float, _quantity("Hz"), Field(gt=0)]
+Watts = Annotated[float, _quantity("W"), Field(gt=0)]
+
+
+class Vendor(str, enum.Enum):
+    NVIDIA = "nvidia"
+    AMD = "amd"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+class Peaks(_Record):
+    """Dense peak throughput per number format [FLOP/s, or OP/s for integers].
+
+    ``fp16`` is the fp16 tensor-core rate with fp32 accumulation; ``fp16_fp16acc`` is given only
+    where fp16 accumulation is faster (GeForce parts). ``fp8`` and ``fp4`` are likewise with fp32
+    accumulation. ``fp64`` and ``fp32`` are the non-tensor (CUDA core / vector) rates;
+    ``fp64_tensor`` the FP64 tensor-core (matrix) rate.
+    """
+
+    fp64: FlopsPerSecond | None = None
+    fp64_tensor: FlopsPerSecond | None = None
+    fp32: FlopsPerSecond
+    tf32: FlopsPerSecond | None = None
+    fp16: FlopsPerSecond | None = None
+    fp16_fp16acc: FlopsPerSecond | None = None
+    bf16: FlopsPerSecond | None = None
+    fp8: FlopsPerSecond | None = None
+    fp6: FlopsPerSecond | None = None
+    fp4: FlopsPerSecond | None = None
+    int8: FlopsPerSecond | None = None
+    int4: FlopsPerSecond | None = None
+
+
+class MemoryLevel(_Record):
+    """One level of the memory hierarchy, from registers down to device memory.
+
+    ``capacity`` is chip-wide unless ``per_sm`` is true; ``bandwidth`` is chip-wide [bytes/s].
+    """
+
+    level: Literal["registers", "shared", "l1", "l2", "hbm", "device"]
+    capacity: Bytes | None = None
+    per_sm: bool = False
+    bandwidth: BytesPerSecond | None = None
+    basis: Literal["published", "measured", "derived"]
+    source: str = Field(min_length=3)
+
+
+class NVLink(_Record):
+    generation: int = Field(ge=1, le=6)
+    bandwidth: BytesPerSecond = Field(description="per-GPU bidirectional bandwidth [bytes/s]")
+
+
+_DTYPE_TO_FIELD = {
+    DType.FP64: "fp64", DType.FP32: "fp32", DType.TF32: "tf32", DType.FP16: "fp16", DType.BF16: "bf16",
+    DType.FP8: "fp8", DType.FP8_E4M3: "fp8", DType.FP8_E5M2: "fp8", DType.FP6: "fp6", DType.FP4: "fp4",
+    DType.INT8: "int8", DType.INT4: "int4",
+}
+_EXTRA_PEAKS = {"fp64_tensor": "fp64_tensor", "fp16_fp16acc": "fp16_fp16acc"}
+_TENSOR_FIELDS = frozenset({"fp64_tensor", "tf32", "fp16", "fp16_fp16acc", "bf16", "fp8", "fp6", "fp4", "int8", "int4"})
+
+
+class GPUSpec(_Record):
+    """One GPU's datasheet, validated and in SI units.
+
+    Attributes are in SI base units: ``memory_bytes`` [byte], ``memory_bandwidth`` [byte/s],
+    ``boost_clock`` [Hz], peaks [FLOP/s], ``tdp_watts`` [W].
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$", description="canonical name, e.g. 'h100-sxm'")
+    display_name: str
+    aliases: tuple[str, ...] = ()
+    vendor: Vendor
+    architecture: str
+    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
+    occupancy_note: str | None = None
+    form_factor: str
+    sm_count: int = Field(gt=0, description="streaming multiprocessors (NVIDIA) or compute units (AMD)")
+    fp32_cores_per_sm: int = Field(gt=0)
+    tensor_cores_per_sm: int = Field(ge=0)
+    boost_clock: Hertz
+    memory_bytes: Bytes = Field(description="device memory capacity as the datasheet states it [byte]")
+    memory_type: str
+    memory_bandwidth: BytesPerSecond
+    l2_bytes: Bytes
+    shared_memory_per_sm: Bytes
+    max_shared_memory_per_block: Bytes = Field(description="opt-in maximum per block [byte]")
+    register_file_per_sm: Bytes
+    max_threads_per_sm: int = Field(gt=0)
+    peaks: Peaks
+    sparsity: Literal["2:4"] | None = None
+    nvlink: NVLink | None = None
+    pcie_generation: int = Field(ge=3, le=6)
+    tdp_watts: Watts
+    memory_hierarchy: tuple[MemoryLevel, ...] = ()
+    release_year: int | None = Field(default=None, ge=2010, le=2030)
+    source: str = Field(min_length=3)
+    notes: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_placeholder(cls, value: str) -> str:
+        if value.strip().lower() in {"todo", "tbd", "unknown", "n/a"}:
+            raise ValueError("source must name a document or URL")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> "GPUSpec":
+        problems = list(_peak_problems(self))
+        if self.vendor is Vendor.NVIDIA and self.compute_capability is None:
+            problems.append("an NVIDIA GPU needs compute_capability")
+        if self.vendor is not Vendor.NVIDIA and self.occupancy_note is None:
+            problems.append("a non-NVIDIA GPU needs occupancy_note saying why CUDA occupancy does not apply")
+        if self.max_shared_memory_per_block > self.shared_memory_per_sm:
+            problems.append("max_shared_memory_per_block exceeds shared_memory_per_sm")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # ------------------------------------------------------------------ derived values
+    def peak_flops(self, dtype: DType | str = "bf16", *, sparse: bool = False, accumulate: str | None = None) -> float:
+        """Dense peak throughput for a number format [FLOP/s, OP/s for integers].
+
+        Parameters
+        ----------
+        dtype : str or DType
+            "fp64", "fp64_tensor", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4".
+            "fp32" is the CUDA-core rate; "tf32" the tensor-core rate for fp32 data.
+        sparse : bool
+            Apply 2:4 structured sparsity (x2) to a tensor-core format; an error on GPUs without it.
+        accumulate : {"fp32", "fp16"}, optional
+            For fp16 on GPUs whose fp16-accumulate rate differs (GeForce), ``"fp16"`` picks it.
+
+        Raises
+        ------
+        UnsupportedDTypeError
+            The GPU has no published peak for this format (e.g. fp8 on an A100).
+        """
+        key = self._peak_field(dtype)
+        if key == "fp16" and accumulate == "fp16" and self.peaks.fp16_fp16acc is not None:
+            key = "fp16_fp16acc"
+        value = getattr(self.peaks, key)
+        if value is None:
+            have = ", ".join(k for k, v in self.peaks.model_dump().items() if v is not None)
+            raise UnsupportedDTypeError(
+                f"{self.name} has no {key} execution path with a published peak; it has: {have}"
+            )
+        if sparse:
+            if key not in _TENSOR_FIELDS or self.sparsity is None or key == "fp64_tensor":
+                raise UnsupportedDTypeError(f"{self.name} has no 2:4 sparse path for {key}")
+            value *= 2.0
+        return value
+
+    def supports(self, dtype: DType | str) -> bool:
+        """Whether :meth:`peak_flops` has a value for ``dtype``."""
+        try:
+            return getattr(self.peaks, self._peak_field(dtype)) is not None
+        except UnknownDTypeError:
+            return False
+
+    @staticmethod
+    def _peak_field(dtype: DType | str) -> str:
+        if isinstance(dtype, str) and dtype.lower() in _EXTRA_PEAKS:
+            return _EXTRA_PEAKS[dtype.lower()]
+        dt = _dtype(dtype)
+        if dt not in _DTYPE_TO_FIELD:
+            raise UnsupportedDTypeError(f"no peak throughput is defined for {dt.value}")
+        return _DTYPE_TO_FIELD[dt]
+
+    @property
+    def fp32_peak_from_cores(self) -> float:
+        """SM count x FP32 lanes x 2 FLOP/FMA x boost clock [FLOP/s]."""
+        return self.sm_count * self.fp32_cores_per_sm * 2.0 * self.boost_clock
+
+    @property
+    def nvlink_bandwidth(self) -> float:
+        """Per-GPU bidirectional NVLink bandwidth [bytes/s]; 0 where the GPU has none."""
+        return self.nvlink.bandwidth if self.nvlink is not None else 0.0
+
+    def level(self, name: str) -> MemoryLevel | None:
+        """The memory-hierarchy entry called ``name`` ("registers", "shared", "l2", "hbm"), if any."""
+        aliases = {"device": "hbm", "hbm": "device", "l1": "shared", "shared": "l1"}
+        for lvl in self.memory_hierarchy:
+            if lvl.level == name:
+                return lvl
+        for lvl in self.memory_hierarchy:
+            if lvl.level == aliases.get(name):
+                return lvl
+        return None
+
+    def bandwidth(self, level: str = "hbm") -> float:
+        """Chip-wide bandwidth of a memory level [bytes/s] ("hbm"/"device", "l2", "shared", "registers")."""
+        if level in ("hbm", "device", "dram", "memory"):
+            return self.memory_bandwidth
+        lvl = self.level(level)
+        if lvl is None or lvl.bandwidth is None:
+            known = ["hbm"] + [m.level for m in self.memory_hierarchy if m.bandwidth is not None]
+            raise ValueError(f"{self.name} has no published bandwidth for level {level!r}; levels with one: {known}")
+        return lvl.bandwidth
+
+    def __repr__(self) -> str:
+        bf16 = self.peaks.bf16 or self.peaks.fp16
+        bits = [
+            f"GPUSpec({self.name!r}: {self.display_name}",
+            f"{format_quantity(self.memory_bytes, 'B')} {self.memory_type}",
+            f"{format_quantity(self.memory_bandwidth, 'B/s')}",
+            f"bf16 {format_quantity(bf16, 'FLOP/s')}" if bf16 else "no bf16",
+            f"fp32 {format_quantity(self.peaks.fp32, 'FLOP/s')}",
+            f"{self.tdp_watts:.0f} W)",
+        ]
+        return ", ".join(bits)
+
+    __str__ = __repr__
+
+
+def _close(a: float, b: float, tol: float = PEAK_TOLERANCE) -> bool:
+    return math.isclose(a, b, rel_tol=tol)
+
+
+def _peak_problems(spec: GPUSpec):
+    p = spec.peaks
+    derived = spec.fp32_peak_from_cores
+    if not _close(p.fp32, derived):
+        yield (
+            f"fp32 peak {p.fp32 / 1e12:.2f} TFLOP/s disagrees with sm_count x fp32_cores_per_sm x 2 x boost_clock = "
+            f"{spec.sm_count} x {spec.fp32_cores_per_sm} x 2 x {spec.boost_clock / 1e9:.3f} GHz = {derived / 1e12:.2f} TFLOP/s"
+        )
+    if p.bf16 is not None and p.fp16 is not None and not _close(p.bf16, p.fp16):
+        yield f"bf16 {p.bf16 / 1e12:.1f} != fp16 {p.fp16 / 1e12:.1f} TFLOP/s (same tensor-core rate on every generation)"
+    base = p.bf16 or p.fp16
+    ratios = (("tf32", p.tf32, base, (0.5,)), ("fp8", p.fp8, base, (2.0,)), ("fp4", p.fp4, p.fp8, (2.0,)),
+              ("int8", p.int8, base, (2.0, 4.0)))
+    if p.bf16 is None:  # Volta/Turing: int8 is only compared where a bf16 path defines the ratio
+        ratios = ratios[:3]
+    for name, value, ref, allowed in ratios:
+        if value is None or ref is None:
+            continue
+        if not any(_close(value, r * ref) for r in allowed):
+            shown = " or ".join(f"{r:g}" for r in allowed)
+            yield (f"{name} peak {value / 1e12:.1f} is not {shown} x the 16-bit tensor peak {ref / 1e12:.1f} TFLOP/s "
+                   "(the published ratio); check dense vs sparse")
