@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
     "gpu": "gpus", "list_gpus": "gpus", "load_gpus": "gpus", "all_gpus": "gpus",
     "SpecError": "specs", "UnknownGPUError": "specs", "UnknownNameError": "specs",
     "DType": "dtypes", "dtype": "dtypes", "UnknownDTypeError": "dtypes",
-    "compare": "compare", "Comparison": "compare",
+    "compare": "comparison", "Comparison": "comparison",
     "ArchLimits": "arch", "arch_limits": "arch",
     # ops and roofline
     "OpCost": "ops", "arithmetic_intensity": "roofline", "ridge_point": "roofline",

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _gpus(args: argparse.Namespace) -> int:
-    from gpumodel.compare import compare
+    from gpumodel.comparison import compare
     from gpumodel.gpus import list_gpus
 
     table = compare(list_gpus(args.vendor))

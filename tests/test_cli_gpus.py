@@ -1,0 +1,38 @@
+import json
+
+import gpumodel as gm
+from gpumodel.cli import main
+
+
+def test_gpus_table_lists_every_gpu(capsys):
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in gm.list_gpus())
+
+
+def test_gpus_json_is_si_free_numbers(capsys):
+    assert main(["gpus", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    h100 = next(r for r in rows if r["name"] == "h100-sxm")
+    assert h100["bandwidth_tbs"] == 3.35
+
+
+def test_gpu_record_json_is_si(capsys):
+    assert main(["gpu", "H100 SXM5 80GB", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["memory_bandwidth"] == 3.35e12 and rec["sm_count"] == 132
+
+
+def test_gpu_record_text_shows_sources(capsys):
+    assert main(["gpu", "h100"]) == 0
+    assert "whitepaper" in capsys.readouterr().out
+
+
+def test_unknown_gpu_is_a_clear_error(capsys):
+    assert main(["gpu", "h10"]) == 1
+    err = capsys.readouterr().err
+    assert "no gpu named 'h10'" in err and "h100-sxm" in err
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
