@@ -1,0 +1,649 @@
+"""Op costs: FLOPs and minimal device-memory traffic of common deep-learning ops.
+
+Every op returns an :class:`OpCost` with its useful floating-point work (``flops``) and
+the *minimal* device-memory traffic a kernel needs: each input read once, each output
+written once (``bytes_read``, ``bytes_written``). Every size argument may be a scalar or a
+numpy array; arrays broadcast, so a million shapes are one call. The cost formulas live
+in one registry (:func:`register`, with a duplicate guard); :func:`cost` calls one by name.
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> op = gm.ops.matmul(4096, 4096, 4096, dtype="fp16")
+>>> op.flops / 1e9                          # 2*m*n*k
+137.438953472
+>>> op.bytes_read / 2**20, op.bytes_written / 2**20   # (m*k + k*n)*2 bytes, m*n*2 bytes
+(64.0, 32.0)
+>>> gm.ops.matmul(np.array([1024, 2048]), 4096, 4096).flops
+array([3.43597384e+10, 6.87194767e+10])
+"""
+
+from __future__ import annotations
+
+import enum
+import html
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .dtypes import DType, bytes_per_element, dtype as _dtype
+
+__all__ = [
+    "OpCost", "OpName", "AttentionImpl", "OpArgumentError", "UnknownOpError", "DuplicateOpError",
+    "register", "cost", "list_ops", "size_arguments",
+    "matmul", "bmm", "elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding",
+    "cross_entropy", "attention", "fuse",
+]
+
+Number = "float | np.ndarray"
+
+#: bytes of one token id (PyTorch's int64 index tensors)
+INDEX_BYTES = 8
+#: bytes of one fp32 statistic (softmax log-sum-exp kept by FlashAttention)
+STAT_BYTES = 4
+
+
+class OpArgumentError(ValueError):
+    """An op argument is out of range (negative, NaN, infinite) or of the wrong kind."""
+
+
+class UnknownOpError(ValueError):
+    """No cost formula is registered under this name."""
+
+
+class DuplicateOpError(ValueError):
+    """A second cost formula tried to register under a name already taken."""
+
+
+class OpName(str, enum.Enum):
+    """Op families, valued by the names used on the command line and in :func:`cost`."""
+
+    MATMUL = "matmul"
+    BMM = "bmm"
+    ELEMENTWISE = "elementwise"
+    SOFTMAX = "softmax"
+    LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
+    REDUCE_SUM = "reduce_sum"
+    EMBEDDING = "embedding"
+    CROSS_ENTROPY = "cross_entropy"
+    ATTENTION = "attention"
+    FUSED = "fused"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AttentionImpl(str, enum.Enum):
+    """How attention is computed: ``flash`` keeps scores on chip, ``naive`` writes them to device memory."""
+
+    FLASH = "flash"
+    NAIVE = "naive"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_UNITS = ("tensor", "vector")
+
+
+def _check_amount(value: Any, name: str) -> Any:
+    arr = np.asarray(value, dtype=float)
+    if np.isnan(arr).any() or (arr < 0).any():
+        raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
+    return value
+
+
+@dataclass(frozen=True, repr=False)
+class OpCost:
+    """Work and minimal device-memory traffic of one op (or a broadcast array of ops).
+
+    Attributes
+    ----------
+    name : str
+        Op family (an :class:`OpName` value for the ops in this module).
+    dtype : DType
+        Data format; ``"tf32"`` means fp32 data on tensor cores.
+    flops : float or ndarray
+        Useful floating-point operations [FLOP] (a multiply-add counts 2).
+    bytes_read, bytes_written : float or ndarray
+        Minimal device-memory reads and writes [byte]: each input read once, each output written once.
+    unit : {"tensor", "vector"}
+        Execution unit: tensor cores (matmul, bmm, attention) or CUDA cores.
+    shape : mapping
+        The op's arguments as passed (sizes as floats or arrays; flags and names as given).
+    breakdown : mapping
+        Bytes of traffic by component (e.g. ``"a"``, ``"b"``, ``"out"`` for a matmul) [byte].
+    parts : tuple of OpCost
+        For ``"fused"``: the ops fused, in order.
+    """
+
+    name: str
+    dtype: DType
+    flops: Any
+    bytes_read: Any
+    bytes_written: Any
+    unit: str = "vector"
+    shape: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    parts: tuple["OpCost", ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise OpArgumentError(f"OpCost.name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "dtype", _dtype(self.dtype))
+        if self.unit not in _UNITS:
+            raise OpArgumentError(f"OpCost.unit must be one of {_UNITS}, got {self.unit!r}")
+        for attr in ("flops", "bytes_read", "bytes_written"):
+            _check_amount(getattr(self, attr), attr)
+
+    @property
+    def bytes(self) -> Any:
+        """Total minimal device-memory traffic, ``bytes_read + bytes_written`` [byte]."""
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def size(self) -> int:
+        """Number of configurations (1 for a scalar op)."""
+        return int(np.size(self.flops + self.bytes))
+
+    @property
+    def is_scalar(self) -> bool:
+        return np.ndim(self.flops + self.bytes) == 0
+
+    def _shape_text(self) -> str:
+        bits = []
+        for key, value in self.shape.items():
+            if np.ndim(value) == 0:
+                v = value.item() if hasattr(value, "item") else value
+                bits.append(f"{key}={int(v) if isinstance(v, float) and v.is_integer() else v}")
+            else:
+                bits.append(f"{key}=<{np.size(value)} values>")
+        return " ".join(bits)
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        from .units import format_quantity as fq
+
+        head = f"{self.name} {self.dtype.value} [{self.unit}]"
+        shape = self._shape_text()
+        if shape:
+            head += f" {shape}"
+        if self.parts:
+            head += " = " + " -> ".join(p.name for p in self.parts)
+        if self.is_scalar:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ai = float(np.divide(self.flops, self.bytes))
+            rows = [("flops", fq(float(self.flops), "FLOP")), ("read", fq(float(self.bytes_read), "B")),
+                    ("written", fq(float(self.bytes_written), "B")), ("intensity", f"{ai:.4g} FLOP/B")]
+        else:
+            def rng(x, unit):
+                x = np.asarray(x, dtype=float)
+                return f"{fq(float(x.min()), unit)} .. {fq(float(x.max()), unit)}"
+            rows = [("configs", str(self.size)), ("flops", rng(self.flops, "FLOP")),
+                    ("bytes", rng(self.bytes, "B"))]
+        return head, rows
+
+    def __repr__(self) -> str:
+        head, rows = self._summary()
+        return f"OpCost({head}: " + ", ".join(f"{k} {v}" for k, v in rows) + ")"
+
+    def _repr_html_(self) -> str:
+        head, rows = self._summary()
+        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        return f"<table><caption>OpCost: {html.escape(head)}</caption>{body}</table>"
+
+
+# ---------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, Callable[..., OpCost]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCost]]:
+    """Decorator: register a cost formula under ``name``; a second registration is an error.
+
+    Raises
+    ------
+    DuplicateOpError
+        ``name`` is already registered.
+    """
+
+    def deco(func: Callable[..., OpCost]) -> Callable[..., OpCost]:
+        if name in _REGISTRY:
+            raise DuplicateOpError(f"an op cost formula named {name!r} is already registered "
+                                   f"({_REGISTRY[name].__module__}.{_REGISTRY[name].__qualname__})")
+        _REGISTRY[name] = func
+        return func
+
+    return deco
+
+
+def list_ops() -> list[str]:
+    """Names of the registered op cost formulas.
+
+    >>> list_ops()[:3]
+    ['attention', 'bmm', 'cross_entropy']
+    """
+    return sorted(_REGISTRY)
+
+
+def _lookup(name: str) -> Callable[..., OpCost]:
+    key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
+    if key not in _REGISTRY:
+        raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
+    return _REGISTRY[key]
+
+
+def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
+    """Call the cost formula registered as ``name``: ``cost("matmul", 8, 8, 8)``.
+
+    >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
+    256.0
+    """
+    return _lookup(name)(*args, **kwargs)
+
+
+def size_arguments(name: str) -> list[str]:
+    """The positional size arguments of a registered op, in order.
+
+    >>> size_arguments("attention")
+    ['batch', 'heads', 'seq', 'head_dim']
+    """
+    params = inspect.signature(_lookup(name)).parameters.values()
+    return [p.name for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+# ---------------------------------------------------------------------------- helpers
+def _size(value: Any, name: str) -> Any:
+    """A size argument as a float or float array; NaN, infinite or negative is an error naming it."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise OpArgumentError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        shown = arr if arr.ndim == 0 else arr[bad].ravel()[0]
+        raise OpArgumentError(f"{name} must be a finite number >= 0, got {float(shown)!r}")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: str,
+            shape: dict, breakdown: dict | None = None, parts: tuple = ()) -> OpCost:
+    """Broadcast the amounts to one shape (floats when every input is a scalar) and build the OpCost."""
+    sizes = [v for v in shape.values() if isinstance(v, np.ndarray)]
+    out_shape = np.broadcast_shapes(*(v.shape for v in sizes), np.shape(flops), np.shape(read), np.shape(written))
+
+    def fit(x: Any) -> Any:
+        if out_shape == ():
+            return float(x)
+        return np.broadcast_to(np.asarray(x, dtype=float), out_shape)
+
+    bd = {k: fit(v) for k, v in (breakdown or {}).items()}
+    return OpCost(name.value, dt, fit(flops), fit(read), fit(written), unit, shape, bd, parts)
+
+
+# ---------------------------------------------------------------------------- ops
+@register(OpName.MATMUL.value)
+def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCost:
+    """``C[m, n] = A[m, k] @ B[k, n]`` on tensor cores.
+
+    Parameters
+    ----------
+    m, n, k : float or array_like
+        Matrix sizes [element].
+    dtype : str
+        Number format of A, B and C ("bf16", "fp16", "tf32" = fp32 data on tensor cores, "fp8", ...).
+
+    Returns
+    -------
+    OpCost
+        ``breakdown`` has the bytes of ``a``, ``b`` and ``out``.
+
+    Notes
+    -----
+    .. math:: F = 2mnk, \\quad R = (mk + kn)\\,s, \\quad W = mn\\,s
+
+    with :math:`s` the bytes per element. The seed's 4096^3 fp16 example: ``F/R`` = 2048 FLOP/byte.
+
+    Examples
+    --------
+    >>> op = matmul(4096, 4096, 4096, "fp16")
+    >>> op.flops / op.bytes_read   # 2*4096**3 / (2*4096**2 * 2)
+    2048.0
+    """
+    m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    a, b, c = m * k * s, k * n * s, m * n * s
+    return _finish(OpName.MATMUL, dt, 2.0 * m * n * k, a + b, c, "tensor",
+                   {"m": m, "n": n, "k": k}, {"a": a, "b": b, "out": c})
+
+
+@register(OpName.BMM.value)
+def bmm(batch: Any, m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCost:
+    """``batch`` independent matmuls ``C[i] = A[i] @ B[i]``: every term of :func:`matmul` times ``batch``.
+
+    >>> bmm(8, 64, 64, 32, "bf16").flops   # 8 * 2*64*64*32
+    2097152.0
+    """
+    batch = _size(batch, "batch")
+    one = matmul(m, n, k, dtype)
+    shape = {"batch": batch, **one.shape}
+    bd = {key: batch * v for key, v in one.breakdown.items()}
+    return _finish(OpName.BMM, one.dtype, batch * one.flops, batch * one.bytes_read,
+                   batch * one.bytes_written, "tensor", shape, bd)
+
+
+@register(OpName.ELEMENTWISE.value)
+def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, outputs: Any = 1,
+                flops_per_element: Any = 1) -> OpCost:
+    """An elementwise op over ``numel`` elements with ``inputs`` input and ``outputs`` output tensors.
+
+    Parameters
+    ----------
+    numel : float or array_like
+        Elements per tensor [element].
+    dtype : str
+    inputs, outputs : float or array_like
+        Tensors read and written, each of ``numel`` elements.
+    flops_per_element : float or array_like
+        Floating-point operations per element [FLOP] (ReLU 1: a max; GELU (tanh) about 8).
+
+    Notes
+    -----
+    .. math:: F = f\\,N, \\quad R = i\\,N s, \\quad W = o\\,N s
+
+    Examples
+    --------
+    >>> relu = elementwise(4096 * 4096, "fp16")       # the seed's ReLU example
+    >>> relu.flops / relu.bytes_read                  # 1 FLOP per 2-byte element read
+    0.5
+    """
+    numel = _size(numel, "numel")
+    inputs, outputs = _size(inputs, "inputs"), _size(outputs, "outputs")
+    fpe = _size(flops_per_element, "flops_per_element")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
+    return _finish(OpName.ELEMENTWISE, dt, fpe * numel, inputs * numel * s, outputs * numel * s, "vector", shape)
+
+
+@register(OpName.SOFTMAX.value)
+def softmax(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
+    """Softmax over the last dimension of a ``rows x cols`` tensor (one fused kernel).
+
+    Notes
+    -----
+    Reads the input once and writes the output once: :math:`R = W = rc\\,s`. FLOPs are 5 per
+    element, counting the row max (1 compare), the subtraction (1), ``exp`` (1, a special-function
+    unit op counted as one), the row sum (1) and the division (1): :math:`F = 5rc`.
+
+    Examples
+    --------
+    >>> softmax(4096, 4096, "fp16").bytes / 2**20     # 2 * 4096*4096 * 2 bytes
+    64.0
+    """
+    rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    dt = _dtype(dtype)
+    x = rows * cols * bytes_per_element(dt)
+    return _finish(OpName.SOFTMAX, dt, 5.0 * rows * cols, x, x, "vector", {"rows": rows, "cols": cols})
+
+
+@register(OpName.LAYER_NORM.value)
+def layer_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
+    """LayerNorm over ``cols`` (Ba et al. 2016) with an elementwise affine ``gamma``, ``beta``.
+
+    Notes
+    -----
+    Reads ``x`` and ``gamma``, ``beta``; writes ``y``: :math:`R = (rc + 2c)\\,s`, :math:`W = rc\\,s`.
+    FLOPs are 7 per element: the mean's sum (1), ``x - mean`` (1), its square and sum (2), the
+    scale by ``1/std`` (1), ``* gamma`` (1) and ``+ beta`` (1); per-row work (``rsqrt``) is ignored.
+    The saved mean and rstd (training) are ``2r`` fp32 values, below 1% of the traffic; not counted.
+
+    Examples
+    --------
+    >>> layer_norm(2, 4, "fp32").bytes_read     # (2*4 + 2*4) * 4 bytes
+    64.0
+    """
+    rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    x, params = rows * cols * s, 2.0 * cols * s
+    return _finish(OpName.LAYER_NORM, dt, 7.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
+                   {"activations": 2.0 * x, "weights": params})
+
+
+@register(OpName.RMS_NORM.value)
+def rms_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
+    """RMSNorm over ``cols`` (Zhang & Sennrich 2019) with a scale ``gamma``.
+
+    Notes
+    -----
+    :math:`R = (rc + c)\\,s`, :math:`W = rc\\,s`. FLOPs are 4 per element: square (1), sum (1),
+    scale by ``1/rms`` (1), ``* gamma`` (1).
+
+    Examples
+    --------
+    >>> rms_norm(2, 4, "fp32").flops    # 4 * 2*4
+    32.0
+    """
+    rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    x, params = rows * cols * s, cols * s
+    return _finish(OpName.RMS_NORM, dt, 4.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
+                   {"activations": 2.0 * x, "weights": params})
+
+
+@register(OpName.REDUCE_SUM.value)
+def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
+    """Sum over the last dimension: ``rows x cols`` in, ``rows`` out.
+
+    Notes
+    -----
+    :math:`R = rc\\,s`, :math:`W = r\\,s`, :math:`F = rc` (one add per element into the accumulator).
+
+    Examples
+    --------
+    >>> reduce_sum(3, 5, "fp32").bytes_written   # 3 * 4 bytes
+    12.0
+    """
+    rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    return _finish(OpName.REDUCE_SUM, dt, rows * cols, rows * cols * s, rows * s, "vector",
+                   {"rows": rows, "cols": cols})
+
+
+@register(OpName.EMBEDDING.value)
+def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16") -> OpCost:
+    """Embedding lookup: gather one ``hidden``-wide row of a ``vocab x hidden`` table per token.
+
+    Notes
+    -----
+    Reads the gathered rows and the int64 token ids, writes the output; no FLOPs:
+    :math:`R = t h s + 8t`, :math:`W = t h s`. Rows repeated within a batch are counted each time
+    (a gather kernel reads a row per token; L2 hits on repeats are not modelled). ``vocab`` sets
+    the table size but not the traffic.
+
+    Examples
+    --------
+    >>> embedding(10, 32000, 16, "fp32").bytes_read   # 10*16*4 + 10*8
+    720.0
+    """
+    tokens, vocab, hidden = _size(tokens, "tokens"), _size(vocab, "vocab"), _size(hidden, "hidden")
+    dt = _dtype(dtype)
+    rows = tokens * hidden * bytes_per_element(dt)
+    ids = tokens * INDEX_BYTES
+    return _finish(OpName.EMBEDDING, dt, 0.0 * tokens, rows + ids, rows, "vector",
+                   {"tokens": tokens, "vocab": vocab, "hidden": hidden},
+                   {"weights": rows, "indices": ids, "activations": rows})
+
+
+@register(OpName.CROSS_ENTROPY.value)
+def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16") -> OpCost:
+    """Cross-entropy loss per token from ``tokens x vocab`` logits (forward, one fused kernel).
+
+    Notes
+    -----
+    Reads the logits and the int64 targets, writes one loss per token in ``dtype``:
+    :math:`R = tv\\,s + 8t`, :math:`W = t\\,s`. FLOPs are 4 per logit for the log-sum-exp (max,
+    subtract, exp, sum): :math:`F = 4tv`.
+
+    Examples
+    --------
+    >>> cross_entropy(2, 10, "fp32").bytes_read     # 2*10*4 + 2*8
+    96.0
+    """
+    tokens, vocab = _size(tokens, "tokens"), _size(vocab, "vocab")
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+    logits, ids = tokens * vocab * s, tokens * INDEX_BYTES
+    return _finish(OpName.CROSS_ENTROPY, dt, 4.0 * tokens * vocab, logits + ids, tokens * s, "vector",
+                   {"tokens": tokens, "vocab": vocab}, {"activations": logits + tokens * s, "indices": ids})
+
+
+def _bool(value: Any, name: str) -> Any:
+    arr = np.asarray(value)
+    if arr.dtype != bool:
+        raise OpArgumentError(f"{name} must be True or False (or a boolean array), got {value!r}")
+    return bool(arr) if arr.ndim == 0 else arr
+
+
+@register(OpName.ATTENTION.value)
+def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, causal: Any = False, dtype: DType | str = "bf16",
+              impl: AttentionImpl | str = "flash", backward: bool = False, kv_heads: Any = None) -> OpCost:
+    """Scaled dot-product attention ``softmax(Q K^T / sqrt(d)) V``, forward or backward.
+
+    Parameters
+    ----------
+    batch, heads, seq, head_dim : float or array_like
+        Batch size, query heads, sequence length (queries = keys) [token], head dimension [element].
+    causal : bool or array of bool
+        Causal mask: half of the score matrix is useful work.
+    dtype : str
+    impl : {"flash", "naive"}
+        ``flash`` (FlashAttention) keeps the ``seq x seq`` scores on chip; ``naive`` writes the
+        scores and the softmax output to device memory and reads them back.
+    backward : bool
+        Cost of the backward pass instead of the forward.
+    kv_heads : float or array_like, optional
+        Key/value heads (grouped-query attention); defaults to ``heads``. Must divide ``heads``.
+
+    Notes
+    -----
+    FLOPs follow the FlashAttention-2 paper's convention (Dao 2023, Sec. 4.1): the two matmuls
+    ``Q K^T`` and ``P V`` give :math:`F_{fwd} = 4 b h s^2 d`, halved when causal; softmax and
+    scaling are not counted. Backward: ``flash`` runs 5 matmuls (it recomputes ``Q K^T``), so
+    :math:`F_{bwd} = 2.5 F_{fwd}` as in that paper; ``naive`` keeps ``P`` and runs 4, :math:`2 F_{fwd}`.
+
+    Traffic (``q = b h s d`` elements, ``kv = b h_{kv} s d``, ``S = b h s^2``; ``s_e`` bytes each):
+
+    * flash forward reads Q, K, V and writes O and the fp32 log-sum-exp (``b h s``);
+      backward reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
+    * naive forward runs ``S = Q K^T`` (read Q, K; write S), ``P = softmax(S)`` (mask and scale
+      fused; read S, write P), ``O = P V`` (read P, V; write O). Backward runs ``dV = P^T dO``,
+      ``dP = dO V^T``, ``dS = P * (dP - rowsum(dP * P))``, ``dQ = dS K``, ``dK = dS^T Q``: score-sized
+      traffic of 5 reads and 2 writes. The causal mask does not shrink the ``seq x seq`` buffers.
+
+    References
+    ----------
+    T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023.
+
+    Examples
+    --------
+    >>> op = attention(1, 32, 4096, 128)            # flash, forward, bf16
+    >>> op.flops / 1e12                             # 4*1*32*4096**2*128
+    0.274877906944
+    >>> attention(1, 32, 4096, 128, causal=True).flops / op.flops
+    0.5
+    """
+    batch, heads = _size(batch, "batch"), _size(heads, "heads")
+    seq, head_dim = _size(seq, "seq"), _size(head_dim, "head_dim")
+    kv_heads = heads if kv_heads is None else _size(kv_heads, "kv_heads")
+    causal, backward = _bool(causal, "causal"), _bool(backward, "backward")
+    if np.ndim(backward):
+        raise OpArgumentError("backward must be a single True or False")
+    if np.any((np.asarray(kv_heads) == 0) & (np.asarray(heads) > 0)) or np.any(
+            np.fmod(heads, np.where(np.asarray(kv_heads) > 0, kv_heads, 1)) != 0):
+        raise OpArgumentError(f"kv_heads must divide heads; got heads={heads!r}, kv_heads={kv_heads!r}")
+    try:
+        impl = AttentionImpl(str(getattr(impl, "value", impl)).lower())
+    except ValueError:
+        raise OpArgumentError(f"impl must be one of {[i.value for i in AttentionImpl]}, got {impl!r}") from None
+    dt = _dtype(dtype)
+    s = bytes_per_element(dt)
+
+    fwd = 4.0 * batch * heads * seq**2 * head_dim * np.where(causal, 0.5, 1.0)
+    q = batch * heads * seq * head_dim * s          # also O, dO, dQ
+    kv = batch * kv_heads * seq * head_dim * s      # each of K, V, dK, dV
+    scores = batch * heads * seq**2 * s
+    lse = batch * heads * seq * STAT_BYTES
+    if impl is AttentionImpl.FLASH and not backward:
+        flops, read, written = fwd, q + 2 * kv, q + lse
+        bd = {"q": q, "kv": 2 * kv, "out": q, "stats": lse}
+    elif impl is AttentionImpl.FLASH:
+        flops, read, written = 2.5 * fwd, 3 * q + 2 * kv + lse, q + 2 * kv
+        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "stats": lse}
+    elif not backward:
+        # S = QK^T: read q, k, write S | P = softmax(S): read S, write P | O = PV: read P, v, write O
+        flops, read, written = fwd, q + 2 * kv + 2 * scores, q + 2 * scores
+        bd = {"q": q, "kv": 2 * kv, "out": q, "scores": 4 * scores}
+    else:
+        # dV = P^T dO: read P, dO, write dV | dP = dO V^T: read dO, V, write dP
+        # dS: read P, dP, write dS | dQ = dS K: read dS, K, write dQ | dK = dS^T Q: read dS, Q, write dK
+        flops = 2.0 * fwd
+        read = 5 * scores + 2 * q + 2 * kv + q
+        written = 2 * scores + 2 * kv + q
+        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores}
+    shape = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads,
+             "causal": causal, "backward": backward, "impl": impl.value}
+    return _finish(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)
+
+
+def fuse(*ops: OpCost) -> OpCost:
+    """Fuse a chain of ops into one kernel whose intermediates never touch device memory.
+
+    The chain is ``ops[0] -> ops[1] -> ...``: each op consumes the previous op's output (plus,
+    possibly, extra inputs of its own, such as a residual or ``gamma``).
+
+    Notes
+    -----
+    With :math:`R_i, W_i, F_i` the reads, writes and FLOPs of op :math:`i` of :math:`N`:
+
+    .. math::
+
+        F = \\sum_i F_i, \\quad
+        R = R_1 + \\sum_{i \\ge 2} \\max(R_i - W_{i-1}, 0), \\quad
+        W = W_N
+
+    The first op's inputs are read; a later op reads only what it needs beyond its predecessor's
+    output (that output stays in registers); only the last op's output is written. For a chain of
+    unary elementwise ops this is "read the input once, write the result once" (the seed's
+    ReLU -> dropout example). An intermediate that is also needed later (e.g. saved for the
+    backward pass) is not modelled: add it as an op of its own. The fused op runs on tensor cores
+    (in the first tensor op's dtype) if any part does, else on CUDA cores in the first op's dtype.
+
+    Examples
+    --------
+    >>> relu = elementwise(1024, "fp16")
+    >>> dropout = elementwise(1024, "fp16", flops_per_element=2)
+    >>> both = fuse(relu, dropout)
+    >>> both.bytes, relu.bytes + dropout.bytes      # 2*1024*2 fused vs 4*1024*2 unfused
+    (4096.0, 8192.0)
+    """
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = tuple(ops[0])
+    if not ops:
+        raise OpArgumentError("fuse needs at least one op")
+    for i, op in enumerate(ops):
+        if not isinstance(op, OpCost):
+            raise OpArgumentError(f"fuse argument {i} must be an OpCost, got {type(op).__name__}")
+    flops = sum((op.flops for op in ops[1:]), ops[0].flops)
+    read = ops[0].bytes_read
+    for prev, op in zip(ops, ops[1:]):
+        read = read + np.maximum(op.bytes_read - prev.bytes_written, 0.0)
+    tensor = [op for op in ops if op.unit == "tensor"]
+    lead = tensor[0] if tensor else ops[0]
+    return _finish(OpName.FUSED, lead.dtype, flops, read, ops[-1].bytes_written, lead.unit,
+                   {"ops": float(len(ops))}, None, tuple(ops))
