@@ -1,0 +1,447 @@
+"""Torch microbenchmarks that measure the points a calibration is fitted to.
+
+Every point is one PyTorch call (a GEMM, a batched GEMM, an elementwise op, a reduction,
+softmax, a norm, flash attention forward or backward) timed the way
+``triton.testing.do_bench`` times it: warm-up first, then for each repetition the L2 cache
+is flushed by writing a 256 MB buffer, and CUDA events bracket the call alone; the median of
+the repetitions is kept. Inputs are random normal (never zeros, which run faster than real
+data). Nothing here needs pydantic: a point is a plain ``dict``
+``{"op", "kernel", "dtype", "shape", "time_s", "reps"}`` whose ``op``, ``shape`` and ``dtype``
+are the arguments of the matching :mod:`gpumodel.ops` constructor, so the measurements can
+be taken on a machine with only torch installed and fitted elsewhere.
+
+``dry_run=True`` runs every case on the CPU with tiny sizes and wall-clock timing, to test
+the code paths without a GPU.
+
+Run as a script::
+
+    python -m gpumodel.calibration.bench --mode full --jsonl points.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+__all__ = [
+    "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
+    "measure", "run_benchmarks", "environment_info", "progress",
+]
+
+FLUSH_BYTES = 256 * 2**20  # larger than any current L2 (H100 50 MB, H200 60 MB, B200 126 MB)
+
+Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
+
+
+class CalibrationUnavailableError(RuntimeError):
+    """torch, or a CUDA GPU, is not available to measure on."""
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise CalibrationUnavailableError(
+            "calibration needs PyTorch with CUDA: pip install 'gpumodel[torch]'") from exc
+    return torch
+
+
+# ----------------------------------------------------------------------------- plans
+def _case(op: str, kernel: str, dtype: str, **shape: Any) -> Case:
+    return {"op": op, "kernel": kernel, "dtype": dtype, "shape": shape}
+
+
+def _loguniform(rng: random.Random, lo: int, hi: int, multiple: int = 1) -> int:
+    v = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    return max(multiple, int(round(v / multiple)) * multiple)
+
+
+def _random_gemms(rng: random.Random, count: int, max_flops: float, lo: int = 16, hi: int = 16384,
+                  multiple_of: tuple[int, ...] = (64, 8, 1)) -> list[tuple[int, int, int]]:
+    out = []
+    while len(out) < count:
+        mult = multiple_of[len(out) % len(multiple_of)]
+        m, n, k = (_loguniform(rng, lo, hi, mult) for _ in range(3))
+        if 2.0 * m * n * k <= max_flops:
+            out.append((m, n, k))
+    return out
+
+
+def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int = 0) -> list[Case]:
+    """The cases a calibration measures.
+
+    Parameters
+    ----------
+    mode : {"quick", "full"}
+        ``quick`` (about 100 cases, under a minute on a data-center GPU) or ``full`` (about
+        450 cases, a few minutes).
+    dtypes : iterable of str, optional
+        GEMM dtypes to include (default: bf16, fp16, fp32, tf32, fp8).
+    seed : int
+        Seed of the random GEMM shapes.
+
+    Examples
+    --------
+    >>> cases = fit_cases("quick")
+    >>> sorted({c["op"] for c in cases})  # doctest: +NORMALIZE_WHITESPACE
+    ['attention', 'bmm', 'elementwise', 'layer_norm', 'matmul', 'reduce_sum', 'rms_norm', 'softmax']
+    """
+    if mode not in ("quick", "full"):
+        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    full = mode == "full"
+    rng = random.Random(seed)
+    dtypes = list(dtypes) if dtypes is not None else ["bf16", "fp16", "fp32", "tf32", "fp8"]
+    cases: list[Case] = []
+    # GEMMs: squares, random shapes (log-uniform, some not multiples of 8), skinny shapes
+    squares = [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
+    if not full:
+        squares = squares[::3]
+    for dt in dtypes:
+        main = dt == "bf16"
+        sq = squares if main or full else squares[::2]
+        if dt == "fp32":
+            sq = [s for s in sq if s <= 6144]
+        for s in sq:
+            cases.append(_case("matmul", "mm", dt, m=s, n=s, k=s))
+        count = (70 if main else 16) if full else (14 if main else 4)
+        mult = (64, 16) if dt == "fp8" else (64, 8, 1)
+        max_flops = 6e11 if dt in ("fp32",) else 1.5e12
+        for m, n, k in _random_gemms(rng, count, max_flops, multiple_of=mult):
+            cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+        if main:
+            ms = [1, 2, 8, 32, 128, 512] if full else [1, 32]
+            nks = [(2048, 2048), (6144, 6144), (12288, 3072), (3072, 12288), (24576, 6144)]
+            for m in ms:
+                for n, k in (nks if full else nks[1:3]):
+                    cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+    # batched GEMMs (bf16)
+    for _ in range(24 if full else 5):
+        b = _loguniform(rng, 2, 96)
+        m, n, k = (_loguniform(rng, 32, 2048, 16) for _ in range(3))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+    # memory-bound ops from far below to far above L2; numel=1 is the launch floor
+    exps = range(0, 29, 2) if full else range(0, 29, 4)
+    for e in exps:
+        numel = 2**e
+        for kernel, inputs, fpe in (("copy", 1, 0), ("add", 2, 1), ("relu", 1, 1), ("gelu", 1, 8)):
+            cases.append(_case("elementwise", kernel, "bf16", numel=numel, inputs=inputs, outputs=1,
+                               flops_per_element=fpe))
+        if full or e >= 20:
+            cases.append(_case("elementwise", "add", "fp32", numel=numel, inputs=2, outputs=1,
+                               flops_per_element=1))
+    rows_list = [1, 16, 256, 2048, 16384, 131072] if full else [16, 2048, 65536]
+    cols_list = [128, 512, 2048, 8192, 32768, 131072] if full else [1024, 16384]
+    for family in ("softmax", "layer_norm", "rms_norm", "reduce_sum"):
+        for rows in rows_list:
+            for cols in cols_list:
+                if rows * cols <= 2**28:
+                    cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        for rows, cols in ((4096, 4096), (256, 65536)):
+            cases.append(_case(family, family, "fp32", rows=rows, cols=cols))
+    # flash attention, forward and backward
+    seqs = [256, 1024, 2048, 8192] if full else [1024, 4096]
+    for seq in seqs:
+        for head_dim in ((64, 128) if full else (128,)):
+            for causal in (False, True):
+                for backward in (False, True):
+                    batch = max(1, 8192 // seq)
+                    cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=16, seq=seq,
+                                       head_dim=head_dim, causal=causal, backward=backward))
+    return cases
+
+
+# ----------------------------------------------------------------------------- runners
+_TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+
+
+def _shrink(case: Case) -> Case:
+    """A tiny version of a case, for dry runs on the CPU."""
+    shape = dict(case["shape"])
+    caps = {"m": 48, "n": 40, "k": 32, "batch": 3, "numel": 4096, "rows": 8, "cols": 64, "seq": 32,
+            "heads": 2, "head_dim": 16}
+    for key, cap in caps.items():
+        if key in shape and not isinstance(shape[key], bool):
+            shape[key] = min(int(shape[key]), cap)
+    return {**case, "shape": shape}
+
+
+def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
+    """Allocate random inputs for ``case`` on ``device`` and return a no-argument callable that runs it once."""
+    torch = _torch()
+    import torch.nn.functional as F
+
+    op, kernel, dt, s = case["op"], case["kernel"], case["dtype"], case["shape"]
+    gen = torch.Generator(device=device).manual_seed(1234)
+
+    def randn(*shape, dtype=None):
+        return torch.randn(*shape, device=device, dtype=dtype or tdt, generator=gen)
+
+    if op in ("matmul", "bmm"):
+        batch = (int(s["batch"]),) if op == "bmm" else ()
+        m, n, k = int(s["m"]), int(s["n"]), int(s["k"])
+        if dt == "fp8":  # e4m3 operands, B column-major (as _scaled_mm requires), bf16 output
+            a = randn(m, k, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+            b = randn(n, k, dtype=torch.bfloat16).to(torch.float8_e4m3fn).t()
+            one = torch.ones((), device=device, dtype=torch.float32)
+            return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        tdt = getattr(torch, _TORCH_DTYPES[dt])
+        a = randn(*batch, m, k)
+        tf32 = dt == "tf32"
+        if kernel == "linear":  # y = x @ W.T with W stored [n, k], as nn.Linear does
+            b, fn = randn(n, k), F.linear
+        else:
+            b, fn = randn(*batch, k, n), (torch.bmm if op == "bmm" else torch.mm)
+
+        def run():
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            return fn(a, b)
+        return run
+    tdt = getattr(torch, _TORCH_DTYPES.get(dt, "bfloat16"))
+    if op == "elementwise":
+        numel = int(s["numel"])
+        x, y = randn(numel), randn(numel)
+        out = torch.empty_like(x)
+        return {"copy": lambda: out.copy_(x), "add": lambda: x + y, "relu": lambda: torch.relu(x),
+                "gelu": lambda: F.gelu(x), "mul": lambda: x * y, "silu": lambda: F.silu(x)}[kernel]
+    if op in ("softmax", "layer_norm", "rms_norm", "reduce_sum"):
+        rows, cols = int(s["rows"]), int(s["cols"])
+        x = randn(rows, cols)
+        w, bias = randn(cols), randn(cols)
+        return {"softmax": lambda: torch.softmax(x, dim=-1),
+                "layer_norm": lambda: F.layer_norm(x, (cols,), w, bias),
+                "rms_norm": lambda: F.rms_norm(x, (cols,), w),
+                "reduce_sum": lambda: x.sum(dim=-1)}[op]
+    if op == "attention":
+        b, h, sq, d = int(s["batch"]), int(s["heads"]), int(s["seq"]), int(s["head_dim"])
+        kvh = int(s.get("kv_heads") or h)
+        causal = bool(s.get("causal", False))
+        q = randn(b, h, sq, d).requires_grad_(bool(s.get("backward")))
+        k, v = (randn(b, kvh, sq, d).requires_grad_(bool(s.get("backward"))) for _ in range(2))
+        extra = {"enable_gqa": True} if kvh != h else {}
+        if not s.get("backward"):
+            def fwd():
+                with torch.no_grad():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
+            return fwd
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
+        do = torch.randn_like(o)
+        return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+    raise ValueError(f"unknown benchmark op {op!r}")
+
+
+# ----------------------------------------------------------------------------- timing
+def time_events(fn: Callable[[], Any], flush, target_s: float = 0.02, min_reps: int = 5,
+                max_reps: int = 100, warmup: int = 2) -> tuple[float, int]:
+    """Median time of ``fn`` [s] with CUDA events, the L2 flushed (``flush.zero_()``) before each rep.
+
+    Returns ``(median_seconds, reps)``. The number of repetitions targets ``target_s`` of
+    timed work, between ``min_reps`` and ``max_reps``.
+    """
+    torch = _torch()
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    est = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, target_s / est)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends))
+    return float(times[len(times) // 2]), reps
+
+
+def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2], reps
+
+
+def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
+            target_s: float = 0.02, timer: Callable | None = None) -> dict:
+    """Run one case and return the point: the case plus ``time_s`` [s] and ``reps``.
+
+    ``timer(fn) -> seconds`` replaces the built-in event timer (e.g. ``triton.testing.do_bench``).
+    """
+    if dry_run:
+        case = _shrink(case)
+        device = "cpu"
+    fn = make_runner(case, device)
+    if dry_run:
+        t, reps = _time_cpu(fn)
+    elif timer is not None:
+        t, reps = float(timer(fn)), -1
+    else:
+        t, reps = time_events(fn, flush, target_s=target_s)
+    return {**case, "time_s": t, "reps": reps}
+
+
+# ----------------------------------------------------------------------------- environment
+def _nvidia_smi(fields: str) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+        return [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
+    except Exception:  # noqa: BLE001 - nvidia-smi is optional
+        return []
+
+
+def environment_info(device: str = "cuda") -> dict:
+    """Device name, SM count, L2, driver/torch/CUDA versions and the clocks nvidia-smi reports now."""
+    torch = _torch()
+    info: dict[str, Any] = {"torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if device != "cpu" and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(device_name=p.name, sm_count=p.multi_processor_count,
+                    l2_bytes=getattr(p, "L2_cache_size", None), memory_bytes=p.total_memory,
+                    compute_capability=f"{p.major}.{p.minor}")
+        smi = _nvidia_smi("driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit")
+        if len(smi) == 5:
+            info.update(driver_version=smi[0], sm_clock_mhz=smi[1], mem_clock_mhz=smi[2],
+                        max_sm_clock_mhz=smi[3], power_limit_w=smi[4])
+    else:
+        info.update(device_name="cpu (dry run)", sm_count=None)
+    return info
+
+
+# ----------------------------------------------------------------------------- driver
+class progress:
+    """A progress bar: tqdm when importable, else a plain one on stderr."""
+
+    def __init__(self, total: int, desc: str = "calibrating", enabled: bool = True):
+        self.total, self.n, self.desc, self.enabled, self._bar = total, 0, desc, enabled, None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+                self._bar = tqdm(total=total, desc=desc, unit="kernel", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def update(self, note: str = "") -> None:
+        self.n += 1
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.set_postfix_str(note, refresh=False)
+            self._bar.update(1)
+        elif self.n == self.total or self.n % max(1, self.total // 40) == 0:
+            width = 30
+            done = int(width * self.n / max(self.total, 1))
+            sys.stderr.write(f"\r{self.desc} [{'#' * done}{'.' * (width - done)}] {self.n}/{self.total} {note[:40]:40s}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif self.enabled:
+            sys.stderr.write("\n")
+
+
+def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run: bool = False,
+                   jsonl: str | os.PathLike | None = None, show_progress: bool = True,
+                   time_budget_s: float | None = None, timer: Callable | None = None) -> tuple[dict, list[dict]]:
+    """Measure ``cases`` (default :func:`fit_cases(mode) <fit_cases>`); returns ``(environment, points)``.
+
+    Points are appended to ``jsonl`` as they are measured (one JSON object a line, the
+    environment first), so an interrupted run keeps what it measured. A case that fails
+    (e.g. an unsupported dtype) is recorded with ``"error"`` and no time.
+    """
+    torch = _torch()
+    device = "cpu" if dry_run else "cuda"
+    if not dry_run and not torch.cuda.is_available():
+        raise CalibrationUnavailableError("no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)")
+    if cases is None:
+        cases = fit_cases(mode, dtypes=None if dry_run or _has_fp8(torch) else ["bf16", "fp16", "fp32", "tf32"])
+    env = environment_info(device)
+    env["mode"] = mode
+    env["timer"] = "dry-run wall clock" if dry_run else (
+        getattr(timer, "__doc__", None) or "custom") if timer else "cuda events after warm-up, L2 flushed (256 MB write), median"
+    flush = None if dry_run else torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+    if not dry_run:  # bring the clocks up before the first timed case
+        a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:
+            for _ in range(20):
+                a @ a
+            torch.cuda.synchronize()
+        del a
+    sink = open(jsonl, "a", encoding="utf-8") if jsonl else None
+    if sink:
+        sink.write(json.dumps({"environment": env}) + "\n")
+        sink.flush()
+    points, bar, start = [], progress(len(cases), enabled=show_progress), time.perf_counter()
+    target = 0.008 if mode == "quick" else 0.02
+    try:
+        for case in cases:
+            if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+                break
+            try:
+                point = measure(case, device, flush, dry_run=dry_run, target_s=target, timer=timer)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                point = {**case, "time_s": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                if not dry_run:
+                    torch.cuda.synchronize()
+            points.append(point)
+            if sink:
+                sink.write(json.dumps(point) + "\n")
+                sink.flush()
+            bar.update(f"{case['op']} {case['dtype']}")
+    finally:
+        bar.close()
+        if sink:
+            sink.close()
+    if not dry_run:
+        smi = _nvidia_smi("clocks.sm,clocks.mem")
+        if len(smi) == 2:
+            env.update(sm_clock_mhz_end=smi[0], mem_clock_mhz_end=smi[1])
+    return env, points
+
+
+def _has_fp8(torch) -> bool:
+    if not torch.cuda.is_available() or not hasattr(torch, "float8_e4m3fn"):
+        return False
+    return torch.cuda.get_device_capability(0) >= (8, 9)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Measure calibration points (raw JSON lines).")
+    p.add_argument("--mode", choices=["quick", "full"], default="full")
+    p.add_argument("--jsonl", required=True, help="output file (appended)")
+    p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, to test the code")
+    p.add_argument("--time-budget", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    env, points = run_benchmarks(mode=args.mode, dry_run=args.dry_run, jsonl=args.jsonl,
+                                 time_budget_s=args.time_budget, show_progress=not args.no_progress)
+    bad = [pt for pt in points if pt.get("time_s") is None]
+    print(f"{len(points)} points ({len(bad)} failed) on {env.get('device_name')} "
+          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    for pt in bad[:10]:
+        print(f"  failed: {pt['op']} {pt['dtype']} {pt['shape']}: {pt['error']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
