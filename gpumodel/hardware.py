@@ -282,6 +282,33 @@ def _close(a: float, b: float, tol: float = PEAK_TOLERANCE) -> bool:
 
 
 def _peak_problems(spec: GPUSpec):
+    """Yield a message for every datasheet cross-check the record breaks (empty when consistent).
+
+    Checks, each within :data:`PEAK_TOLERANCE` (relative), and the published ratios they allow:
+
+    * ``fp32 = sm_count x fp32_cores_per_sm x 2 x boost_clock`` (one FMA = 2 FLOP per lane per clock).
+      NVIDIA counts CUDA cores (H100 SXM5: 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s, H100 whitepaper Table 3);
+      AMD's MI300X FP32 vector peak counts packed FP32 (two FP32 FMAs per stream processor per clock,
+      AMD CDNA 3 whitepaper), so its record holds 128 FP32 lanes per CU: 304 x 128 x 2 x 2.1 GHz = 163.4 TFLOP/s.
+    * ``bf16 = fp16`` (fp32 accumulate): equal on every tensor-core generation that has bf16 (A100, GA102, Ada,
+      H100 and RTX Blackwell whitepapers; MI300X data sheet).
+    * ``tf32 = bf16 / 2``: A100 whitepaper Table 3 (156 vs 312), H100 (494.7 vs 989.4), MI300X (653.7 vs 1307.4).
+      On GeForce parts tf32 is half of the fp32-ACCUMULATE bf16 rate too (RTX 4090: 82.6 vs 165.2, Ada whitepaper).
+    * ``fp8 = 2 x bf16``: H100 whitepaper (1978.9 vs 989.4), MI300X, B200. On GeForce parts both are the
+      fp32-accumulate rates (RTX 4090: 330.3 vs 165.2, Ada whitepaper Appendix A; RTX 5090: 419 vs 209.5).
+    * ``fp4 = 2 x fp8``: HGX B200 datasheet (9 vs 4.5 PFLOP/s dense). Exception, allowed only on records that
+      carry a separate ``fp16_fp16acc`` rate (GeForce): fp4 = 4 x fp8, because GeForce Blackwell halves fp8 with
+      fp32 accumulate but runs fp4 with fp32 accumulate at full rate (RTX Blackwell whitepaper, RTX 5090:
+      FP8/FP32-acc 419, FP4/FP32-acc 1676 TFLOP/s dense).
+    * ``int8 = 2 x bf16`` (data-center parts: A100 624 vs 312, H100, A10, L4, L40S, MI300X, B200) or ``4 x bf16``
+      on GeForce parts, whose int8 runs at full rate while bf16 with fp32 accumulate runs at half (RTX 3090
+      284 vs 71, GA102 whitepaper; RTX 4090 660.6 vs 165.2; RTX 5090 838 vs 209.5). Only checked where bf16 exists
+      (Volta/Turing define no bf16 ratio).
+    * ``fp16_fp16acc = 2 x fp16`` where given (GeForce: RTX 3090 142 vs 71, RTX 4090 330.3 vs 165.2,
+      RTX 5090 419 vs 209.5).
+    * ``fp64_tensor = 2 x fp64`` (A100 19.5 vs 9.7, H100 66.9 vs 33.5, MI300X 163.4 vs 81.7) or ``1 x fp64``
+      (HGX B200: FP64 and FP64 tensor both 37 TFLOP/s).
+    """
     p = spec.peaks
     derived = spec.fp32_peak_from_cores
     if not _close(p.fp32, derived):
@@ -292,14 +319,18 @@ def _peak_problems(spec: GPUSpec):
     if p.bf16 is not None and p.fp16 is not None and not _close(p.bf16, p.fp16):
         yield f"bf16 {p.bf16 / 1e12:.1f} != fp16 {p.fp16 / 1e12:.1f} TFLOP/s (same tensor-core rate on every generation)"
     base = p.bf16 or p.fp16
-    ratios = (("tf32", p.tf32, base, (0.5,)), ("fp8", p.fp8, base, (2.0,)), ("fp4", p.fp4, p.fp8, (2.0,)),
-              ("int8", p.int8, base, (2.0, 4.0)))
-    if p.bf16 is None:  # Volta/Turing: int8 is only compared where a bf16 path defines the ratio
-        ratios = ratios[:3]
-    for name, value, ref, allowed in ratios:
+    geforce = p.fp16_fp16acc is not None  # separate (faster) fp16-accumulate rate: GeForce tensor cores
+    ratios = [("tf32", p.tf32, "16-bit tensor", base, (0.5,)),
+              ("fp8", p.fp8, "16-bit tensor", base, (2.0,)),
+              ("fp4", p.fp4, "fp8", p.fp8, (2.0, 4.0) if geforce else (2.0,)),
+              ("fp16_fp16acc", p.fp16_fp16acc, "fp16 (fp32 accumulate)", p.fp16, (2.0,)),
+              ("fp64_tensor", p.fp64_tensor, "fp64", p.fp64, (1.0, 2.0))]
+    if p.bf16 is not None:  # Volta/Turing: int8 is only compared where a bf16 path defines the ratio
+        ratios.append(("int8", p.int8, "16-bit tensor", base, (2.0, 4.0)))
+    for name, value, ref_name, ref, allowed in ratios:
         if value is None or ref is None:
             continue
         if not any(_close(value, r * ref) for r in allowed):
             shown = " or ".join(f"{r:g}" for r in allowed)
-            yield (f"{name} peak {value / 1e12:.1f} is not {shown} x the 16-bit tensor peak {ref / 1e12:.1f} TFLOP/s "
-                   "(the published ratio); check dense vs sparse")
+            yield (f"{name} peak {value / 1e12:.1f} is not {shown} x the {ref_name} peak {ref / 1e12:.1f} TFLOP/s "
+                   f"(ratio {value / ref:.3g}; the published ratio is {shown}); check dense vs sparse")
