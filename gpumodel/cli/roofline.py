@@ -1,0 +1,121 @@
+"""``gpumodel roofline``: is an op compute- or memory-bound, and how long does it take at best?
+
+Examples::
+
+    gpumodel roofline --gpu h100 matmul 4096 4096 4096 --dtype bf16
+    gpumodel roofline --gpu h100,h200 attention 8 32 4096 128 --causal --impl naive
+    gpumodel roofline elementwise 16777216 --dtype fp16 --level all --json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import print_json, print_table
+
+_LEVELS = ("hbm", "l2", "shared")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from gpumodel.ops import list_ops, size_arguments
+
+    usage = "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
+    p = sub.add_parser(
+        "roofline", help="roofline bound (intensity, ridge point, bound, time) of one op",
+        description="Roofline bound of one op on one or more GPUs. Ops and their sizes: " + usage,
+    )
+    p.add_argument("op", help="op name: " + ", ".join(list_ops()))
+    p.add_argument("sizes", nargs="*", type=_number, help="the op's sizes, in order (see above)")
+    p.add_argument("--gpu", default="h100", help="GPU name(s), comma-separated (default: h100)")
+    p.add_argument("--dtype", default="bf16", help="number format (default: bf16)")
+    p.add_argument("--level", default="hbm", choices=[*_LEVELS, "all"], help="memory level (default: hbm)")
+    p.add_argument("--sparse", action="store_true", help="2:4 sparse tensor-core peak")
+    attn = p.add_argument_group("attention")
+    attn.add_argument("--causal", action="store_true")
+    attn.add_argument("--impl", default="flash", choices=["flash", "naive"])
+    attn.add_argument("--backward", action="store_true")
+    attn.add_argument("--kv-heads", type=_number, default=None, help="key/value heads (grouped-query attention)")
+    ew = p.add_argument_group("elementwise")
+    ew.add_argument("--inputs", type=_number, default=1)
+    ew.add_argument("--outputs", type=_number, default=1)
+    ew.add_argument("--flops-per-element", type=_number, default=1)
+    p.add_argument("--plot", metavar="PNG", help="also draw the roofline chart to this file")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.set_defaults(func=_run)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return int(value) if value.is_integer() else value
+
+
+def _build_op(args: argparse.Namespace):
+    from gpumodel.ops import cost, size_arguments
+
+    names = size_arguments(args.op)
+    if len(args.sizes) != len(names):
+        raise ValueError(f"{args.op} takes {len(names)} sizes ({' '.join(names)}), got {len(args.sizes)}")
+    kwargs = {"dtype": args.dtype}
+    op_name = args.op.strip().lower().replace("-", "_")
+    if op_name == "attention":
+        kwargs.update(causal=args.causal, impl=args.impl, backward=args.backward, kv_heads=args.kv_heads)
+    elif op_name == "elementwise":
+        kwargs.update(inputs=args.inputs, outputs=args.outputs, flops_per_element=args.flops_per_element)
+    return cost(args.op, *args.sizes, **kwargs)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpumodel.gpus import gpu
+    from gpumodel.roofline import arithmetic_intensity, roofline
+    from gpumodel.units import format_quantity as fq
+
+    op = _build_op(args)
+    gpus = [gpu(name) for name in args.gpu.split(",") if name.strip()]
+    if not gpus:
+        raise ValueError("--gpu must name at least one GPU")
+    levels = _LEVELS if args.level == "all" else (args.level,)
+    results = []
+    for g in gpus:
+        for lvl in levels:
+            try:
+                results.append(roofline(op, g, level=lvl, sparse=args.sparse))
+            except ValueError:
+                if args.level != "all" or lvl == "hbm":
+                    raise
+    if args.json:
+        print_json({
+            "op": {"name": op.name, "dtype": op.dtype.value, "unit": op.unit, "shape": dict(op.shape),
+                   "flops": op.flops, "bytes_read": op.bytes_read, "bytes_written": op.bytes_written,
+                   "bytes": op.bytes, "arithmetic_intensity": arithmetic_intensity(op),
+                   "arithmetic_intensity_read": arithmetic_intensity(op, over="read")},
+            "results": [{k: getattr(r, k) for k in (
+                "gpu", "level", "bound", "time_s", "compute_time_s", "memory_time_s", "attainable_flops",
+                "arithmetic_intensity", "ridge_point", "peak_flops", "bandwidth")} for r in results],
+        })
+    else:
+        print(f"{op.name} {op._shape_text()} {op.dtype.value} on {'tensor' if op.unit == 'tensor' else 'CUDA'} cores")
+        print(f"  FLOPs {fq(op.flops, 'FLOP')}; read {fq(op.bytes_read, 'B')}, written {fq(op.bytes_written, 'B')}")
+        print(f"  arithmetic intensity {arithmetic_intensity(op):.4g} FLOP/byte "
+              f"({arithmetic_intensity(op, over='read'):.4g} over bytes read)")
+        print()
+        headers = ["GPU", "level", "peak", "bandwidth", "ridge [FLOP/B]", "intensity/ridge", "bound", "time",
+                   "compute floor", "memory floor"]
+        from gpumodel.roofline import _fmt_time
+
+        rows = [[r.gpu, r.level, fq(r.peak_flops, "FLOP/s"), fq(r.bandwidth, "B/s"), f"{r.ridge_point:.4g}",
+                 f"{r.arithmetic_intensity / r.ridge_point:.3g}x", r.bound, _fmt_time(r.time_s),
+                 _fmt_time(r.compute_time_s), _fmt_time(r.memory_time_s)] for r in results]
+        print_table(headers, rows)
+    if args.plot:
+        from gpumodel import plot
+
+        label = f"{op.name} {op._shape_text()}".strip()
+        fig = plot.roofline(gpus, ops={label: op}, dtypes=[op.dtype.value if op.unit == "tensor" else "fp32"],
+                            level=list(levels) if args.level == "all" else args.level, sparse=args.sparse)
+        fig.savefig(args.plot, dpi=150)
+        if not args.json:
+            print(f"\nwrote {args.plot}")
+    return 0
