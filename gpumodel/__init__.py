@@ -38,7 +38,8 @@ _EXPORTS: dict[str, str] = {
     "fits": "sizing", "max_batch_size": "sizing", "max_seq_len": "sizing", "min_gpus": "sizing",
     "rank_gpus": "sizing",
     # occupancy
-    "occupancy": "occupancy", "Occupancy": "occupancy",
+    "occupancy": "occupancy_model", "Occupancy": "occupancy_model", "max_potential_block_size": "occupancy_helpers",
+    "max_dynamic_shared_memory": "occupancy_helpers", "next_occupancy_step": "occupancy_helpers", "occupancy_curves": "occupancy_helpers",
     # time estimates
     "estimate_time": "estimate", "TimeEstimate": "estimate", "estimate": "estimate",
     "training_step_time": "steptime", "StepTime": "steptime",

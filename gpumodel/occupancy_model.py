@@ -305,6 +305,10 @@ def _limits(a: ArchLimits, T, R, S, D, C, M, block_barriers: int) -> dict[str, n
     reserved = a.reserved_shared_memory_per_block
     static_total = S + reserved
     alloc = _round_up(static_total + D, a.shared_memory_allocation_unit)
+    # The driver enforces the kernel's max-dynamic attribute only above the default per-block limit: an
+    # attribute set below it does not shrink what a launch may use (measured on sm_90; cuda_occupancy.h
+    # would refuse such launches).
+    M = np.maximum(M, a.shared_memory_per_block - S)
     max_usage = static_total + M
     per_block_limit = np.where(max_usage > a.shared_memory_per_block, a.shared_memory_per_block_optin,
                                a.shared_memory_per_block) + (reserved if a.major >= 8 else 0)
