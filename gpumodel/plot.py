@@ -83,8 +83,9 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
         One colour per GPU.
     ops : sequence of OpCost or mapping label -> OpCost, optional
         Each op is drawn at its arithmetic intensity (total traffic) and its attainable throughput
-        on each GPU (:func:`gpumodel.roofline.roofline`), labelled once. An op of array shapes
-        draws one point per configuration.
+        on each GPU (:func:`gpumodel.roofline.roofline`): black on the first GPU, gray on the
+        others, one marker per op, listed in a legend (and labelled beside the point for up to
+        four ops). An op of array shapes draws one point per configuration.
     dtypes : sequence of str
         Compute ceilings to draw, one line style each ("bf16", "fp8", "tf32", "fp32", ...); a
         GPU without a dtype is skipped (bf16 falls back to fp16 on GPUs without bf16).
@@ -132,6 +133,8 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
                     lw=2 if li == 0 else 1.2, alpha=1.0 if li == 0 else 0.55, label=f"{label} (ridge {peak / bw:.0f})")
             ax.plot([peak / bw], [peak / 1e12], marker="|", ms=12, color=color)
 
+    annotate = len(items) <= 4
+    op_handles = []
     for oi, ((label, op), ai) in enumerate(zip(items, intensities)):
         marker = _MARKERS[oi % len(_MARKERS)]
         first = True
@@ -142,12 +145,14 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
                 warnings.warn(f"{label} not placed on {g.name}: {exc}", stacklevel=2)
                 continue
             y = np.asarray(r.attainable_flops, dtype=float).ravel() / 1e12
-            ax.scatter(ai, y, marker=marker, s=50, color="black" if first else "gray", zorder=3,
-                       edgecolors="white", linewidths=0.5)
+            handle = ax.scatter(ai, y, marker=marker, s=50, color="black" if first else "gray", zorder=4 if first else 3,
+                                edgecolors="white", linewidths=0.5, label=label if first else None)
             if first:
-                i = int(np.nanargmax(y)) if y.size > 1 else 0
-                offset = _LABEL_OFFSETS[oi % len(_LABEL_OFFSETS)]
-                ax.annotate(label, (ai[i], y[i]), xytext=offset, textcoords="offset points", fontsize=9)
+                op_handles.append(handle)
+                if annotate:
+                    i = int(np.nanargmax(y)) if y.size > 1 else 0
+                    offset = _LABEL_OFFSETS[oi % len(_LABEL_OFFSETS)]
+                    ax.annotate(label, (ai[i], y[i]), xytext=offset, textcoords="offset points", fontsize=9)
                 first = False
 
     ax.set_xscale("log")
@@ -157,7 +162,12 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
     ax.set_ylabel("Attainable throughput [TFLOP/s]")
     ax.set_title(title or "Roofline: " + ", ".join(g.display_name for g in specs))
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=8, loc="lower right")
+    roofs = [h for h in ax.get_lines() if not h.get_label().startswith("_")]
+    ax.legend(handles=roofs, fontsize=8, loc="lower right")
+    if op_handles:
+        ax.add_artist(ax.get_legend())
+        ax.legend(handles=op_handles, fontsize=8, loc="upper left", title="ops (black: first GPU)",
+                  title_fontsize=8)
     return fig
 
 

@@ -42,11 +42,14 @@ def test_roofline_several_gpus_dtypes_and_levels():
     fig = gm.plot.roofline(["h100", "h200"], ops=[ops.softmax(4096, 4096)], dtypes=["bf16", "fp8"],
                            level=["hbm", "l2"])
     ax = fig.axes[0]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    from matplotlib.legend import Legend
+
+    legend = [t.get_text() for leg in ax.findobj(Legend) for t in leg.get_texts()]
     assert any(t.startswith("h100-sxm bf16 hbm") for t in legend)
     assert any(t.startswith("h200-sxm fp8") for t in legend)
     assert any("ridge 295" in t for t in legend) and any("ridge 206" in t for t in legend)
     assert len(_points(ax)) == 2  # the op on each GPU
+    assert "softmax" in legend
 
 
 def test_roofline_vector_op_draws_every_configuration():
