@@ -212,7 +212,7 @@ def _fmt_time(t: float) -> str:
     return f"{t:.3g} s"  # pragma: no cover
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class RooflineResult:
     """Roofline bound of an op (or an array of ops) on one GPU at one memory level.
 

@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
                 "arithmetic_intensity", "ridge_point", "peak_flops", "bandwidth")} for r in results],
         })
     else:
-        print(f"{op.name} {op._shape_text()} {op.dtype.value} on {'tensor' if op.unit == 'tensor' else 'CUDA'} cores")
+        print(f"{op.label} {op.dtype.value} on {'tensor' if op.unit == 'tensor' else 'CUDA'} cores")
         print(f"  FLOPs {fq(op.flops, 'FLOP')}; read {fq(op.bytes_read, 'B')}, written {fq(op.bytes_written, 'B')}")
         print(f"  arithmetic intensity {arithmetic_intensity(op):.4g} FLOP/byte "
               f"({arithmetic_intensity(op, over='read'):.4g} over bytes read)")
@@ -112,8 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot:
         from gpumodel import plot
 
-        label = f"{op.name} {op._shape_text()}".strip()
-        fig = plot.roofline(gpus, ops={label: op}, dtypes=[op.dtype.value if op.unit == "tensor" else "fp32"],
+        fig = plot.roofline(gpus, ops={op.label: op}, dtypes=[op.dtype.value if op.unit == "tensor" else "fp32"],
                             level=list(levels) if args.level == "all" else args.level, sparse=args.sparse)
         fig.savefig(args.plot, dpi=150)
         if not args.json:

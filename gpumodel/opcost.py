@@ -1,0 +1,224 @@
+"""The op-cost record: FLOPs and minimal device-memory traffic, and the registry of cost formulas.
+
+:class:`OpCost` is what every cost formula in :mod:`gpumodel.ops` returns and what
+:mod:`gpumodel.roofline` and the time estimates consume. Formulas register once under their
+name with :func:`register`, which refuses a second formula under a name already taken.
+
+Examples
+--------
+>>> op = OpCost("optimizer_step", "fp32", flops=1e9, bytes_read=16e9, bytes_written=12e9)
+>>> op.bytes / 1e9
+28.0
+"""
+
+from __future__ import annotations
+
+import enum
+import html
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .dtypes import DType, dtype as _dtype
+
+__all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register"]
+
+
+class OpArgumentError(ValueError):
+    """An op argument is out of range (negative, NaN, infinite) or of the wrong kind."""
+
+
+class UnknownOpError(ValueError):
+    """No cost formula is registered under this name."""
+
+
+class DuplicateOpError(ValueError):
+    """A second cost formula tried to register under a name already taken."""
+
+
+class OpName(str, enum.Enum):
+    """Op families, valued by the names used on the command line and in :func:`cost`."""
+
+    MATMUL = "matmul"
+    BMM = "bmm"
+    ELEMENTWISE = "elementwise"
+    SOFTMAX = "softmax"
+    LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
+    REDUCE_SUM = "reduce_sum"
+    EMBEDDING = "embedding"
+    CROSS_ENTROPY = "cross_entropy"
+    ATTENTION = "attention"
+    FUSED = "fused"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_UNITS = ("tensor", "vector")
+
+
+def _check_amount(value: Any, name: str) -> Any:
+    arr = np.asarray(value, dtype=float)
+    if np.isnan(arr).any() or (arr < 0).any():
+        raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
+    return value
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class OpCost:
+    """Work and minimal device-memory traffic of one op (or a broadcast array of ops).
+
+    Attributes
+    ----------
+    name : str
+        Op family (an :class:`OpName` value for the ops in this module).
+    dtype : DType
+        Data format; ``"tf32"`` means fp32 data on tensor cores.
+    flops : float or ndarray
+        Useful floating-point operations [FLOP] (a multiply-add counts 2).
+    bytes_read, bytes_written : float or ndarray
+        Minimal device-memory reads and writes [byte]: each input read once, each output written once.
+    unit : {"tensor", "vector"}
+        Execution unit: tensor cores (matmul, bmm, attention) or CUDA cores.
+    shape : mapping
+        The op's arguments as passed (sizes as floats or arrays; flags and names as given).
+    breakdown : mapping
+        Bytes of traffic by component (e.g. ``"a"``, ``"b"``, ``"out"`` for a matmul) [byte].
+    parts : tuple of OpCost
+        For ``"fused"``: the ops fused, in order.
+
+    Records compare by identity (their amounts may be arrays).
+    """
+
+    name: str
+    dtype: DType
+    flops: Any
+    bytes_read: Any
+    bytes_written: Any
+    unit: str = "vector"
+    shape: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    parts: tuple["OpCost", ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise OpArgumentError(f"OpCost.name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "dtype", _dtype(self.dtype))
+        if self.unit not in _UNITS:
+            raise OpArgumentError(f"OpCost.unit must be one of {_UNITS}, got {self.unit!r}")
+        for attr in ("flops", "bytes_read", "bytes_written"):
+            _check_amount(getattr(self, attr), attr)
+
+    @property
+    def bytes(self) -> Any:
+        """Total minimal device-memory traffic, ``bytes_read + bytes_written`` [byte]."""
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def size(self) -> int:
+        """Number of configurations (1 for a scalar op)."""
+        return int(np.size(self.flops + self.bytes))
+
+    @property
+    def is_scalar(self) -> bool:
+        return np.ndim(self.flops + self.bytes) == 0
+
+    @property
+    def label(self) -> str:
+        """The op and its sizes, e.g. ``'matmul m=4096 n=4096 k=4096'``."""
+        return f"{self.name} {self._shape_text()}".strip()
+
+    def _shape_text(self) -> str:
+        bits = []
+        for key, value in self.shape.items():
+            if np.ndim(value) == 0:
+                v = value.item() if hasattr(value, "item") else value
+                bits.append(f"{key}={int(v) if isinstance(v, float) and v.is_integer() else v}")
+            else:
+                bits.append(f"{key}=<{np.size(value)} values>")
+        return " ".join(bits)
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        from .units import format_quantity as fq
+
+        head = f"{self.name} {self.dtype.value} [{self.unit}]"
+        shape = self._shape_text()
+        if shape:
+            head += f" {shape}"
+        if self.parts:
+            head += " = " + " -> ".join(p.name for p in self.parts)
+        if self.is_scalar:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ai = float(np.divide(self.flops, self.bytes))
+            rows = [("flops", fq(float(self.flops), "FLOP")), ("read", fq(float(self.bytes_read), "B")),
+                    ("written", fq(float(self.bytes_written), "B")), ("intensity", f"{ai:.4g} FLOP/B")]
+        else:
+            def rng(x, unit):
+                x = np.asarray(x, dtype=float)
+                return f"{fq(float(x.min()), unit)} .. {fq(float(x.max()), unit)}"
+            rows = [("configs", str(self.size)), ("flops", rng(self.flops, "FLOP")),
+                    ("bytes", rng(self.bytes, "B"))]
+        return head, rows
+
+    def __repr__(self) -> str:
+        head, rows = self._summary()
+        return f"OpCost({head}: " + ", ".join(f"{k} {v}" for k, v in rows) + ")"
+
+    def _repr_html_(self) -> str:
+        head, rows = self._summary()
+        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        return f"<table><caption>OpCost: {html.escape(head)}</caption>{body}</table>"
+
+
+# ---------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, Callable[..., OpCost]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCost]]:
+    """Decorator: register a cost formula under ``name``; a second registration is an error.
+
+    Raises
+    ------
+    DuplicateOpError
+        ``name`` is already registered.
+    """
+
+    def deco(func: Callable[..., OpCost]) -> Callable[..., OpCost]:
+        if name in _REGISTRY:
+            raise DuplicateOpError(f"an op cost formula named {name!r} is already registered "
+                                   f"({_REGISTRY[name].__module__}.{_REGISTRY[name].__qualname__})")
+        _REGISTRY[name] = func
+        return func
+
+    return deco
+
+
+# ---------------------------------------------------------------------------- helpers
+def _size(value: Any, name: str) -> Any:
+    """A size argument as a float or float array; NaN, infinite or negative is an error naming it."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise OpArgumentError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        shown = arr if arr.ndim == 0 else arr[bad].ravel()[0]
+        raise OpArgumentError(f"{name} must be a finite number >= 0, got {float(shown)!r}")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: str,
+            shape: dict, breakdown: dict | None = None, parts: tuple = ()) -> OpCost:
+    """Broadcast the amounts to one shape (floats when every input is a scalar) and build the OpCost."""
+    sizes = [v for v in shape.values() if isinstance(v, np.ndarray)]
+    out_shape = np.broadcast_shapes(*(v.shape for v in sizes), np.shape(flops), np.shape(read), np.shape(written))
+
+    def fit(x: Any) -> Any:
+        if out_shape == ():
+            return float(x)
+        return np.broadcast_to(np.asarray(x, dtype=float), out_shape)
+
+    bd = {k: fit(v) for k, v in (breakdown or {}).items()}
+    return OpCost(name.value, dt, fit(flops), fit(read), fit(written), unit, shape, bd, parts)
