@@ -263,3 +263,16 @@ def test_bad_dtype_impl_and_heads():
     with pytest.raises(OpArgumentError, match="fuse"):
         ops.fuse()
     assert issubclass(OpArgumentError, ValueError) and issubclass(UnknownOpError, ValueError)
+
+
+@pytest.mark.parametrize("op", [
+    ops.matmul(64, 128, 32), ops.bmm(4, 64, 128, 32), ops.layer_norm(64, 512), ops.rms_norm(64, 512),
+    ops.embedding(100, 32000, 256), ops.cross_entropy(100, 32000),
+    *[ops.attention(2, 8, 256, 64, impl=i, backward=b, kv_heads=2) for i in ("flash", "naive") for b in (False, True)],
+], ids=lambda op: op.label + (f" {op.shape.get('impl', '')} bwd={op.shape.get('backward', '')}"))
+def test_breakdown_adds_up_to_the_traffic(op):
+    assert sum(op.breakdown.values()) == pytest.approx(op.bytes)
+
+
+def test_label_names_op_and_sizes():
+    assert ops.matmul(4096, 4096, 4096).label == "matmul m=4096 n=4096 k=4096"

@@ -186,3 +186,26 @@ def test_fusion_never_slower_on_the_roofline(numels):
     h100 = gm.gpu("h100")
     fused = roofline(ops.fuse(*chain), h100).time_s
     assert fused <= sum(roofline(op, h100).time_s for op in chain) * (1 + 1e-12)
+
+
+any_op = st.one_of(
+    st.builds(lambda m, n, k: ops.matmul(m, n, k, "fp16"), pos, pos, pos),
+    st.builds(lambda b, s, d, c, i, bw: ops.attention(b, 8, s, d, causal=c, dtype="fp16", impl=i, backward=bw),
+              st.integers(1, 16), st.integers(1, 8192), st.sampled_from([64, 128]), st.booleans(),
+              st.sampled_from(["flash", "naive"]), st.booleans()),
+    st.builds(lambda n, f: ops.elementwise(n, "fp16", flops_per_element=f), pos, st.integers(0, 50)),
+    st.builds(lambda r, c: ops.softmax(r, c, "fp16"), pos, pos),
+    st.builds(lambda r, c: ops.layer_norm(r, c, "fp16"), pos, pos),
+    st.builds(lambda t, v: ops.cross_entropy(t, v, "fp16"), pos, pos),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_op, st.sampled_from(["h100", "h200", "a100", "v100", "rtx-4090", "mi300x"]))
+def test_roofline_invariants_for_every_op_and_gpu(op, name):
+    g = gm.gpu(name)
+    r = roofline(op, g)
+    assert 0 <= r.attainable_flops <= r.peak_flops
+    assert r.time_s == max(r.compute_time_s, r.memory_time_s)
+    assert r.memory_time_s == pytest.approx(op.bytes / g.memory_bandwidth)
+    assert r.attainable_flops * r.time_s == pytest.approx(op.flops, rel=1e-9)
