@@ -38,7 +38,7 @@ class DuplicateOpError(ValueError):
 
 
 class OpName(str, enum.Enum):
-    """Op families, valued by the names used on the command line and in :func:`cost`."""
+    """Op families, valued by the names used on the command line and in :func:`gpumodel.ops.cost`."""
 
     MATMUL = "matmul"
     BMM = "bmm"
@@ -73,7 +73,7 @@ class OpCost:
     Attributes
     ----------
     name : str
-        Op family (an :class:`OpName` value for the ops in this module).
+        Op family (an :class:`OpName` value for the ops of :mod:`gpumodel.ops`; any name for others).
     dtype : DType
         Data format; ``"tf32"`` means fp32 data on tensor cores.
     flops : float or ndarray
@@ -123,6 +123,7 @@ class OpCost:
 
     @property
     def is_scalar(self) -> bool:
+        """Whether the amounts are single numbers rather than arrays."""
         return np.ndim(self.flops + self.bytes) == 0
 
     @property

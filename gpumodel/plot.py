@@ -57,7 +57,7 @@ def _as_ops(ops: Any) -> list[tuple[str, OpCost]]:
         return []
     if isinstance(ops, OpCost):
         ops = [ops]
-    items = list(ops.items()) if isinstance(ops, Mapping) else [(op.name, op) for op in ops]
+    items = list(ops.items()) if isinstance(ops, Mapping) else [(op.label, op) for op in ops]
     for label, op in items:
         if not isinstance(op, OpCost):
             raise TypeError(f"ops must hold OpCost values (from gpumodel.ops); {label!r} is {type(op).__name__}")
@@ -82,6 +82,7 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
     gpus : GPUSpec, str or sequence of them
         One colour per GPU.
     ops : sequence of OpCost or mapping label -> OpCost, optional
+        Labelled by the mapping's keys, else by :attr:`OpCost.label` (name and sizes).
         Each op is drawn at its arithmetic intensity (total traffic) and its attainable throughput
         on each GPU (:func:`gpumodel.roofline.roofline`): black on the first GPU, gray on the
         others, one marker per op, listed in a legend (and labelled beside the point for up to
