@@ -126,7 +126,8 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
             if dt is None:
                 continue
             try:
-                peak, bw = g.peak_flops(dt, sparse=sparse), g.bandwidth(lv)
+                cuda_cores = dt in ("fp32", "fp64")  # sparsity is a tensor-core feature
+                peak, bw = g.peak_flops(dt, sparse=sparse and not cuda_cores), g.bandwidth(lv)
             except (UnsupportedDTypeError, ValueError):
                 continue
             label = g.name + (f" {dt}" if len(dtypes) > 1 or dt != d else "") + (f" {lv}" if len(lvls) > 1 else "")

@@ -88,3 +88,9 @@ def test_compare_gpus_bars_show_spec_values():
 def test_bad_ops_argument():
     with pytest.raises(TypeError, match="OpCost"):
         gm.plot.roofline("h100", ops={"x": 3})
+
+
+def test_sparse_chart_keeps_cuda_core_ceilings():
+    fig = gm.plot.roofline("h100", ops=[ops.softmax(64, 64)], dtypes=["bf16", "fp32"], sparse=True)
+    tops = sorted(line.get_data()[1].max() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_"))
+    assert tops == pytest.approx([66.9, 2 * 989.4])  # fp32 unchanged, bf16 doubled by 2:4 sparsity
