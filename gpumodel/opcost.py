@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import html
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -60,6 +61,10 @@ _UNITS = ("tensor", "vector")
 
 
 def _check_amount(value: Any, name: str) -> Any:
+    if type(value) is float:  # the scalar fast path
+        if not value >= 0:
+            raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
+        return value
     arr = np.asarray(value, dtype=float)
     if np.isnan(arr).any() or (arr < 0).any():
         raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
@@ -199,6 +204,8 @@ def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCos
 # ---------------------------------------------------------------------------- helpers
 def _size(value: Any, name: str) -> Any:
     """A size argument as a float or float array; NaN, infinite or negative is an error naming it."""
+    if type(value) in (int, float) and 0 <= value < math.inf:  # the scalar fast path
+        return float(value)
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
