@@ -103,6 +103,7 @@ def max_potential_block_size(gpu_or_cc: Any, registers_per_thread: Any, static_s
     r = occupancy(limits, sizes, np.asarray(registers_per_thread)[..., None], np.asarray(static_shared_bytes)[..., None],
                   dyn, extra(carveout), max_dynamic_shared_bytes=extra(max_dynamic_shared_bytes))
     blocks_all = np.where(valid, r.blocks_per_sm, 0)
+    sizes = np.broadcast_to(sizes, blocks_all.shape)
     threads = blocks_all * sizes
     best = np.argmax(threads, axis=-1)[..., None]  # first maximum = largest block size
     top = np.take_along_axis(threads, best, -1)[..., 0]
