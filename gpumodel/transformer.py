@@ -1,0 +1,322 @@
+"""Decoder-only transformer shapes: a frozen record, Hugging Face config import, presets.
+
+:class:`TransformerConfig` holds what the memory and time models need (hidden size, layers,
+heads, KV heads, FFN size and type, vocabulary, tied embeddings, norm and position types,
+biases, dropout, MoE experts). :meth:`TransformerConfig.from_hf` reads a Hugging Face
+``config.json`` dict (or a ``transformers`` config object) of the llama, mistral, qwen2,
+gemma, gpt2, gpt_neox, phi3 and mixtral families; :meth:`TransformerConfig.num_parameters`
+equals ``sum(p.numel() for p in model.parameters())`` of the model Hugging Face builds from
+that config. Presets live in ``specs/models/*.yaml`` (:func:`model`, :func:`list_models`).
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> gm.model("llama-2-7b").num_parameters()
+6738415616
+>>> cfg = gm.TransformerConfig.from_hf({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+...                                     "n_head": 12, "vocab_size": 50257, "n_positions": 1024})
+>>> cfg.num_parameters()
+124439808
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .specs import Catalog, UnknownNameError
+
+__all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
+           "load_models", "MODEL_CATALOG", "UnknownModelError", "HFConfigError"]
+
+
+class MLPType(str, enum.Enum):
+    """``gated``: down(act(gate(x)) * up(x)) (llama); ``plain``: down(act(up(x))) (gpt2)."""
+
+    gated = "gated"
+    plain = "plain"
+
+
+class NormType(str, enum.Enum):
+    rmsnorm = "rmsnorm"
+    layernorm = "layernorm"
+
+
+class PositionType(str, enum.Enum):
+    rope = "rope"
+    learned = "learned"
+    alibi = "alibi"
+
+
+class UnknownModelError(UnknownNameError):
+    """No model preset of that name."""
+
+
+class HFConfigError(ValueError):
+    """A Hugging Face config lacks a needed key or has an unsupported ``model_type``."""
+
+
+class TransformerConfig(BaseModel):
+    """Shape of a decoder-only transformer (frozen, validated).
+
+    Sizes are element counts; ``head_dim`` defaults to ``hidden_size // num_heads``.
+    ``family`` is the Hugging Face ``model_type`` the shape follows (it decides per-op details
+    of the activation memory, e.g. fused QKV projections or GELU flavour).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    name: str = "custom"
+    family: str = "llama"
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(default=2048, gt=0)
+    mlp: MLPType = MLPType.gated
+    activation: str = "silu"
+    norm: NormType = NormType.rmsnorm
+    position: PositionType = PositionType.rope
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    norm_bias: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    parallel_residual: bool = False
+    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    resid_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    embd_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    num_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "TransformerConfig":
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({kv})")
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError(f"experts_per_token must be in 1..num_experts ({self.num_experts}), "
+                             f"got {self.experts_per_token}")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) is not a multiple of num_heads "
+                             f"({self.num_heads}); give head_dim")
+        return self
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection output, ``num_heads * head_dim``."""
+        return self.num_heads * self.dim_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one of the key/value projection outputs, ``num_kv_heads * head_dim``."""
+        return self.kv_heads * self.dim_head
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def layer_parameters(self) -> int:
+        """Parameters of one decoder layer (norms, attention, MLP or experts + router)."""
+        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+        norm = h * (2 if self.norm_bias else 1)
+        attn = h * (q + 2 * kv) + q * h
+        attn += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
+        n_mats = 3 if self.mlp == MLPType.gated else 2
+        mlp = n_mats * h * i + (((2 * i if self.mlp == MLPType.gated else i) + h) if self.mlp_bias else 0)
+        if self.is_moe:
+            mlp = self.num_experts * mlp + h * self.num_experts  # experts + router
+        return 2 * norm + attn + mlp
+
+    def layer_matmul_parameters(self) -> int:
+        """Weights of one layer that go through matmuls (cast by autocast), without biases and norms."""
+        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+        mlp = (3 if self.mlp == MLPType.gated else 2) * h * i
+        if self.is_moe:
+            mlp = self.num_experts * mlp + h * self.num_experts
+        return h * (q + 2 * kv) + q * h + mlp
+
+    def embedding_parameters(self) -> int:
+        """Token (and learned position) embeddings, plus the LM head when it is not tied."""
+        n = self.vocab_size * self.hidden_size
+        if self.position == PositionType.learned:
+            n += self.max_position_embeddings * self.hidden_size
+        if not self.tie_word_embeddings:
+            n += self.vocab_size * self.hidden_size
+        return n
+
+    def num_parameters(self) -> int:
+        """Total parameters, equal to ``sum(p.numel() for p in hf_model.parameters())``.
+
+        Tied input/output embeddings count once (as PyTorch's ``parameters()`` does).
+        """
+        final_norm = self.hidden_size * (2 if self.norm_bias else 1)
+        return self.num_layers * self.layer_parameters() + self.embedding_parameters() + final_norm
+
+    def active_parameters(self) -> int:
+        """Parameters one token passes through (MoE: ``experts_per_token`` of the experts)."""
+        if not self.is_moe:
+            return self.num_parameters()
+        per_expert = (self.layer_parameters() - 2 * self.hidden_size * (2 if self.norm_bias else 1)
+                      - self.hidden_size * (self.q_dim + 2 * self.kv_dim) - self.q_dim * self.hidden_size
+                      - self.hidden_size * self.num_experts) // self.num_experts
+        return self.num_parameters() - self.num_layers * per_expert * (self.num_experts - self.experts_per_token)
+
+    # ------------------------------------------------------------------ Hugging Face import
+    @classmethod
+    def from_hf(cls, config: Any, name: str | None = None) -> "TransformerConfig":
+        """Read a Hugging Face ``config.json`` dict, a path to one, or a ``transformers`` config object.
+
+        Parameters
+        ----------
+        config : dict, str, path-like or ``transformers.PretrainedConfig``
+            Supported ``model_type``: llama, mistral, qwen2, gemma, gpt2, gpt_neox, phi3, mixtral
+            (and close relatives with the same keys).
+        name : str, optional
+            Name for the record (default: ``_name_or_path`` or the model type).
+
+        Raises
+        ------
+        HFConfigError
+            Unsupported ``model_type`` or a needed key is missing; the message names it.
+        """
+        cfg = _as_dict(config)
+        mtype = str(cfg.get("model_type", "")).lower()
+        if mtype not in _READERS:
+            raise HFConfigError(f"unsupported model_type {mtype!r}; supported: {', '.join(sorted(_READERS))}")
+        fields = _READERS[mtype](_Getter(cfg, mtype))
+        fields.setdefault("family", mtype)
+        fields["name"] = name or str(cfg.get("_name_or_path") or mtype) or mtype
+        return cls(**fields)
+
+
+class _Getter:
+    def __init__(self, cfg: Mapping[str, Any], mtype: str):
+        self.cfg, self.mtype = cfg, mtype
+
+    def __call__(self, *keys: str, default: Any = ...) -> Any:
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return self.cfg[key]
+        if default is ...:
+            raise HFConfigError(f"{self.mtype} config lacks the key {keys[0]!r}"
+                                + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""))
+        return default
+
+
+def _as_dict(config: Any) -> dict:
+    if isinstance(config, Mapping):
+        return dict(config)
+    if isinstance(config, (str, os.PathLike)):
+        with open(config, encoding="utf-8") as fh:
+            return json.load(fh)
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    raise TypeError(f"config must be a dict, a path to config.json or a transformers config, "
+                    f"got {type(config).__name__}")
+
+
+def _llama_like(g: _Getter, **extra: Any) -> dict:
+    h, heads = g("hidden_size"), g("num_attention_heads")
+    out = dict(hidden_size=h, num_layers=g("num_hidden_layers"), num_heads=heads,
+               num_kv_heads=g("num_key_value_heads", default=heads), head_dim=g("head_dim", default=None),
+               intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
+               max_position_embeddings=g("max_position_embeddings", default=2048),
+               tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
+               activation=str(g("hidden_act", "hidden_activation", default="silu")),
+               qkv_bias=bool(g("attention_bias", default=False)), o_bias=bool(g("attention_bias", default=False)),
+               mlp_bias=bool(g("mlp_bias", default=False)), attn_dropout=float(g("attention_dropout", default=0.0)))
+    out.update(extra)
+    return out
+
+
+def _qwen2(g: _Getter) -> dict:
+    return _llama_like(g, qkv_bias=True, o_bias=False)
+
+
+def _gemma(g: _Getter) -> dict:
+    return _llama_like(g, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                       activation=str(g("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")))
+
+
+def _phi3(g: _Getter) -> dict:
+    return _llama_like(g, fused_qkv=True, fused_gate_up=True, resid_dropout=float(g("resid_pdrop", default=0.0)),
+                       embd_dropout=float(g("embd_pdrop", default=0.0)))
+
+
+def _mixtral(g: _Getter) -> dict:
+    return _llama_like(g, num_experts=g("num_local_experts"), experts_per_token=g("num_experts_per_tok"))
+
+
+def _gpt2(g: _Getter) -> dict:
+    h = g("n_embd", "hidden_size")
+    return dict(hidden_size=h, num_layers=g("n_layer", "num_hidden_layers"), num_heads=g("n_head", "num_attention_heads"),
+                intermediate_size=g("n_inner", default=None) or 4 * h, vocab_size=g("vocab_size"),
+                max_position_embeddings=g("n_positions", "max_position_embeddings"), mlp=MLPType.plain,
+                activation=str(g("activation_function", default="gelu_new")), norm=NormType.layernorm,
+                position=PositionType.learned, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, fused_qkv=True,
+                attn_dropout=float(g("attn_pdrop", default=0.1)), resid_dropout=float(g("resid_pdrop", default=0.1)),
+                embd_dropout=float(g("embd_pdrop", default=0.1)))
+
+
+def _gpt_neox(g: _Getter) -> dict:
+    return dict(hidden_size=g("hidden_size"), num_layers=g("num_hidden_layers"), num_heads=g("num_attention_heads"),
+                intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
+                max_position_embeddings=g("max_position_embeddings", default=2048), mlp=MLPType.plain,
+                activation=str(g("hidden_act", default="gelu")), norm=NormType.layernorm,
+                tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
+                qkv_bias=bool(g("attention_bias", default=True)), o_bias=bool(g("attention_bias", default=True)),
+                mlp_bias=True, norm_bias=True, fused_qkv=True,
+                parallel_residual=bool(g("use_parallel_residual", default=True)),
+                attn_dropout=float(g("attention_dropout", default=0.0)), resid_dropout=float(g("hidden_dropout", default=0.0)))
+
+
+_READERS = {"llama": _llama_like, "mistral": _llama_like, "qwen2": _qwen2, "gemma": _gemma,
+            "phi3": _phi3, "mixtral": _mixtral, "gpt2": _gpt2, "gpt_neox": _gpt_neox}
+
+#: Shipped presets (``specs/models``) plus ``GPUMODEL_SPEC_PATH`` folders and :func:`load_models`.
+MODEL_CATALOG: Catalog[TransformerConfig] = Catalog("models", TransformerConfig, error=UnknownModelError)
+
+
+def model(name: str | TransformerConfig) -> TransformerConfig:
+    """The preset called ``name`` (case-insensitive; aliases such as "llama3-8b").
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> gm.model("Llama-3-8B").num_parameters()
+    8030261248
+    """
+    return MODEL_CATALOG.get(name)
+
+
+def list_models() -> list[str]:
+    """Canonical names of all model presets, sorted."""
+    return MODEL_CATALOG.names()
+
+
+def load_models(path: str | os.PathLike, replace: bool = False) -> list[TransformerConfig]:
+    """Validate the model records of a YAML file or folder and make them known to :func:`model`."""
+    return MODEL_CATALOG.load(path, replace=replace)
