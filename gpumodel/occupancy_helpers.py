@@ -15,8 +15,8 @@ Examples
 >>> best = gm.max_potential_block_size("h100", registers_per_thread=64)
 >>> best.block_size, best.blocks_per_sm, best.min_grid_size    # 64 regs: 1024 threads/SM at most
 (1024, 1, 132)
->>> gm.next_occupancy_step("9.0", threads_per_block=256, registers_per_thread=72).registers_per_thread
-64
+>>> print(gm.next_occupancy_step("9.0", threads_per_block=256, registers_per_thread=72))
+4 blocks/SM needs <= 64 registers/thread; 224 threads/block gives more resident threads
 >>> gm.max_dynamic_shared_memory("9.0", 2, threads_per_block=256, registers_per_thread=32)   # (228 KiB / 2) - 1 KiB
 115712
 """
@@ -171,24 +171,34 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
 
 @dataclass(frozen=True)
 class NextStep:
-    """One change that raises blocks per SM by at least one; None fields where no such change exists."""
+    """What one more resident block per SM needs, resource by resource.
+
+    ``registers_per_thread`` / ``dynamic_shared_bytes``: the most a block may use for ``target_blocks``
+    to fit (None where that resource already allows it). ``reachable`` is False where warps, the block
+    cap or the barriers already stop at ``blocks_per_sm`` (or no register count / size gets there).
+    """
 
     blocks_per_sm: int  #: now
     limiter: str  #: what limits now
-    registers_per_thread: int | None  #: at most this many registers per thread gives ``blocks_with_registers``
-    blocks_with_registers: int | None
-    dynamic_shared_bytes: int | None  #: at most this much dynamic shared memory gives one more block
+    target_blocks: int  #: blocks_per_sm + 1
+    reachable: bool
+    registers_per_thread: int | None  #: at most this many registers per thread, if registers must change
+    dynamic_shared_bytes: int | None  #: at most this much dynamic shared memory [bytes], if it must change
     threads_per_block: int | None  #: a smaller block (multiple of 32) with more resident threads, if any
 
     def __str__(self) -> str:
-        parts = [f"{self.blocks_per_sm} blocks/SM, limited by {self.limiter}"]
-        if self.registers_per_thread is not None:
-            parts.append(f"<= {self.registers_per_thread} registers/thread -> {self.blocks_with_registers} blocks")
-        if self.dynamic_shared_bytes is not None:
-            parts.append(f"<= {self.dynamic_shared_bytes} B dynamic shared memory -> {self.blocks_per_sm + 1} blocks")
+        if not self.reachable:
+            text = f"{self.blocks_per_sm} blocks/SM: no more blocks at this block size ({self.limiter} limit)"
+        else:
+            needs = []
+            if self.registers_per_thread is not None:
+                needs.append(f"<= {self.registers_per_thread} registers/thread")
+            if self.dynamic_shared_bytes is not None:
+                needs.append(f"<= {self.dynamic_shared_bytes} B dynamic shared memory")
+            text = f"{self.target_blocks} blocks/SM needs " + " and ".join(needs)
         if self.threads_per_block is not None:
-            parts.append(f"{self.threads_per_block} threads/block gives more resident threads")
-        return "; ".join(parts)
+            text += f"; {self.threads_per_block} threads/block gives more resident threads"
+        return text
 
 
 def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_thread: int,
@@ -196,9 +206,9 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
                         *, max_dynamic_shared_bytes: int | None = None) -> NextStep:
     """What buys the next occupancy step (one more block per SM) for one launch configuration.
 
-    Returns the largest register count per thread that gives more blocks per SM (other inputs kept),
-    the largest dynamic shared memory that gives one more block, and a smaller block size with more
-    resident threads, each None where no such change exists.
+    For each limiting resource, the largest usage that still allows ``blocks_per_sm + 1`` blocks: the
+    register count per thread and the dynamic shared memory per block (with the carveout preference
+    kept). Also a smaller block size (a multiple of 32) with more resident threads, if one exists.
     """
     limits, _ = resolve_arch(gpu_or_cc)
     kw = dict(max_dynamic_shared_bytes=max_dynamic_shared_bytes)
@@ -206,22 +216,34 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
                     carveout, **kw)
     if np.ndim(now.blocks_per_sm):
         raise ValueError("next_occupancy_step takes one configuration (scalars), not arrays")
-    regs = np.arange(int(registers_per_thread) - 1, -1, -1)
-    by_regs = occupancy(limits, threads_per_block, regs, static_shared_bytes, dynamic_shared_bytes, carveout, **kw)
-    better = np.flatnonzero(by_regs.blocks_per_sm > now.blocks_per_sm)
-    reg_step = (int(regs[better[0]]), int(by_regs.blocks_per_sm[better[0]])) if better.size else (None, None)
-    dyn = max_dynamic_shared_memory(limits, now.blocks_per_sm + 1, threads_per_block, registers_per_thread,
-                                    static_shared_bytes, carveout, **kw)
-    smem_step = int(dyn) if dyn >= 0 and now.blocks_by_shared_memory < UNLIMITED else None
-    if smem_step is not None and smem_step >= int(dynamic_shared_bytes):
-        smem_step = None  # more shared memory is not the step; something else binds
+    target = now.blocks_per_sm + 1
+    fixed_cap = min(now.blocks_by_warps, now.blocks_by_block_cap, now.blocks_by_barriers)
+    reachable = target <= fixed_cap
+    regs = smem = None
+    if reachable and now.blocks_by_registers < target:
+        cand = np.arange(int(registers_per_thread) - 1, -1, -1)
+        by = occupancy(limits, threads_per_block, cand, static_shared_bytes, dynamic_shared_bytes, carveout, **kw)
+        ok = np.flatnonzero(by.blocks_by_registers >= target)
+        regs = int(cand[ok[0]]) if ok.size else None
+        reachable = ok.size > 0
+    if reachable and now.blocks_by_shared_memory < target:
+        unit = limits.shared_memory_allocation_unit
+        base = int(static_shared_bytes) + limits.reserved_shared_memory_per_block
+        k = np.arange(-(-base // unit), limits.shared_memory_per_sm // unit + 1)
+        cand = k * unit - base  # the largest dynamic size of each allocation step
+        cand = cand[(cand >= 0) & (cand < int(dynamic_shared_bytes))][::-1]
+        by = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, cand, carveout, **kw)
+        ok = np.flatnonzero(by.blocks_by_shared_memory >= target)
+        smem = int(cand[ok[0]]) if ok.size else None
+        reachable = ok.size > 0
     sizes = np.arange(limits.warp_size, int(threads_per_block), limits.warp_size)
     thr_step = None
     if sizes.size:
         by_t = occupancy(limits, sizes, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, carveout, **kw)
         gain = np.flatnonzero(np.asarray(by_t.active_threads) > now.active_threads)
         thr_step = int(sizes[gain[-1]]) if gain.size else None
-    return NextStep(now.blocks_per_sm, now.limiter, reg_step[0], reg_step[1], smem_step, thr_step)
+    return NextStep(now.blocks_per_sm, now.limiter, target, bool(reachable), regs if reachable else None,
+                    smem if reachable else None, thr_step)
 
 
 @dataclass(frozen=True)
