@@ -219,7 +219,7 @@ class GPUSpec(_Record):
         """Whether :meth:`peak_flops` has a value for ``dtype``."""
         try:
             return getattr(self.peaks, self._peak_field(dtype)) is not None
-        except UnknownDTypeError:
+        except (UnknownDTypeError, UnsupportedDTypeError):
             return False
 
     @staticmethod

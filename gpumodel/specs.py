@@ -199,7 +199,8 @@ class Catalog(Generic[T]):
 
     def origin(self, name: str) -> Path:
         """The file a record was loaded from."""
-        return self._origin[self._resolve(name)]
+        name = self._resolve(name)  # loads the catalog on first use
+        return self._origin[name]
 
     def _resolve(self, name: str) -> str:
         records = self._ensure()

@@ -68,8 +68,6 @@ def test_supports():
     assert gm.gpu("b200").supports("fp4") and not gm.gpu("h100").supports("fp4")
 
 
-@pytest.mark.xfail(strict=True, raises=UnsupportedDTypeError,
-                   reason="GPUSpec.supports lets UnsupportedDTypeError escape for a known format without a peak field")
 def test_supports_is_false_for_formats_without_a_peak_field():
     assert not gm.gpu("a100").supports("int32")
 

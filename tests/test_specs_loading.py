@@ -176,8 +176,6 @@ def test_missing_path_and_empty_folder(tmp_path):
         gm.load_gpus(tmp_path / "empty")
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="Catalog.origin reads self._origin before _resolve has loaded a fresh catalog")
 def test_origin_as_the_first_lookup():
     from gpumodel.specs import Catalog, UnknownGPUError
 
