@@ -1,0 +1,339 @@
+"""Training memory: what ``torch.cuda.max_memory_allocated`` reports over a Hugging Face training step.
+
+:func:`training_memory` evaluates the memory held at each moment of a step where the peak can
+occur and returns the largest, with a breakdown of what is held then:
+
+``forward_loss``
+    weights, optimizer states, saved activations, autocast's bf16 weight copies, and the loss:
+    the logits in the model dtype, their fp32 upcast (Hugging Face's ``ForCausalLMLoss`` calls
+    ``logits.float()``) and ``log_softmax``'s fp32 output; under amp with ``use_cache`` also the
+    fp32 KV cache the forward builds.
+``backward_start``
+    everything saved, plus the gradient of the ``log_softmax`` output and of its input, both fp32
+    ``tokens x vocab`` (``nll_loss`` and ``log_softmax`` backward).
+``recompute`` (checkpointing only)
+    layer inputs of all layers, one layer's recomputed activations and weight copies, gradients.
+``optimizer_step``
+    weights, gradients, optimizer states and the step's temporaries (foreach Adam/AdamW allocate
+    one parameter-sized ``sqrt(v)`` buffer).
+
+Distributed options divide per GPU: ZeRO-1 shards optimizer states over ``dp``, ZeRO-2 also
+gradients, ZeRO-3 (FSDP full shard) also weights, plus two gathered layers; tensor parallelism
+(``tp``) divides layer and embedding weights, attention/MLP activations and logits; sequence
+parallelism divides the rest of the activations by ``tp``; pipeline parallelism (``pp``) keeps
+``ceil(L / pp)`` layers per stage, and the first stage holds ``min(pp, micro-batches)`` micro-batches
+of activations (1F1B). The distributed terms follow Rajbhandari et al. (2020) and Korthikanti et al.
+(2022); they are not measured here.
+
+References
+----------
+S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", 2020.
+V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from .activations import (Attention, Precision, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
+                          precision_bytes, resolve_attention)
+from .transformer import PositionType, TransformerConfig, model as _model
+
+__all__ = ["training_memory", "TrainingMemory", "Optimizer", "Checkpointing", "optimizer_state_bytes",
+           "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "RESERVE_FACTOR", "MemoryArgumentError"]
+
+MiB = 2 ** 20
+#: cuBLAS workspace PyTorch allocates through its caching allocator, one per thread that runs matmuls
+#: (the forward's and autograd's): 32 MiB each on compute capability 9.0 (measured: 33,554,432 B).
+CUBLAS_WORKSPACE_BYTES = 2 * 32 * MiB
+#: CUDA context and library handles outside the allocator, measured on an H200 with torch 2.11 / CUDA 13
+#: (``mem_get_info`` used minus ``memory_reserved`` after the first matmul: 718 MB), rounded up.
+CUDA_CONTEXT_BYTES = 768 * MiB
+#: Allocator reserve over the allocated peak (segments, rounding, fragmentation): median of the measured
+#: ``max_memory_reserved / max_memory_allocated`` over the development runs was 1.13.
+RESERVE_FACTOR = 1.10
+
+
+class MemoryArgumentError(ValueError):
+    """A training/inference memory argument is out of range or not one of the allowed names."""
+
+
+class Optimizer(str, enum.Enum):
+    adamw = "adamw"
+    adam = "adam"
+    sgd = "sgd"
+    sgd_momentum = "sgd_momentum"
+    adafactor = "adafactor"
+    adamw_8bit = "adamw_8bit"
+
+
+class Checkpointing(str, enum.Enum):
+    none = "none"
+    full = "full"
+    selective = "selective"
+
+
+def _enum(kind, value, name):
+    try:
+        return kind(value.value if isinstance(value, enum.Enum) else value)
+    except ValueError:
+        raise MemoryArgumentError(f"{name}={value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
+
+
+def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
+    """(rows, cols, count) of the weight matrices (for Adafactor's factored states)."""
+    h, q, kv, i, L = cfg.hidden_size, cfg.q_dim, cfg.kv_dim, cfg.intermediate_size, cfg.num_layers
+    e = max(cfg.num_experts, 1)
+    n_mlp = 3 if cfg.mlp.value == "gated" else 2
+    mats = [(q, h, L), (kv, h, 2 * L), (h, q, L), (i, h, n_mlp * L * e), (cfg.vocab_size, h, 1)]
+    if not cfg.tie_word_embeddings:
+        mats.append((cfg.vocab_size, h, 1))
+    if cfg.position == PositionType.learned:
+        mats.append((cfg.max_position_embeddings, h, 1))
+    return mats
+
+
+def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes: float = 4) -> tuple[float, float]:
+    """(state bytes, step temporaries bytes) of an optimizer over all parameters of ``cfg``.
+
+    adam/adamw: two moments; foreach implementation allocates one parameter-sized temporary.
+    sgd: none; sgd_momentum: one buffer. adafactor (no first moment): row and column statistics of
+    each matrix in fp32, full statistics for vectors; per-parameter update temporaries of the largest
+    matrix. adamw_8bit (bitsandbytes): one byte per moment plus a fp32 absmax per 256-element block.
+    """
+    opt = _enum(Optimizer, optimizer, "optimizer")
+    n = cfg.num_parameters()
+    if opt in (Optimizer.adamw, Optimizer.adam):
+        return 2 * n * state_bytes, n * state_bytes
+    if opt == Optimizer.sgd:
+        return 0.0, 0.0
+    if opt == Optimizer.sgd_momentum:
+        return n * state_bytes, 0.0
+    if opt == Optimizer.adamw_8bit:
+        return 2 * n * (1 + 4 / 256), 0.0
+    mats = _matrix_shapes(cfg)
+    in_mats = sum(r * c * k for r, c, k in mats)
+    factored = sum((r + c) * k for r, c, k in mats)
+    largest = max(r * c for r, c, _ in mats)
+    return 4.0 * (factored + (n - in_mats)), 2 * 4.0 * largest
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Memory of one training step on one GPU [bytes]; arrays when inputs were arrays.
+
+    Attributes
+    ----------
+    peak_bytes : comparable to ``torch.cuda.max_memory_allocated`` over a whole step.
+    steady_bytes : held between steps (weights, optimizer states; gradients are set to None).
+    breakdown : component -> bytes held at the moment of the peak.
+    peak_moment : the moment of the peak ("forward_loss", "backward_start", "recompute", "optimizer_step").
+    moments : moment -> total bytes at that moment.
+    reserved_bytes : estimate of ``torch.cuda.max_memory_reserved`` (``peak_bytes * reserve_factor``).
+    total_bytes : reserved plus the CUDA context: what a fits-or-not question compares with the card.
+    """
+
+    peak_bytes: float | np.ndarray
+    steady_bytes: float | np.ndarray
+    breakdown: Mapping[str, float | np.ndarray]
+    peak_moment: str | np.ndarray
+    moments: Mapping[str, float | np.ndarray]
+    reserved_bytes: float | np.ndarray
+    total_bytes: float | np.ndarray
+    inputs: Mapping[str, object] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        if np.ndim(self.peak_bytes):
+            return f"TrainingMemory(peak_bytes=array(shape={np.shape(self.peak_bytes)}), ...)"
+        parts = ", ".join(f"{k}={v / 2**30:.2f}" for k, v in self.breakdown.items() if v)
+        return (f"TrainingMemory(peak={self.peak_bytes / 2**30:.2f} GiB at {self.peak_moment}, "
+                f"steady={self.steady_bytes / 2**30:.2f} GiB, total={self.total_bytes / 2**30:.2f} GiB; {parts} GiB)")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{np.max(v) / 2**30:.3f}</td></tr>"
+                       for k, v in self.breakdown.items())
+        return (f"<b>TrainingMemory</b>: peak {np.max(self.peak_bytes) / 2**30:.2f} GiB at "
+                f"{self.peak_moment}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")
+
+
+def _positive(name, value, integer=True):
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or (integer and np.any(arr != np.round(arr))):
+        raise MemoryArgumentError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    return arr
+
+
+def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer="adamw", checkpointing=False,
+                    attention="sdpa", *, use_cache: bool = True, gradient_accumulation_steps: int = 1,
+                    optimizer_dtype: str | None = None, foreach: bool = True, zero_stage: int = 0, dp: int = 1,
+                    tp: int = 1, pp: int = 1, sequence_parallel: bool = False,
+                    cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
+                    cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
+                    reserve_factor: float = RESERVE_FACTOR) -> TrainingMemory:
+    """Peak memory of one training step of a Hugging Face causal LM on one GPU.
+
+    Parameters
+    ----------
+    model : TransformerConfig or str
+        A config or a preset name (``gm.model``).
+    batch_size : int or array
+        Micro-batch size per GPU [sequences].
+    seq_len : int or array
+        Sequence length [tokens].
+    precision : {"fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"}
+        fp32: fp32 everything; amp_*: fp32 weights, grads and states, forward under autocast;
+        bf16/fp16: weights, grads and optimizer states in that dtype (``model.to(dtype)``).
+    optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
+    checkpointing : bool or {"none", "full", "selective"}
+        ``True``/"full": Hugging Face gradient checkpointing of every decoder layer.
+        "selective": recompute only the attention score terms (Korthikanti et al.).
+    attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
+    use_cache : bool
+        Hugging Face builds a KV cache in a training forward unless ``use_cache=False``.
+    gradient_accumulation_steps : int
+        Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
+    optimizer_dtype : str, optional
+        Optimizer-state dtype (default: the weights' dtype, as ``torch.optim`` does).
+    foreach : bool
+        Foreach (default) Adam/AdamW allocate a parameter-sized temporary; fused ones do not.
+    zero_stage, dp, tp, pp, sequence_parallel
+        Distributed degrees (per-GPU division; see module notes). Not measured.
+    cublas_workspace_bytes, cuda_context_bytes, reserve_factor
+        Runtime terms (module constants give the measured defaults).
+
+    Returns
+    -------
+    TrainingMemory
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> m = gm.training_memory("llama-3.2-1b", batch_size=4, seq_len=1024, precision="amp_bf16")
+    >>> m.peak_moment, round(m.peak_bytes / 2**30, 1)
+    ('backward_start', 30.0)
+    """
+    cfg = _model(model) if isinstance(model, str) else model
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"model must be a TransformerConfig or a preset name, got {type(model).__name__}")
+    prec = _enum(Precision, precision, "precision")
+    opt = _enum(Optimizer, optimizer, "optimizer")
+    attn = _enum(Attention, attention, "attention")
+    ckpt = _enum(Checkpointing, {True: "full", False: "none"}.get(checkpointing, checkpointing)
+                 if isinstance(checkpointing, bool) else checkpointing, "checkpointing")
+    b = _positive("batch_size", batch_size)
+    s = _positive("seq_len", seq_len)
+    for name, v in (("gradient_accumulation_steps", gradient_accumulation_steps), ("dp", dp), ("tp", tp), ("pp", pp)):
+        _positive(name, v)
+    if zero_stage not in (0, 1, 2, 3):
+        raise MemoryArgumentError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if reserve_factor < 1:
+        raise MemoryArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
+
+    wb, a, r = precision_bytes(prec)
+    sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    T = b * s
+    V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers
+    layers = math.ceil(L / pp)
+    in_flight = min(pp, gradient_accumulation_steps) if pp > 1 else 1
+
+    # ---- parameters (per GPU)
+    n_layer = cfg.layer_parameters() * layers / tp
+    n_embed = cfg.embedding_parameters() / tp + h
+    n = n_layer + n_embed
+    frac = n / cfg.num_parameters()
+    weights = n * wb / (dp if zero_stage >= 3 else 1)
+    grads = n * wb / (dp if zero_stage >= 2 else 1)
+    states, temps = optimizer_state_bytes(cfg, opt, sb)
+    states, temps = states * frac, (temps * frac if foreach or opt not in (Optimizer.adam, Optimizer.adamw) else 0.0)
+    if zero_stage >= 1:
+        states, temps = states / dp, temps / dp
+    gathered = 2 * cfg.layer_parameters() / tp * wb if zero_stage >= 3 and dp > 1 else 0.0
+    held_grads = grads if gradient_accumulation_steps > 1 else 0.0
+
+    # ---- activations
+    if ckpt == Checkpointing.full:
+        acts = layers * in_flight * checkpoint_bytes(cfg, T, prec, tp, sequence_parallel)
+    else:
+        acts = layers * in_flight * layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
+        if ckpt == Checkpointing.selective and attn in (Attention.math, Attention.eager):
+            flash = layer_activation_bytes(cfg, T, s, prec, Attention.flash, use_cache, tp, sequence_parallel)
+            acts = layers * in_flight * flash
+    head = head_activation_bytes(cfg, T, s, prec)
+    one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
+    layer_casts = cfg.layer_matmul_parameters() / tp * 2 if prec.is_amp else 0.0
+    head_cast = V * h / tp * 2 if prec.is_amp else 0.0
+    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.full else layers * layer_casts)
+    casts_forward = head_cast + layers * layer_casts
+    logit_bytes = T * V / tp
+    loss_saved = 4 * logit_bytes  # log_softmax output
+    logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
+    kv_transient = (layers * T * 8 * cfg.kv_dim / tp if (prec.is_amp and use_cache and ckpt != Checkpointing.full
+                                                        and not cfg.fused_qkv) else 0.0)
+    runtime = float(cublas_workspace_bytes)
+    base = weights + states + gathered + runtime
+
+    z = np.zeros_like(T)
+    moments: dict[str, dict] = {
+        "forward_loss": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
+                             autocast_weight_copies=casts_forward, logits_and_loss=logits_forward,
+                             kv_cache=kv_transient, gathered_weights=gathered, cublas_workspace=runtime),
+        "backward_start": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
+                               autocast_weight_copies=casts_saved, logits_and_loss=loss_saved + 8 * logit_bytes,
+                               gathered_weights=gathered, cublas_workspace=runtime),
+        "optimizer_step": dict(weights=weights, optimizer_states=states, gradients=grads,
+                               optimizer_temporaries=temps, gathered_weights=gathered, cublas_workspace=runtime),
+    }
+    # backward of one layer: gradients of the hidden states in and out, plus the largest transient
+    # (math/eager attention: gradients of the probabilities and of the scores, S x S per head)
+    attn_kernel = resolve_attention(cfg, prec, attn)
+    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.rope) else a)
+    if attn_kernel in (Attention.math, Attention.eager):
+        transient = 2 * s_bytes * nh * s * T
+    else:
+        transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
+    transient = np.maximum(transient, 2 * a * cfg.intermediate_size / tp * T) + 2 * r * h * T
+    head_grads = (V * h / tp + h) * wb
+    moments["layer_backward"] = dict(
+        weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
+        activations=acts + head + (one_layer if ckpt == Checkpointing.full else 0.0),
+        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.full else 0.0),
+        backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
+    if ckpt == Checkpointing.full:  # last layer to go: one checkpoint left, all gradients present
+        moments["recompute_end"] = dict(
+            weights=weights, optimizer_states=states, gradients=grads,
+            activations=acts / layers + head + one_layer, autocast_weight_copies=head_cast + layer_casts,
+            backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
+    names = list(moments)
+    totals = np.stack([np.broadcast_to(sum(np.asarray(v, float) for v in m.values()) + z, np.shape(T))
+                       for m in moments.values()])
+    idx = np.argmax(totals, axis=0)
+    peak = np.max(totals, axis=0)
+    components = sorted({c for m in moments.values() for c in m}, key=_ORDER.index)
+    breakdown = {c: np.choose(idx, [np.broadcast_to(np.asarray(moments[k].get(c, 0.0), float) + z, np.shape(T))
+                                    for k in names]) for c in components}
+    steady = base + z
+    scalar = np.ndim(T) == 0
+    out = lambda x: float(x) if scalar else x  # noqa: E731
+    reserved = peak * reserve_factor
+    return TrainingMemory(
+        peak_bytes=out(peak), steady_bytes=out(steady), breakdown={k: out(v) for k, v in breakdown.items()},
+        peak_moment=names[int(idx)] if scalar else np.asarray(names)[idx],
+        moments={k: out(t) for k, t in zip(names, totals)}, reserved_bytes=out(reserved),
+        total_bytes=out(reserved + cuda_context_bytes),
+        inputs=dict(model=cfg.name, precision=prec.value, optimizer=opt.value, checkpointing=ckpt.value,
+                    attention=attn.value, zero_stage=zero_stage, dp=dp, tp=tp, pp=pp))
+
+
+_ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
+          "autocast_weight_copies", "kv_cache", "logits_and_loss", "backward_temporaries", "cublas_workspace"]
+
+
+def _dtype_bytes(name: str) -> float:
+    from .dtypes import bytes_per_element
+
+    return float(bytes_per_element(name))
