@@ -282,3 +282,15 @@ def test_never_exceeds_the_architecture_caps(cc, t, r, s, d, c):
     assert o.shared_memory_carveout // KIB in limits.shared_memory_carveouts_kib
     assert o.blocks_per_sm == min(o.limits.values())
     assert o.limits[o.limiter] == o.blocks_per_sm
+
+
+def test_barriers_limit_from_hopper_on():
+    # cuda_occupancy.h: 9.0 has 2 x 32 = 64 barriers per SM; a block using 3 allows 64 // 3 = 21 blocks.
+    r = gm.occupancy("9.0", 32, 16, block_barriers=3)
+    assert r.blocks_per_sm == 21 and r.limiter == "barriers" and r.blocks_by_barriers == 21
+    # with the default single barrier the block cap (32) binds first
+    assert gm.occupancy("9.0", 32, 16).blocks_by_barriers == 64
+    # before 9.0 the runtime does not count barriers
+    assert gm.occupancy("8.0", 32, 16, block_barriers=3).blocks_per_sm == 32
+    with pytest.raises(ValueError, match="block_barriers"):
+        gm.occupancy("9.0", 32, 16, block_barriers=-1)
