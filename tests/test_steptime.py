@@ -1,0 +1,57 @@
+import pytest
+
+import gpumodel as gm
+from gpumodel.steptime import step_kernels
+
+
+def test_step_kernels_count_matmuls_per_layer():
+    # llama: q, k, v, o, gate, up, down = 7 forward matmuls per layer; backward two per forward matmul
+    cfg = gm.model("llama-3.2-1b")
+    phases = step_kernels(cfg, 2, 128, precision="bf16")
+    fwd = sum(n for op, n in phases["forward"] if op.name == "matmul")
+    bwd = sum(n for op, n in phases["backward"] if op.name == "matmul")
+    assert fwd == 7 * cfg.num_layers + 1  # + LM head
+    assert bwd == 2 * fwd
+
+
+def test_forward_matmul_flops_are_2_n_t():
+    # forward matmul FLOPs = 2 x (matmul weights) x tokens
+    cfg = gm.model("llama-3.2-1b")
+    b, s = 2, 256
+    phases = step_kernels(cfg, b, s, precision="bf16")
+    flops = sum(n * float(op.flops) for op, n in phases["forward"] if op.name == "matmul")
+    weights = cfg.num_layers * cfg.layer_matmul_parameters() + cfg.vocab_size * cfg.hidden_size
+    assert flops == pytest.approx(2 * weights * b * s, rel=1e-12)
+
+
+def test_checkpointing_adds_a_forward_and_amp_adds_casts():
+    plain = gm.training_step_time("gpt2", "h100", batch_size=4, seq_len=512, precision="bf16")
+    ckpt = gm.training_step_time("gpt2", "h100", batch_size=4, seq_len=512, precision="bf16", checkpointing=True)
+    assert ckpt.breakdown["recompute"] > 0 and plain.breakdown["recompute"] == 0
+    assert ckpt.seconds > plain.seconds
+
+
+def test_time_grows_with_batch_and_mfu_is_a_fraction():
+    small = gm.training_step_time("llama-3.2-1b", "h200", batch_size=1, seq_len=1024)
+    large = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
+    assert large.seconds > small.seconds
+    assert 0 < small.mfu < large.mfu < 1
+    assert large.tokens_per_s == pytest.approx(8 * 1024 / large.seconds)
+
+
+def test_model_flops_follow_palm():
+    cfg = gm.model("gpt2")
+    st = gm.training_step_time(cfg, "h100", batch_size=2, seq_len=1024)
+    tokens = 2 * 1024
+    assert st.model_flops == pytest.approx(6 * cfg.num_parameters() * tokens + 12 * 12 * 768 * 1024 * tokens)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"precision": "int8"}, "precision must be one of"),
+    ({"optimizer": "lion"}, "optimizer must be one of"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+])
+def test_bad_input(kwargs, match):
+    args = {"batch_size": 1, "seq_len": 128} | kwargs
+    with pytest.raises(ValueError, match=match):
+        gm.training_step_time("gpt2", "h100", **args)
