@@ -157,8 +157,8 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     --------
     >>> import gpumodel as gm
     >>> cfg = gm.model("llama-2-7b")
-    >>> float(layer_activation_bytes(cfg, 4096, 4096, "bf16")) / 2**20   # MiB per layer
-    1344.125
+    >>> float(layer_activation_bytes(cfg, 4096, 4096, "bf16")) / 2**20   # MiB per layer, 1 x 4096 tokens
+    728.53125
     """
     prec = Precision(precision)
     attn = resolve_attention(cfg, prec, Attention(attention))
