@@ -11,7 +11,7 @@ Examples
 >>> bool(gm.fits("llama-3.2-1b", "h100", batch_size=4, seq_len=1024))
 True
 >>> gm.max_batch_size("llama-3.2-1b", "h100", seq_len=1024)
-9
+14
 """
 
 from __future__ import annotations
