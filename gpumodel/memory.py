@@ -265,8 +265,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
             acts = layers * in_flight * flash
     head = head_activation_bytes(cfg, T, s, prec)
     one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-    layer_casts = cfg.layer_matmul_parameters() / tp * 2 if prec.is_amp else 0.0
-    head_cast = V * h / tp * 2 if prec.is_amp else 0.0
+    shard = dp if zero_stage >= 3 else 1  # FSDP casts its own shard (mixed-precision policy)
+    layer_casts = cfg.layer_matmul_parameters() / tp / shard * 2 if prec.is_amp else 0.0
+    head_cast = V * h / tp / shard * 2 if prec.is_amp else 0.0
     casts_saved = head_cast + (0.0 if ckpt == Checkpointing.full else layers * layer_casts)
     casts_forward = head_cast + layers * layer_casts
     logit_bytes = T * V / tp
