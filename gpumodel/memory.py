@@ -243,7 +243,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
     # ---- parameters (per GPU)
     n_layer = cfg.layer_parameters() * layers / tp
-    n_embed = cfg.embedding_parameters() / tp + h
+    n_embed = cfg.embedding_parameters() / tp + h * (2 if cfg.norm_bias else 1)
     n = n_layer + n_embed
     frac = n / cfg.num_parameters()
     weights = n * wb / (dp if zero_stage >= 3 else 1)
@@ -304,11 +304,12 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         activations=acts + head + (one_layer if ckpt == Checkpointing.full else 0.0),
         autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.full else 0.0),
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
-    if ckpt == Checkpointing.full:  # last layer to go: one checkpoint left, all gradients present
-        moments["recompute_end"] = dict(
-            weights=weights, optimizer_states=states, gradients=grads,
-            activations=acts / layers + head + one_layer, autocast_weight_copies=head_cast + layer_casts,
-            backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
+    # backward of the first layer, the last to go: all other gradients exist, one layer's activations
+    # (recomputed from its checkpoint when checkpointing) and its weight copies remain
+    moments["backward_end"] = dict(
+        weights=weights, optimizer_states=states, gradients=grads, activations=head + one_layer,
+        autocast_weight_copies=head_cast + layer_casts, backward_temporaries=transient,
+        gathered_weights=gathered, cublas_workspace=runtime)
     names = list(moments)
     totals = np.stack([np.broadcast_to(sum(np.asarray(v, float) for v in m.values()) + z, np.shape(T))
                        for m in moments.values()])
