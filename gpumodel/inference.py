@@ -156,10 +156,13 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     attn_t = a * (2 * cfg.q_dim + 2 * cfg.kv_dim) / tp
     scores = (4 + a) * cfg.num_heads / tp * s if attention in ("eager", "math") else 0.0
     norm = 8 * h if cfg.norm == NormType.rmsnorm else 4 * h
-    layer_tmp = T * (2 * a * h + np.maximum(np.maximum(mlp, attn_t + scores), norm))
+    # held during a layer: the embedding output (a variable of the model's forward), the layer input
+    # (the caller's loop variable), the residual and the normed input; plus the largest op temporaries
+    layer_tmp = T * (4 * a * h + np.maximum(np.maximum(mlp, attn_t + scores), norm))
     if mode == Mode.prefill:
         logits = T * V * a
-        prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + 2 * a * h * T)
+        # the LM head runs after the decoder returned: only its normed output is held with the logits
+        prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + a * h * T)
     else:
         logits = b * V * (a + 4)  # last position, then generate's fp32 copy
         prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + a * h * T)
