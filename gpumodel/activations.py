@@ -92,8 +92,9 @@ def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
         n = 2 * a * i
     if cfg.is_moe:
         k, e = cfg.experts_per_token, cfg.num_experts
-        # each token's hidden state goes to k experts (gathered copy), router logits and softmax in fp32
-        n = k * (n + a * cfg.hidden_size) + 8 * e
+        # per routed copy: gathered input, expert activations, expert output (saved for the routing-weight
+        # multiply) and int64 indices; per token: fp32 router softmax, top-k indices and weights
+        n = k * (n + 2 * a * cfg.hidden_size + 24) + 4 * e + 36
     return n
 
 
@@ -114,7 +115,9 @@ def _attention_bytes(cfg: TransformerConfig, precision: Precision, attn: Attenti
         core = a * 4 * q + scores * nh * seq_len
     if cfg.fused_qkv:
         if cfg.position == PositionType.rope:
-            core = core + a * (q + kv)  # the fused projection output stays alive through the views
+            # RoPE's cat makes q, k contiguous per head: the output projection saves a relayout copy;
+            # without the cache's copy, v stays a view that keeps the fused output alive
+            core = core + a * q + (0 if use_cache else a * (q + kv))
         elif use_cache and attn != Attention.math:
             core = core + a * 2 * kv  # the cache's copies of k and v replace views of the fused output
     return np.asarray(core, dtype=float)
@@ -167,10 +170,8 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     seq_len = np.asarray(seq_len, dtype=float)
     tokens = np.asarray(tokens, dtype=float)
     sp = tp if sequence_parallel else 1
-    if cfg.norm == NormType.rmsnorm:
-        norm = (4 + r) * h + 4  # fp32 view of x, rsqrt, normalized x (saved by the weight multiply)
-    else:
-        norm = r * h + 8  # input, mean and rstd
+    norm = _norm_bytes(cfg, r)
+    norm2 = 8.0 if cfg.parallel_residual else norm  # parallel residual: both norms read the same input
     n_mlp_in = 1 if (cfg.mlp == MLPType.plain or cfg.fused_gate_up) else 2
     n_qkv_in = 1 if cfg.fused_qkv else 3
     if prec.is_amp:  # every matmul casts its activation input separately
@@ -179,9 +180,18 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
         lin_in = a * h * 2
     drop = 2 * h if cfg.resid_dropout > 0 else 0
     # without sequence parallelism the norms, dropout masks and projection inputs are replicated
-    replicated = (2 * norm + drop + lin_in) / sp
+    replicated = (norm + norm2 + drop + lin_in) / sp
     sharded = _attention_bytes(cfg, prec, attn, seq_len, a, use_cache, tp) + _mlp_bytes(cfg, prec, a) / tp
     return tokens * (replicated + sharded)
+
+
+def _norm_bytes(cfg: TransformerConfig, r: int) -> float:
+    """Per token: RMSNorm saves its fp32 input, rsqrt and normalized x (fp32 in Gemma's ``(1 + w)``
+    variant, else in the input dtype); LayerNorm its input, mean and rstd."""
+    h = cfg.hidden_size
+    if cfg.norm == NormType.rmsnorm:
+        return (4 + (4 if cfg.family.startswith("gemma") else r)) * h + 4
+    return r * h + 8
 
 
 def checkpoint_bytes(cfg: TransformerConfig, tokens, precision="amp_bf16", tp: int = 1,
@@ -199,7 +209,7 @@ def head_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="am
     _, a, r = precision_bytes(prec)
     h = cfg.hidden_size
     tokens = np.asarray(tokens, dtype=float)
-    norm = (4 + r) * h + 4 if cfg.norm == NormType.rmsnorm else r * h + 8
+    norm = _norm_bytes(cfg, r)
     head_in = 2 * h if prec.is_amp else a * h
     per_token = 8 + norm + head_in + (h if cfg.embd_dropout > 0 else 0) + 16  # ids, labels, shifted labels
     rope = 2 * np.asarray(seq_len, dtype=float) * cfg.dim_head * (2 if r == 2 else 4) if cfg.position == PositionType.rope else 0
