@@ -11,8 +11,13 @@ occur and returns the largest, with a breakdown of what is held then:
 ``backward_start``
     everything saved, plus the gradient of the ``log_softmax`` output and of its input, both fp32
     ``tokens x vocab`` (``nll_loss`` and ``log_softmax`` backward).
-``recompute`` (checkpointing only)
-    layer inputs of all layers, one layer's recomputed activations and weight copies, gradients.
+``layer_backward``
+    the backward of the last layer: everything saved except the loss buffers, the LM head's
+    gradients, the hidden-state gradients and the layer's largest backward temporary (with
+    math/eager attention the gradients of the ``S x S`` probabilities and scores); with
+    checkpointing, one layer's recomputed activations and weight copies on top of the checkpoints.
+``backward_end``
+    the backward of the first layer: all gradients exist, one layer's activations remain.
 ``optimizer_step``
     weights, gradients, optimizer states and the step's temporaries (foreach Adam/AdamW allocate
     one parameter-sized ``sqrt(v)`` buffer).
@@ -132,7 +137,8 @@ class TrainingMemory:
     peak_bytes : comparable to ``torch.cuda.max_memory_allocated`` over a whole step.
     steady_bytes : held between steps (weights, optimizer states; gradients are set to None).
     breakdown : component -> bytes held at the moment of the peak.
-    peak_moment : the moment of the peak ("forward_loss", "backward_start", "recompute", "optimizer_step").
+    peak_moment : the moment of the peak ("forward_loss", "backward_start", "layer_backward", "backward_end",
+        "optimizer_step").
     moments : moment -> total bytes at that moment.
     reserved_bytes : estimate of ``torch.cuda.max_memory_reserved`` (``peak_bytes * reserve_factor``).
     total_bytes : reserved plus the CUDA context: what a fits-or-not question compares with the card.
@@ -191,7 +197,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
     checkpointing : bool or {"none", "full", "selective"}
         ``True``/"full": Hugging Face gradient checkpointing of every decoder layer.
-        "selective": recompute only the attention score terms (Korthikanti et al.).
+        "selective": recompute only the attention score terms (Korthikanti et al.); the same as "none"
+        with flash/cuDNN/efficient attention, which save no scores.
     attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
     use_cache : bool
         Hugging Face builds a KV cache in a training forward unless ``use_cache=False``.
