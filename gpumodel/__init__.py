@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "training_memory": "memory", "TrainingMemory": "memory",
     "inference_memory": "inference", "InferenceMemory": "inference",
     "fits": "sizing", "max_batch_size": "sizing", "max_seq_len": "sizing", "min_gpus": "sizing",
-    "rank_gpus": "sizing",
+    "rank_gpus": "sizing", "plot_memory_breakdown": "plot_memory",
     # occupancy
     "occupancy": "occupancy_model", "Occupancy": "occupancy_model", "max_potential_block_size": "occupancy_helpers",
     "max_dynamic_shared_memory": "occupancy_helpers", "next_occupancy_step": "occupancy_helpers", "occupancy_curves": "occupancy_helpers",
