@@ -175,7 +175,8 @@ def _positive(name, value, integer=True):
 
 
 def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer="adamw", checkpointing=False,
-                    attention="sdpa", *, use_cache: bool = True, gradient_accumulation_steps: int = 1,
+                    attention="sdpa", *, use_cache: bool = True, keep_outputs: bool = False,
+                    gradient_accumulation_steps: int = 1,
                     optimizer_dtype: str | None = None, foreach: bool = True, zero_stage: int = 0, dp: int = 1,
                     tp: int = 1, pp: int = 1, sequence_parallel: bool = False,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
@@ -202,6 +203,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
     use_cache : bool
         Hugging Face builds a KV cache in a training forward unless ``use_cache=False``.
+    keep_outputs : bool
+        The loop keeps the model's output object (logits, KV cache) alive through backward and the
+        optimizer step (``out = model(...); out.loss.backward()``) instead of taking ``.loss`` only.
     gradient_accumulation_steps : int
         Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
     optimizer_dtype : str, optional
@@ -282,6 +286,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
     kv_transient = (layers * T * 8 * cfg.kv_dim / tp if (prec.is_amp and use_cache and ckpt != Checkpointing.full
                                                         and not cfg.fused_qkv) else 0.0)
+    held_out = (a * logit_bytes + kv_transient) if keep_outputs else 0.0
     runtime = float(cublas_workspace_bytes)
     base = weights + states + gathered + runtime
 
@@ -317,6 +322,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         weights=weights, optimizer_states=states, gradients=grads, activations=head + one_layer,
         autocast_weight_copies=head_cast + layer_casts, backward_temporaries=transient,
         gathered_weights=gathered, cublas_workspace=runtime)
+    if keep_outputs:
+        for key in ("backward_start", "layer_backward", "backward_end", "optimizer_step"):
+            moments[key]["model_outputs"] = held_out
     names = list(moments)
     totals = np.stack([np.broadcast_to(sum(np.asarray(v, float) for v in m.values()) + z, np.shape(T))
                        for m in moments.values()])
@@ -339,7 +347,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
 
 _ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
-          "autocast_weight_copies", "kv_cache", "logits_and_loss", "backward_temporaries", "cublas_workspace"]
+          "autocast_weight_copies", "kv_cache", "logits_and_loss", "model_outputs", "backward_temporaries", "cublas_workspace"]
 
 
 def _dtype_bytes(name: str) -> float:

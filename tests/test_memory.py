@@ -178,3 +178,11 @@ def test_bad_input(kwargs, match):
     with pytest.raises(MemoryArgumentError, match=match):
         gm.training_memory(**args)
     assert issubclass(MemoryArgumentError, ValueError)
+
+
+def test_keep_outputs_holds_logits_through_backward():
+    # bf16 logits of 4 x 1024 tokens x 50257 vocab stay alive: 2 bytes each
+    a = gm.training_memory("gpt2", 4, 1024, precision="amp_bf16")
+    b = gm.training_memory("gpt2", 4, 1024, precision="amp_bf16", keep_outputs=True)
+    assert b.moments["backward_start"] - a.moments["backward_start"] == 2 * 4 * 1024 * 50257
+    assert b.breakdown["model_outputs"] == 2 * 4 * 1024 * 50257
