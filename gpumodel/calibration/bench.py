@@ -99,7 +99,7 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
     dtypes = list(dtypes) if dtypes is not None else ["bf16", "fp16", "fp32", "tf32", "fp8"]
     cases: list[Case] = []
     # GEMMs: squares, random shapes (log-uniform, some not multiples of 8), skinny shapes
-    squares = [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
+    squares = [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4608, 6144, 8192]
     if not full:
         squares = squares[::3]
     for dt in dtypes:
@@ -120,6 +120,12 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
             for m in ms:
                 for n, k in (nks if full else nks[1:3]):
                     cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+            if full:  # large problems (the compute ceiling under sustained load) and more skinny ones
+                for m, n, k in _random_gemms(rng, 24, 8e12, lo=1024, hi=24576, multiple_of=(128, 64)):
+                    cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+                for m in (1, 16, 64):
+                    for n, k in ((1024, 1024), (2560, 9728), (9728, 2560), (49152, 3072), (20480, 20480)):
+                        cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
     # batched GEMMs (bf16)
     for _ in range(24 if full else 5):
         b = _loguniform(rng, 2, 96)
@@ -136,7 +142,7 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
             cases.append(_case("elementwise", "add", "fp32", numel=numel, inputs=2, outputs=1,
                                flops_per_element=1))
     rows_list = [1, 16, 256, 2048, 16384, 131072] if full else [16, 2048, 65536]
-    cols_list = [128, 512, 2048, 8192, 32768, 131072] if full else [1024, 16384]
+    cols_list = [128, 512, 2048, 12288, 32768, 131072] if full else [1024, 16384]
     for family in ("softmax", "layer_norm", "rms_norm", "reduce_sum"):
         for rows in rows_list:
             for cols in cols_list:
@@ -144,6 +150,10 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
                     cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
         for rows, cols in ((4096, 4096), (256, 65536)):
             cases.append(_case(family, family, "fp32", rows=rows, cols=cols))
+        for _ in range(16 if full else 0):  # random shapes between the grid points
+            rows, cols = _loguniform(rng, 1, 65536), _loguniform(rng, 1024, 262144)
+            if rows * cols <= 2**28:
+                cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
     # flash attention, forward and backward
     seqs = [256, 1024, 2048, 8192] if full else [1024, 4096]
     for seq in seqs:
@@ -153,6 +163,15 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
                     batch = max(1, 8192 // seq)
                     cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=16, seq=seq,
                                        head_dim=head_dim, causal=causal, backward=backward))
+    if full:
+        for seq, heads, d in ((12288, 16, 128), (3584, 40, 128), (640, 64, 64)):
+            for causal in (False, True):
+                for backward in (False, True):
+                    cases.append(_case("attention", "sdpa", "bf16", batch=1, heads=heads, seq=seq,
+                                       head_dim=d, causal=causal, backward=backward))
+        for _ in range(12):
+            numel = _loguniform(rng, 1000, 3 * 10**8)
+            cases.append(_case("elementwise", "mul", "bf16", numel=numel, inputs=2, outputs=1, flops_per_element=1))
     return cases
 
 
@@ -236,22 +255,28 @@ def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
 
 
 # ----------------------------------------------------------------------------- timing
-def time_events(fn: Callable[[], Any], flush, target_s: float = 0.02, min_reps: int = 5,
-                max_reps: int = 100, warmup: int = 2) -> tuple[float, int]:
+def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: float = 0.1) -> tuple[float, int]:
     """Median time of ``fn`` [s] with CUDA events, the L2 flushed (``flush.zero_()``) before each rep.
 
-    Returns ``(median_seconds, reps)``. The number of repetitions targets ``target_s`` of
-    timed work, between ``min_reps`` and ``max_reps``.
+    The schedule is ``triton.testing.do_bench``'s, so that the GPU's clocks and temperature match
+    timings taken with it: five flushed runs estimate the time per run (flush included), then
+    ``warmup_s`` worth of warm-up runs, then ``rep_s`` worth of timed repetitions, each preceded
+    by a flush, each bracketed by its own pair of events. Returns ``(median_seconds, reps)``.
     """
     torch = _torch()
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
     fn()
     torch.cuda.synchronize()
-    est = max(time.perf_counter() - t0, 1e-6)
-    reps = int(min(max_reps, max(min_reps, target_s / est)))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    est = max(start.elapsed_time(end) * 1e-3 / 5, 1e-7)
+    n_warmup, reps = max(1, int(warmup_s / est)), max(1, int(rep_s / est))
+    for _ in range(n_warmup):
+        fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
@@ -276,7 +301,7 @@ def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
 
 
 def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
-            target_s: float = 0.02, timer: Callable | None = None) -> dict:
+            rep_s: float = 0.1, timer: Callable | None = None) -> dict:
     """Run one case and return the point: the case plus ``time_s`` [s] and ``reps``.
 
     ``timer(fn) -> seconds`` replaces the built-in event timer (e.g. ``triton.testing.do_bench``).
@@ -290,7 +315,7 @@ def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
     elif timer is not None:
         t, reps = float(timer(fn)), -1
     else:
-        t, reps = time_events(fn, flush, target_s=target_s)
+        t, reps = time_events(fn, flush, warmup_s=rep_s / 4, rep_s=rep_s)
     return {**case, "time_s": t, "reps": reps}
 
 
@@ -374,7 +399,7 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
     env = environment_info(device)
     env["mode"] = mode
     env["timer"] = "dry-run wall clock" if dry_run else (
-        getattr(timer, "__doc__", None) or "custom") if timer else "cuda events after warm-up, L2 flushed (256 MB write), median"
+        getattr(timer, "__doc__", None) or "custom") if timer else "cuda events, do_bench schedule (warm-up, L2 flushed by a 256 MB write before each rep), median"
     flush = None if dry_run else torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     if not dry_run:  # bring the clocks up before the first timed case
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
@@ -389,13 +414,13 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
         sink.write(json.dumps({"environment": env}) + "\n")
         sink.flush()
     points, bar, start = [], progress(len(cases), enabled=show_progress), time.perf_counter()
-    target = 0.008 if mode == "quick" else 0.02
+    rep_s = 0.02 if mode == "quick" else 0.1
     try:
         for case in cases:
             if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
                 break
             try:
-                point = measure(case, device, flush, dry_run=dry_run, target_s=target, timer=timer)
+                point = measure(case, device, flush, dry_run=dry_run, rep_s=rep_s, timer=timer)
             except Exception as exc:  # noqa: BLE001 - record and go on
                 point = {**case, "time_s": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
                 if not dry_run:

@@ -1,0 +1,97 @@
+"""Accuracy of gpumodel's time estimates against measured kernels, per op family.
+
+For each point of a measurement file (JSON lines from ``bench/measure_kernels.py`` or
+``python -m gpumodel.calibration.bench``) this compares the measured time with
+
+* the calibrated estimate (``gm.estimate_time`` with the given calibration),
+* the uncalibrated estimate (datasheet peaks x the default efficiencies), and
+* the datasheet roofline alone (``gm.roofline(op, gpu).time_s``: peak rates, no overheads),
+
+and prints, per op family and overall, the median and 90th percentile of
+``|predicted / measured - 1|`` (and the median signed error, to show bias).
+
+Usage::
+
+    python bench/calibration_accuracy.py                                   # shipped H200 calibration
+    python bench/calibration_accuracy.py --calibration my-gpu.yaml --points my-validation.jsonl
+    python bench/calibration_accuracy.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "tests" / "data" / "calibration"
+
+
+def evaluate(calibration, points_path, gpu=None) -> dict:
+    import gpumodel as gm
+    from gpumodel.calibration.fit import load_points, point_set
+    from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
+
+    _, points = load_points(points_path)
+    ps = point_set(points)
+    g = gm.gpu(gpu or calibration.gpu)
+    models = {"calibrated": calibration.model(),
+              "uncalibrated": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False)}
+    preds = {name: np.empty(len(ps.points)) for name in (*models, "roofline")}
+    for _, op, _, idx in ps.groups:
+        for name, model in models.items():
+            preds[name][idx] = predict(model, op).time_s
+        preds["roofline"][idx] = gm.roofline(op, g).time_s
+    fams = ps.families()
+    out = {}
+    for name, pred in preds.items():
+        err = pred / ps.times - 1.0
+        table = {}
+        for fam in [*sorted(set(fams)), "overall"]:
+            e = err if fam == "overall" else err[fams == fam]
+            table[fam] = {"n": int(e.size), "median": float(np.median(np.abs(e))),
+                          "p90": float(np.percentile(np.abs(e), 90)), "bias": float(np.median(e))}
+        out[name] = table
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calibration", default=None, help="calibration YAML (default: the shipped one for --gpu)")
+    p.add_argument("--gpu", default="h200-sxm")
+    p.add_argument("--points", default=str(DATA / "validation.jsonl"), help="measured points (JSON lines)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from gpumodel.calibration.record import calibration_for, load_calibration
+
+    cal = load_calibration(args.calibration) if args.calibration else calibration_for(args.gpu)
+    if cal is None:
+        print(f"no calibration for {args.gpu}; pass --calibration FILE", file=sys.stderr)
+        return 1
+    res = evaluate(cal, args.points, args.gpu if not args.calibration else None)
+    if args.json:
+        import json
+
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"points: {args.points}\ncalibration: {cal.gpu} ({cal.device_name}, {cal.date[:10]})\n")
+    fams = list(res["calibrated"])
+    head = f"{'family':16s} {'n':>4s} | {'calibrated':^22s} | {'uncalibrated':^22s} | {'datasheet roofline':^22s}"
+    print(head)
+    print(f"{'':16s} {'':>4s} | " + " | ".join(f"{'median':>6s} {'p90':>6s} {'bias':>7s}" for _ in range(3)))
+    print("-" * len(head))
+    for fam in fams:
+        cells = []
+        for name in ("calibrated", "uncalibrated", "roofline"):
+            r = res[name][fam]
+            cells.append(f"{r['median']:6.1%} {r['p90']:6.1%} {r['bias']:+7.1%}")
+        print(f"{fam:16s} {res['calibrated'][fam]['n']:4d} | " + " | ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Fit the efficiency model to measured points (numpy least squares in log-time), and score it.
+
+A point is a dict ``{"op", "dtype", "shape", "time_s", ...}`` as :mod:`~gpumodel.calibration.bench`
+writes it; ``op``, ``shape`` and ``dtype`` are the arguments of the :mod:`gpumodel.ops`
+constructor of that name. Points are grouped by (op, dtype, direction) into broadcast
+:class:`~gpumodel.ops.OpCost` arrays, so one model evaluation is a few dozen numpy calls.
+
+The fit minimises :math:`\\sum_i \\rho(\\log \\hat t_i - \\log t_i)` over the logarithms of the
+parameters (all positive) with Levenberg-Marquardt and a soft-L1 (pseudo-Huber) loss, so that a
+single odd kernel (a cuBLAS heuristic miss) does not drag the named rates.
+
+References
+----------
+K. Levenberg (1944); D. Marquardt, "An algorithm for least-squares estimation of nonlinear
+parameters", SIAM J. Appl. Math. 11(2), 1963.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
+
+__all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors", "accuracy_table",
+           "fit_calibration", "calibrate", "UPPER_BOUNDS"]
+
+#: parameters that are fractions or exponents, with their upper bounds
+UPPER_BOUNDS = {"overlap_p": 16.0, "vector_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
+                **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum",
+                                                "cross_entropy", "embedding")},
+                **{f"rows_per_sm_{f}": 32.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
+                                                       "cross_entropy", "embedding")}}
+LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "attn_overlap_p": 1.0}
+_HUBER = 0.02  # soft-L1 scale in log-time (2 %): close to least absolute deviations, i.e. to the median
+
+
+def load_points(path: str | Path) -> tuple[dict, list[dict]]:
+    """Read a JSON-lines measurement file: ``(environment, points)``; failed points are dropped."""
+    env: dict = {}
+    points = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if "environment" in row:
+            env = env or row["environment"]
+        elif row.get("time_s"):
+            points.append(row)
+    return env, points
+
+
+@dataclass(frozen=True)
+class PointSet:
+    """Measured points grouped into broadcast ops: ``groups[i] = (family, op, times[s], indices)``."""
+
+    groups: tuple
+    points: tuple
+
+    @property
+    def times(self) -> np.ndarray:
+        out = np.empty(len(self.points))
+        for _, _, t, idx in self.groups:
+            out[idx] = t
+        return out
+
+    def families(self) -> np.ndarray:
+        out = np.empty(len(self.points), dtype=object)
+        for fam, _, _, idx in self.groups:
+            out[idx] = fam
+        return out
+
+
+def _build(op: str, dtype: str, shapes: list[Mapping[str, Any]]):
+    from gpumodel import ops
+
+    keys = [k for k in shapes[0] if not isinstance(shapes[0][k], (bool, str))]
+    arrays = {k: np.array([float(s[k]) for s in shapes]) for k in keys}
+    flags = {k: v for k, v in shapes[0].items() if isinstance(v, (bool, str))}
+    if op == "attention":
+        causal = np.array([bool(s.get("causal", False)) for s in shapes])
+        flags = {"backward": bool(shapes[0].get("backward", False)), "causal": causal}
+        if "kv_heads" not in arrays:
+            arrays["kv_heads"] = arrays["heads"]
+    return getattr(ops, op)(**arrays, **flags, dtype=dtype)
+
+
+def family_of(point: Mapping[str, Any]) -> str:
+    """Reporting family of a point: the op name, attention split by direction."""
+    if point["op"] == "attention":
+        return "attention_bwd" if point["shape"].get("backward") else "attention_fwd"
+    return point["op"]
+
+
+def point_set(points: Iterable[Mapping[str, Any]]) -> PointSet:
+    """Group points into broadcast ops (one per op, dtype, attention direction)."""
+    points = tuple(p for p in points if p.get("time_s"))
+    buckets: dict[tuple, list[int]] = {}
+    for i, pt in enumerate(points):
+        key = (pt["op"], pt["dtype"], bool(pt["shape"].get("backward", False)),
+               tuple(sorted(k for k in pt["shape"])))
+        buckets.setdefault(key, []).append(i)
+    groups = []
+    for (op, dtype, _, _), idx in buckets.items():
+        shapes = [points[i]["shape"] for i in idx]
+        cost = _build(op, dtype, shapes)
+        times = np.array([points[i]["time_s"] for i in idx], dtype=float)
+        groups.append((family_of(points[idx[0]]), cost, times, np.array(idx)))
+    return PointSet(tuple(groups), points)
+
+
+def _predict_all(model: CalibrationModel, ps: PointSet) -> np.ndarray:
+    out = np.empty(len(ps.points))
+    for _, op, _, idx in ps.groups:
+        out[idx] = predict(model, op).time_s
+    return out
+
+
+def relative_errors(model: CalibrationModel, ps: PointSet) -> np.ndarray:
+    """``predicted / measured - 1`` for every point."""
+    return _predict_all(model, ps) / ps.times - 1.0
+
+
+def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
+    fams = {fam for fam, *_ in ps.groups}
+    dtypes = {op.dtype.value for fam, op, *_ in ps.groups if fam in ("matmul", "bmm")}
+    free = ["launch_s", "bandwidth"]
+    if fams - {"matmul", "bmm", "attention_fwd", "attention_bwd"}:
+        free += ["vector_overlap_p"]
+    if fams & {"matmul", "bmm"}:
+        free += ["overlap_p"]
+    if "elementwise" in fams:
+        free += ["vector_flops"]
+    if fams & {"matmul", "bmm"}:
+        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s"]
+        free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
+    rows = sorted(fams & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding"})
+    if rows:
+        free.append("row_latency_s")
+    for fam in rows:
+        free += [f"bw_eff_{fam}", f"row_rate_{fam}", f"rows_per_sm_{fam}"]
+    if fams & {"attention_fwd", "attention_bwd"}:
+        free += ["attn_overlap_p"]
+    for d in ("fwd", "bwd"):
+        if f"attention_{d}" in fams:
+            free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
+    return free
+
+
+def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free: list[str] | None = None,
+              upper: Mapping[str, float] | None = None) -> tuple[CalibrationModel, dict]:
+    """Levenberg-Marquardt fit of ``start``'s parameters to the points; returns ``(model, report)``.
+
+    ``upper`` adds upper bounds (e.g. the datasheet peaks for the ``flops_*`` rates).
+    """
+    free = free or _free_parameters(ps, start.params)
+    start = start.replace(**{k: min(v, {**UPPER_BOUNDS, **(upper or {})}.get(k, v)) for k, v in start.params.items()})
+    bounds_hi = {**UPPER_BOUNDS, **(upper or {})}
+    logt = np.log(ps.times)
+    lo = np.array([math.log(LOWER_BOUNDS.get(k, 1e-30)) for k in free])
+    hi = np.array([math.log(bounds_hi.get(k, 1e30)) for k in free])
+
+    def model_at(x: np.ndarray) -> CalibrationModel:
+        return start.replace(**{k: float(math.exp(v)) for k, v in zip(free, x)})
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        r = np.log(_predict_all(model_at(x), ps)) - logt
+        return _HUBER * np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + (r / _HUBER) ** 2) - 1.0))  # soft-L1
+
+    x = np.clip(np.array([math.log(start.params[k]) for k in free]), lo, hi)
+    r = residual(x)
+    cost, lam, h = float(r @ r), 1e-2, 1e-4
+    for it in range(iterations):
+        J = np.empty((r.size, x.size))
+        for j in range(x.size):
+            xj = x.copy()
+            xj[j] += h
+            J[:, j] = (residual(xj) - r) / h
+        A, g = J.T @ J, J.T @ r
+        improved = False
+        while lam < 1e10:
+            step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
+            x_new = np.clip(x + step, lo, hi)
+            r_new = residual(x_new)
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                improved = cost - c_new > 1e-10 * cost
+                x, r, cost, lam = x_new, r_new, c_new, max(lam / 3.0, 1e-7)
+                break
+            lam *= 4.0
+        if not improved:
+            break
+    model = model_at(x)
+    return model, {"free": free, "iterations": it + 1, "cost": cost}
+
+
+def datasheet_bounds(gpu: Any) -> dict[str, float]:
+    """Upper bounds no fitted rate may pass: the datasheet's dense peaks and bandwidth."""
+    out = {"bandwidth": gpu.memory_bandwidth, "sm_bandwidth": gpu.memory_bandwidth}
+    for d in GEMM_DTYPES:
+        if gpu.supports(d):
+            out[f"flops_{d}"] = gpu.peak_flops(d)
+    bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
+    out.update(unaligned_flops=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, vector_flops=gpu.peak_flops("fp32"),
+               attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
+    return out
+
+
+def accuracy_table(model: CalibrationModel, ps: PointSet) -> dict[str, dict[str, float]]:
+    """Per-family and overall ``{"n", "median", "p90"}`` of ``|predicted / measured - 1|``."""
+    err = np.abs(relative_errors(model, ps))
+    fams = ps.families()
+    table = {}
+    for fam in sorted(set(fams)):
+        e = err[fams == fam]
+        table[fam] = {"n": int(e.size), "median": round(float(np.median(e)), 4),
+                      "p90": round(float(np.percentile(e, 90)), 4)}
+    table["overall"] = {"n": int(err.size), "median": round(float(np.median(err)), 4),
+                        "p90": round(float(np.percentile(err, 90)), 4)}
+    return table
+
+
+def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any] | None = None,
+                    keep_points: bool = True, validation: list[dict] | None = None, source: str = ""):
+    """Fit a :class:`~gpumodel.calibration.record.Calibration` for ``gpu`` to measured ``points``.
+
+    ``validation`` (points not used for the fit) fills the record's ``validation_error``.
+    """
+    from gpumodel.gpus import gpu as _gpu
+
+    from .record import Calibration, MeasuredPoint
+
+    g = _gpu(gpu) if isinstance(gpu, str) else gpu
+    env = dict(environment or {})
+    sm = int(env.get("sm_count") or g.sm_count)
+    start = CalibrationModel(default_parameters(g), sm, calibrated=False, name=g.name)
+    ps = point_set(points)
+    model, report = fit_model(ps, start, upper=datasheet_bounds(g))
+    acc = accuracy_table(model, ps)
+    kept = [MeasuredPoint.from_point(p) for p in ps.points] if keep_points else []
+    val = accuracy_table(model, point_set(validation)) if validation else {}
+    params = {k: float(f"{v:.6g}") for k, v in model.params.items()}
+    return Calibration.from_environment(
+        g.name, env, params, sm, kept, fit_error=acc, validation_error=val, source=source,
+        notes=(f"fitted by least squares in log-time to {len(ps.points)} kernels; free parameters: "
+               f"{', '.join(report['free'])}; the others keep their datasheet defaults"))
+
+
+def calibrate(gpu: Any = None, mode: str = "full", out: str | Path | None = None, show_progress: bool = True):
+    """Measure this machine's GPU with torch, fit, and (if ``out``) save the calibration YAML."""
+    from . import bench
+
+    env, points = bench.run_benchmarks(mode=mode, show_progress=show_progress)
+    if gpu is None:
+        from gpumodel.gpus import gpu as _gpu
+
+        gpu = _gpu(str(env.get("device_name", "")))
+    cal = fit_calibration(points, gpu, env)
+    if out is not None:
+        cal.save(out)
+    return cal

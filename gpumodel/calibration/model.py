@@ -1,0 +1,315 @@
+"""The fitted efficiency model: time of one kernel from its :class:`~gpumodel.ops.OpCost` (numpy only).
+
+A datasheet roofline is a ceiling; a kernel runs slower because (1) the achievable tensor
+and memory rates are below the datasheet's, (2) a GEMM is cut into output tiles that are
+spread over the SMs in whole *waves*, so a problem of 133 tiles on 132 SMs takes two tile
+times, (3) a tile streams its operands from L2/shared memory at a finite rate per SM, so
+small tiles cannot reach the tensor-core rate, (4) every launch costs a fixed time, and
+(5) a row-wise kernel (softmax, norms, reductions) works on one row per block, so a few
+long rows use a few SMs. The model has one named parameter per mechanism; its values are
+fitted to measurements (:mod:`gpumodel.calibration.fit`) or, for a GPU with no
+calibration, set from the datasheet with the default efficiencies of :data:`DEFAULT_EFFICIENCY`.
+
+Notes
+-----
+GEMM (``matmul``, ``bmm``), for each candidate tile :math:`T_m \\times T_n` and split-K
+factor :math:`s`, with :math:`P` SMs, :math:`R` the achievable FLOP/s of the dtype and
+:math:`B_{L2}` the operand-feed bandwidth:
+
+.. math::
+
+    N_{tiles} = b \\lceil m/T_m \\rceil \\lceil n/T_n \\rceil s, \\quad
+    W = \\lceil N_{tiles} / P \\rceil, \\quad k_s = \\lceil k/s \\rceil
+
+    t_{tile} = t_0 + \\max\\left(\\frac{2 T_m T_n k_s}{\\eta R / P},
+               \\frac{(\\min(T_m, m) + \\min(T_n, n)) k_s e}{B_{L2} / P}\\right)
+
+    t_c = W t_{tile}, \\quad t_m = \\frac{Q + [s>1]\\, 8 b m n s}{B}, \\quad
+    t = t_{launch} + \\min_{T, s} (t_c^p + t_m^p)^{1/p}
+
+with :math:`e` bytes per element, :math:`Q` the op's minimal traffic, :math:`B` the achievable
+memory bandwidth, :math:`\\eta` the efficiency of operands that are not 16-byte aligned and
+:math:`p` the sharpness of the compute/memory overlap. Memory-bound ops:
+:math:`t = t_{launch} + \\max_p(Q / (\\epsilon_f B),\\ \\max(1, r / (P \\rho))\\,(\\tau + c / v_f))`
+with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`r` rows of :math:`c` elements,
+:math:`\\rho` rows in flight per SM, :math:`\\tau` a fixed time per row and :math:`v_f` the rate at
+which one block works through a row (``max_p`` is the soft maximum of the GEMM term).
+Flash attention: :math:`t = t_{launch} + \\lceil N / P \\rceil / (N / P)\\,(F / R_a + S / R_s)` with
+:math:`N = b h \\lceil s/128 \\rceil` query tiles, :math:`F` FLOPs and :math:`S` score elements.
+
+References
+----------
+S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model for
+multicore architectures", CACM 52(4), 2009. NVIDIA, "Matrix Multiplication Background User's
+Guide" (tile and wave quantization), docs.nvidia.com/deeplearning/performance, 2023.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "CalibrationModel", "Prediction", "PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES",
+    "default_parameters", "predict",
+]
+
+#: dtypes that get their own achievable-FLOP/s parameter ``flops_<dtype>``
+GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
+#: row-wise memory-bound families
+ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding")
+#: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
+TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
+SPLITS = (1, 2, 4, 8, 16)
+ATTN_BLOCK = 128  # query rows per flash-attention tile
+
+#: Default efficiencies for a GPU without a calibration (fractions of the datasheet), from the
+#: observations behind the calibration work on an H200 with PyTorch: large bf16 GEMMs reach about
+#: 70-75% of the dense peak, memory-bound kernels 85-90% of the datasheet bandwidth, a launch
+#: costs a few microseconds.
+DEFAULT_EFFICIENCY = {"flops": 0.72, "bandwidth": 0.87, "l2_bandwidth": 0.8, "launch_s": 4e-6}
+
+#: name -> (unit, meaning). Per-dtype ``flops_<dtype>`` and per-family ``bw_eff_<family>`` exist too.
+PARAMETERS: dict[str, tuple[str, str]] = {
+    "launch_s": ("s", "fixed time of one kernel launch, as CUDA events see it"),
+    "bandwidth": ("bytes/s", "achievable device-memory bandwidth of a streaming kernel"),
+    "l2_bandwidth": ("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory"),
+    "tile_overhead_s": ("s", "fixed time per GEMM output tile (prologue, epilogue)"),
+    "unaligned_flops": ("FLOP/s", "rate cap of tensor GEMMs whose k or n rows are not multiples of 16 bytes"),
+    "overlap_p": ("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs and attention"),
+    "vector_overlap_p": ("1", "the same sharpness for memory-bound kernels (math vs traffic vs rows)"),
+    "attn_overlap_p": ("1", "the same sharpness for flash attention (tensor-core math vs softmax)"),
+    "sm_bandwidth": ("bytes/s", "device-memory rate one SM can pull; caps the bandwidth of kernels using few SMs"),
+    "split_overhead_s": ("s", "extra time of a split-K GEMM (the partial-sum reduction pass)"),
+    "vector_flops": ("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)"),
+    "row_latency_s": ("s", "fixed time of one row of a row-wise kernel (reductions, sync)"),
+    "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
+    "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
+    "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
+    "attn_score_rate_bwd": ("1/s", "score elements per second, backward"),
+    "attn_tile_overhead_fwd_s": ("s", "fixed time per 128-row tile of flash attention forward (load Q, write O)"),
+    "attn_tile_overhead_bwd_s": ("s", "fixed time per 128-row tile of flash attention backward (dQ accumulation, stats)"),
+    **{f"flops_{d}": ("FLOP/s", f"achievable {d} GEMM rate with full waves and large tiles") for d in GEMM_DTYPES},
+    **{f"bw_eff_{f}": ("1", f"{f} bandwidth as a fraction of `bandwidth`") for f in ("elementwise", *ROW_FAMILIES)},
+    **{f"row_rate_{f}": ("elements/s", f"rate at which one block works through one row of {f}") for f in ROW_FAMILIES},
+    **{f"rows_per_sm_{f}": ("1", f"rows of {f} in flight per SM") for f in ROW_FAMILIES},
+}
+
+
+def default_parameters(gpu: Any) -> dict[str, float]:
+    """Parameters from a GPU's datasheet and :data:`DEFAULT_EFFICIENCY` (an uncalibrated model).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> p = default_parameters(gm.gpu("h100"))
+    >>> round(p["flops_bf16"] / 1e12)        # 0.72 * 989.4 TFLOP/s
+    712
+    """
+    eff = DEFAULT_EFFICIENCY
+    bw = gpu.memory_bandwidth * eff["bandwidth"]
+    try:
+        l2 = gpu.bandwidth("l2")
+    except Exception:  # noqa: BLE001 - no published L2 figure: assume 3.5x HBM
+        l2 = 3.5 * gpu.memory_bandwidth
+    p = {
+        "launch_s": eff["launch_s"], "bandwidth": bw, "l2_bandwidth": l2 * eff["l2_bandwidth"],
+        "tile_overhead_s": 1.5e-6, "unaligned_flops": 0.15 * gpu.peak_flops("bf16") if gpu.supports("bf16") else 1e13, "overlap_p": 4.0, "vector_overlap_p": 3.0, "attn_overlap_p": 3.0,
+        "sm_bandwidth": 2.0 * bw / gpu.sm_count, "split_overhead_s": 2e-6,
+        "vector_flops": gpu.peak_flops("fp32") / 8, "row_latency_s": 1e-6, "attn_tile_overhead_fwd_s": 1e-6,
+        "attn_tile_overhead_bwd_s": 3e-6,
+    }
+    for f in ROW_FAMILIES:
+        p[f"row_rate_{f}"] = 1e9
+        p[f"rows_per_sm_{f}"] = 4.0
+    for d in GEMM_DTYPES:
+        if gpu.supports(d):
+            p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
+    bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
+    p.update(attn_flops_fwd=0.55 * bf16, attn_flops_bwd=0.4 * bf16,
+             attn_score_rate_fwd=gpu.peak_flops("fp32") / 4, attn_score_rate_bwd=gpu.peak_flops("fp32") / 8)
+    for f in ("elementwise", *ROW_FAMILIES):
+        p[f"bw_eff_{f}"] = 1.0
+    return p
+
+
+@dataclass(frozen=True)
+class CalibrationModel:
+    """A GPU's named model parameters (see :data:`PARAMETERS`) and its SM count."""
+
+    params: Mapping[str, float]
+    sm_count: int
+    calibrated: bool = True
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [k for k, v in self.params.items() if not (np.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"model parameters must be finite and > 0: {', '.join(bad)}")
+        if int(self.sm_count) < 1:
+            raise ValueError(f"sm_count must be >= 1, got {self.sm_count!r}")
+
+    def replace(self, **params: float) -> "CalibrationModel":
+        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Model time of an op [s] and its parts (all broadcast arrays or floats)."""
+
+    time_s: Any
+    compute_s: Any
+    memory_s: Any
+    overhead_s: Any
+    parallelism: Any = 1.0  # fraction of the SMs' tile slots doing useful work (wave efficiency)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _f(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
+def _bpe(op: Any) -> float:
+    from gpumodel.dtypes import bytes_per_element
+
+    return float(bytes_per_element(op.dtype))
+
+
+def _soft_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
+    hi = np.maximum(a, b)
+    hi = np.where(hi > 0, hi, 1.0)
+    return hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+
+
+def _flops_param(params: Mapping[str, float], op: Any) -> float:
+    dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+    if dt in ("fp8_e4m3", "fp8_e5m2"):
+        dt = "fp8"
+    key = f"flops_{dt}"
+    if key not in params:
+        from gpumodel.hardware import UnsupportedDTypeError
+
+        known = sorted(k[6:] for k in params if k.startswith("flops_"))
+        raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model; known: {', '.join(known)}")
+    return params[key]
+
+
+def _aligned(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
+    """Whether a GEMM's operands allow the 16-byte-load tensor-core kernels.
+
+    Operands are aligned when ``k*e`` and ``n*e`` (the leading dimensions of row-major A, B and C,
+    in bytes) are multiples of 16; otherwise cuBLAS falls back to slower kernels whose rate is
+    capped at ``unaligned_flops`` (measured on the H200: 8-byte-aligned operands are as slow as
+    2-byte ones, for bf16, fp16 and tf32 alike). CUDA-core fp32 GEMMs load 4-byte words and are
+    never penalised.
+    """
+    if op.unit != "tensor" or (op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)) == "fp32":
+        return np.ones(np.broadcast(k, n).shape, dtype=bool)
+    return (np.mod(k * e, 16.0) == 0) & (np.mod(n * e, 16.0) == 0)
+
+
+def _gemm(model: CalibrationModel, op: Any) -> Prediction:
+    p, P = model.params, float(model.sm_count)
+    s = op.shape
+    m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
+    batch = _f(s.get("batch", 1.0))
+    e = _bpe(op)
+    rate = np.where(_aligned(op, k, n, e), _flops_param(p, op), np.minimum(_flops_param(p, op), p["unaligned_flops"])) / P
+    feed = p["l2_bandwidth"] / P
+    bytes_min = _f(op.bytes)
+    best = best_c = best_m = best_par = None
+    for tm, tn in TILES:
+        base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
+        for split in SPLITS:
+            if split > 1 and np.all(base_tiles >= P):
+                continue
+            tiles = base_tiles * split
+            waves = np.ceil(tiles / P)
+            ks = np.ceil(k / split)
+            t_tile = p["tile_overhead_s"] + np.maximum(
+                2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
+            t_c = waves * t_tile
+            extra = 8.0 * batch * m * n * split if split > 1 else 0.0
+            bw = np.minimum(p["bandwidth"], np.minimum(tiles, P) * p["sm_bandwidth"])
+            t_m = (bytes_min + extra) / bw
+            t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
+            par = tiles / (waves * P)
+            cands = [(t, t_c, t_m, par)]
+            if split == 1:  # stream-K: the same tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+                t_c2 = base_tiles / P * t_tile
+                t2 = _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"]
+                cands.append((t2, t_c2, t_m, np.ones_like(t2)))
+            for t, t_c, t_m, par in cands:
+                if best is None:
+                    best, best_c, best_m, best_par = t, t_c, t_m, par
+                else:
+                    take = t < best
+                    best = np.where(take, t, best)
+                    best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
+                    best_par = np.where(take, par, best_par)
+    launch = p["launch_s"] * np.ones_like(best)
+    return Prediction(launch + best, best_c, best_m, launch, best_par)
+
+
+def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
+    p, P = model.params, float(model.sm_count)
+    fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
+    t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
+    t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
+    if "rows" in op.shape and f"rows_per_sm_{fam}" in p:
+        rows, cols = _f(op.shape["rows"]), _f(op.shape["cols"])
+        slots = P * p[f"rows_per_sm_{fam}"]
+        waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
+        t_rows = waves * (p["row_latency_s"] + cols / p[f"row_rate_{fam}"])
+        par = rows / (waves * slots)
+    else:
+        t_rows, par = 0.0 * t_m, np.ones_like(t_m)
+    q = p["vector_overlap_p"]
+    body = _soft_max(_soft_max(t_m, t_c, q), t_rows, q)
+    launch = p["launch_s"] * np.ones_like(body)
+    return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
+
+
+def _attention(model: CalibrationModel, op: Any) -> Prediction:
+    p, P = model.params, float(model.sm_count)
+    s = op.shape
+    if str(s.get("impl", "flash")) != "flash":
+        raise ValueError("the calibrated model covers flash attention only (impl='flash'); "
+                         "estimate a naive attention as its matmuls and softmax")
+    b, h, seq = _f(s["batch"]), _f(s["heads"]), _f(s["seq"])
+    causal = np.asarray(s.get("causal", False), dtype=bool)
+    bwd = bool(np.any(s.get("backward", False)))
+    tiles = b * h * np.ceil(seq / ATTN_BLOCK)
+    waves = np.ceil(tiles / P)
+    scores = b * h * seq * seq * np.where(causal, 0.5, 1.0)
+    d = "bwd" if bwd else "fwd"
+    per_sm = _soft_max(_f(op.flops) / p[f"attn_flops_{d}"], scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
+    t_m = _f(op.bytes) / p["bandwidth"]
+    body = np.maximum(t_c, t_m)
+    launch = p["launch_s"] * (2.0 if bwd else 1.0) * np.ones_like(body)  # backward: preprocess + main kernel
+    return Prediction(launch + body, t_c, t_m, launch, tiles / (waves * P))
+
+
+def predict(model: CalibrationModel, op: Any) -> Prediction:
+    """Model time of ``op`` (an :class:`~gpumodel.ops.OpCost`) on the modelled GPU.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> m = CalibrationModel(default_parameters(gm.gpu("h100")), 132, calibrated=False)
+    >>> t = predict(m, gm.ops.elementwise(2**28, "bf16")).time_s    # 1 GiB of traffic
+    >>> round(float(t) * 1e3, 3)                                     # 2**30 B / (0.87 * 3.35 TB/s) + 4 us
+    0.372
+    """
+    if op.name in ("matmul", "bmm"):
+        return _gemm(model, op)
+    if op.name == "attention":
+        return _attention(model, op)
+    if op.name == "fused":
+        if op.unit == "tensor":
+            raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
+        return _memory_bound(model, op)
+    return _memory_bound(model, op)

@@ -1,0 +1,222 @@
+"""The :class:`Calibration` record: what was measured on one GPU and the model fitted to it.
+
+A calibration is one YAML file: the device and software it was measured with (device name,
+driver, torch and CUDA versions, the clocks seen, the date), the measured points, the fitted
+parameters of :mod:`gpumodel.calibration.model` and the fit's own error. Shipped calibrations
+live in ``specs/calibrations/*.yaml``, one per GPU, keyed by the GPU's canonical name; users
+load their own with :func:`load_calibration` and get the same validation (a
+:class:`~gpumodel.specs.SpecError` naming the file and the field). Files are written
+atomically: to a temporary file in the same folder, then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..specs import Catalog, SpecError, load_records
+from .model import PARAMETERS, CalibrationModel
+
+__all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "calibration_for",
+           "list_calibrations", "CALIBRATIONS"]
+
+
+class MeasuredPoint(BaseModel):
+    """One timed kernel: the :mod:`gpumodel.ops` constructor (``op``), its arguments, the time [s]."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: str
+    kernel: str = ""
+    dtype: str
+    shape: dict[str, float | bool | str]
+    time_s: float = Field(gt=0)
+
+    @classmethod
+    def from_point(cls, point: Mapping[str, Any]) -> "MeasuredPoint":
+        return cls(op=point["op"], kernel=point.get("kernel", ""), dtype=point["dtype"],
+                   shape=dict(point["shape"]), time_s=float(f"{float(point['time_s']):.6g}"))
+
+    def as_point(self) -> dict:
+        return self.model_dump()
+
+
+class FitError(BaseModel):
+    """Absolute relative error of the model on a set of points: count, median, 90th percentile."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int = Field(ge=0)
+    median: float = Field(ge=0)
+    p90: float = Field(ge=0)
+
+
+class Calibration(BaseModel):
+    """A GPU's measured points and fitted efficiency-model parameters.
+
+    Attributes
+    ----------
+    gpu : str
+        Canonical name of the GPU spec it belongs to (``"h200-sxm"``).
+    device_name : str
+        What the driver calls the device (``"NVIDIA H200"``).
+    sm_count : int
+        SMs the device reported.
+    parameters : dict
+        Fitted model parameters, SI units (see :data:`gpumodel.calibration.model.PARAMETERS`).
+    points : list of MeasuredPoint
+        The measurements the parameters were fitted to.
+    fit_error, validation_error : dict
+        Per-family ``|predicted/measured - 1|`` on the fit points and on a separate set.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str
+    device_name: str
+    sm_count: int = Field(ge=1)
+    date: str
+    driver_version: Optional[str] = None
+    torch_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    clocks: dict[str, float] = Field(default_factory=dict)
+    timer: str = "cuda events after warm-up, L2 flushed (256 MB write), median"
+    mode: str = "full"
+    parameters: dict[str, float]
+    fit_error: dict[str, FitError] = Field(default_factory=dict)
+    validation_error: dict[str, FitError] = Field(default_factory=dict)
+    points: list[MeasuredPoint] = Field(default_factory=list)
+    source: str = ""
+    notes: str = ""
+
+    @field_validator("parameters")
+    @classmethod
+    def _known_parameters(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(PARAMETERS))
+        if unknown:
+            raise ValueError(f"unknown model parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
+        bad = sorted(k for k, v in value.items() if not (v > 0 and v < float("inf")))
+        if bad:
+            raise ValueError(f"parameter(s) {bad} must be finite and > 0")
+        missing = [k for k in ("launch_s", "bandwidth") if k not in value]
+        if missing:
+            raise ValueError(f"missing required parameter(s) {missing}")
+        return value
+
+    # ------------------------------------------------------------------ use
+    def model(self) -> CalibrationModel:
+        """The calibrated :class:`~gpumodel.calibration.model.CalibrationModel`."""
+        return CalibrationModel(dict(self.parameters), self.sm_count, calibrated=True,
+                                name=f"{self.gpu} calibration of {self.date[:10]}")
+
+    def efficiencies(self, gpu: Any = None) -> dict[str, float]:
+        """Fitted rates as fractions of the datasheet (``flops_bf16 / peak bf16``, ``bandwidth / HBM``)."""
+        from gpumodel.gpus import gpu as _gpu
+
+        g = _gpu(gpu or self.gpu) if not hasattr(gpu, "peak_flops") else gpu
+        out = {"bandwidth": self.parameters["bandwidth"] / g.memory_bandwidth}
+        for key, value in self.parameters.items():
+            if key.startswith("flops_") and g.supports(key[6:]):
+                out[key] = value / g.peak_flops(key[6:])
+        return out
+
+    @classmethod
+    def from_environment(cls, gpu: str, env: Mapping[str, Any], parameters: Mapping[str, float], sm_count: int,
+                         points: list[MeasuredPoint], fit_error: Mapping[str, Any] | None = None,
+                         validation_error: Mapping[str, Any] | None = None, source: str = "",
+                         notes: str = "") -> "Calibration":
+        clocks = {}
+        for key in ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "sm_clock_mhz_end", "mem_clock_mhz_end",
+                    "power_limit_w"):
+            try:
+                clocks[key] = float(env[key])
+            except (KeyError, TypeError, ValueError):
+                pass
+        return cls(gpu=gpu, device_name=str(env.get("device_name", gpu)), sm_count=int(sm_count),
+                   date=str(env.get("date") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+                   driver_version=env.get("driver_version"), torch_version=env.get("torch_version"),
+                   cuda_version=env.get("cuda_version"), clocks=clocks,
+                   timer=str(env.get("timer") or cls.model_fields["timer"].default),
+                   mode=str(env.get("mode", "full")), parameters=dict(parameters),
+                   fit_error=dict(fit_error or {}), validation_error=dict(validation_error or {}),
+                   points=list(points), source=source, notes=notes)
+
+    # ------------------------------------------------------------------ files
+    def to_yaml(self) -> str:
+        import yaml
+
+        data = self.model_dump(mode="json")
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the record as YAML atomically (temporary file in the same folder, then ``os.replace``)."""
+        path = Path(path).expanduser()
+        text = self.to_yaml()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        try:
+            os.chmod(tmp, 0o666 & ~umask)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return path
+
+    def __repr__(self) -> str:
+        eff = ", ".join(f"{k}={v:.3g}" for k, v in list(self.parameters.items())[:4])
+        return (f"Calibration(gpu={self.gpu!r}, device={self.device_name!r}, date={self.date[:10]}, "
+                f"points={len(self.points)}, {eff}, ...)")
+
+
+def load_calibration(path: str | os.PathLike) -> Calibration:
+    """Read and validate one calibration YAML file.
+
+    Raises
+    ------
+    SpecError
+        The file is missing, not YAML, or a field is invalid (the message names file and field).
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise SpecError(f"{path}: no such calibration file")
+    records = load_records(path, Calibration)
+    if len(records) != 1:
+        raise SpecError(f"{path}: expected one calibration record, found {len(records)}")
+    return records[0]
+
+
+CALIBRATIONS: Catalog[Calibration] = Catalog("calibrations", Calibration, key=lambda r: r.gpu,
+                                             aliases=lambda r: ())
+
+
+def list_calibrations() -> list[str]:
+    """Canonical names of the GPUs with a shipped (or ``GPUMODEL_SPEC_PATH``) calibration."""
+    return CALIBRATIONS.names()
+
+
+def calibration_for(gpu: Any) -> Calibration | None:
+    """The shipped calibration of a GPU (a :class:`~gpumodel.hardware.GPUSpec` or name), or ``None``."""
+    name = gpu.name if hasattr(gpu, "name") else str(gpu)
+    if name in CALIBRATIONS:
+        return CALIBRATIONS.get(name)
+    try:
+        from gpumodel.gpus import gpu as _gpu
+
+        canonical = _gpu(name).name
+    except Exception:  # noqa: BLE001 - an unknown GPU simply has no calibration
+        return None
+    return CALIBRATIONS.get(canonical) if canonical in CALIBRATIONS else None

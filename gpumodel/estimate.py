@@ -1,0 +1,209 @@
+"""Time estimates: how long an op takes on a GPU, calibrated where a measurement exists.
+
+:func:`estimate_time` returns seconds; :func:`estimate` returns a :class:`TimeEstimate` that
+also says which ceiling or overhead decided the time, and whether a calibration measured on
+that GPU was used. The model is :mod:`gpumodel.calibration.model` (achievable rates, tile and
+wave quantization, launch overhead, row parallelism). Its parameters come from
+
+1. the ``calibration`` argument (a :class:`~gpumodel.calibration.record.Calibration` or a YAML path),
+2. else, with ``calibrated=True``, the shipped calibration of that GPU (``specs/calibrations/``),
+3. else the GPU's datasheet with the default efficiencies of
+   :data:`~gpumodel.calibration.model.DEFAULT_EFFICIENCY`, labelled ``calibrated=False``.
+
+For the pure datasheet ceiling (no efficiencies, no overheads) see :func:`gpumodel.roofline`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .calibration.model import CalibrationModel, Prediction, default_parameters, predict
+
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
+
+_BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
+
+
+def _gpu(gpu: Any):
+    if hasattr(gpu, "peak_flops"):
+        return gpu
+    from .gpus import gpu as _lookup
+
+    return _lookup(gpu)
+
+
+def model_for(gpu: Any, calibrated: bool = True, calibration: Any = None) -> tuple[CalibrationModel, str]:
+    """The model used for ``gpu`` and a label of where its parameters come from.
+
+    Raises
+    ------
+    ValueError
+        ``calibration`` was measured on another GPU than ``gpu``.
+    """
+    from .calibration.record import Calibration, calibration_for, load_calibration
+
+    g = _gpu(gpu)
+    if calibration is not None:
+        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(calibration))
+        if cal.gpu != g.name:
+            raise ValueError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
+    elif calibrated:
+        cal = calibration_for(g)
+    else:
+        cal = None
+    if cal is None:
+        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet"),
+                "uncalibrated: datasheet peaks x default efficiencies")
+    return cal.model(), f"calibrated on {cal.device_name}, {cal.date[:10]}"
+
+
+def _fmt(t: float) -> str:
+    t = float(t)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if abs(t) >= scale or unit == "ns":
+            return f"{t / scale:.4g} {unit}"
+    return f"{t:.3g} s"  # pragma: no cover
+
+
+@dataclass(frozen=True, repr=False)
+class TimeEstimate:
+    """Estimated time of an op (or a broadcast array of ops) on one GPU.
+
+    Attributes
+    ----------
+    time_s : float or ndarray
+        Estimated kernel time [s].
+    bound : str or ndarray of str
+        What decided it: ``"compute"`` (tensor/CUDA-core rate incl. tile and wave quantization),
+        ``"memory"`` (device-memory traffic), ``"launch"`` (the fixed per-launch time exceeds both),
+        ``"parallelism"`` (a row-wise kernel with too few rows to fill the SMs).
+    compute_s, memory_s, overhead_s : float or ndarray
+        The model's parts [s]: compute (incl. quantization), memory, fixed launch overhead.
+    parallelism : float or ndarray
+        Fraction of the GPU's tile (or row) slots doing useful work in the last wave.
+    calibrated : bool
+        True when the parameters were measured on this GPU.
+    source : str
+        Where the parameters come from.
+    op : str
+        Op family.
+    gpu : str
+        GPU canonical name.
+    """
+
+    time_s: Any
+    bound: Any
+    compute_s: Any
+    memory_s: Any
+    overhead_s: Any
+    parallelism: Any
+    calibrated: bool
+    source: str
+    op: str
+    gpu: str
+
+    def __repr__(self) -> str:
+        if np.ndim(self.time_s) == 0:
+            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.time_s)}, {self.bound}-bound; "
+                    f"compute {_fmt(self.compute_s)}, memory {_fmt(self.memory_s)}, launch {_fmt(self.overhead_s)}; "
+                    f"{self.source})")
+        t = np.asarray(self.time_s)
+        return (f"TimeEstimate({self.op} on {self.gpu}: {t.size} configs, {_fmt(t.min())} .. {_fmt(t.max())}; "
+                f"{self.source})")
+
+    def _repr_html_(self) -> str:
+        rows = [("time", _fmt(np.max(self.time_s)) if np.ndim(self.time_s) == 0 else repr(self)),
+                ("bound", str(self.bound)), ("source", self.source)]
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in rows)
+        return f"<table><caption>{self.op} on {self.gpu}</caption>{body}</table>"
+
+
+def _bound(pred: Prediction) -> Any:
+    c, m, o = (np.asarray(x, dtype=float) for x in (pred.compute_s, pred.memory_s, pred.overhead_s))
+    rows = np.asarray(pred.extra.get("row_limited_s", 0.0), dtype=float)
+    parts = np.stack(np.broadcast_arrays(c, m, o, rows))
+    # the row-parallelism term is part of memory_s: call it out when it is what set memory_s
+    parts[1] = np.where(rows >= m, 0.0, parts[1])
+    parts[3] = np.where(rows >= m, m, 0.0)
+    idx = np.argmax(parts, axis=0)
+    out = _BOUNDS[idx]
+    return str(out) if out.ndim == 0 else out
+
+
+def _scalar(x: Any) -> Any:
+    arr = np.asarray(x, dtype=float)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
+    """Estimate the time of ``op`` on ``gpu`` and say what decided it.
+
+    Parameters
+    ----------
+    op : OpCost
+        From :mod:`gpumodel.ops` (scalar or broadcast sizes).
+    gpu : GPUSpec or str
+        The GPU (a name such as ``"h200"``).
+    calibrated : bool
+        Use the GPU's shipped calibration when there is one (default). False: datasheet with
+        default efficiencies.
+    calibration : Calibration or path, optional
+        A calibration to use instead of the shipped one (must be for this GPU).
+
+    Returns
+    -------
+    TimeEstimate
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> est = gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100", calibrated=False)
+    >>> est.bound, est.calibrated
+    ('memory', False)
+    """
+    g = _gpu(gpu)
+    model, source = model_for(g, calibrated, calibration)
+    pred = predict(model, op)
+    return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
+                        _scalar(pred.overhead_s), _scalar(pred.parallelism), model.calibrated, source,
+                        op.name, g.name)
+
+
+def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> Any:
+    """Estimated time of ``op`` on ``gpu`` [s]: a float, or an array broadcast like the op's sizes.
+
+    See :func:`estimate` for the parameters and the result that explains the number.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> t = gm.estimate_time(gm.ops.matmul([1024, 8192], 8192, 8192), "h100", calibrated=False)
+    >>> t.shape
+    (2,)
+    >>> bool(t[1] > 7 * t[0])      # 8x the FLOPs, a bit less than 8x the time (fixed costs)
+    True
+    """
+    g = _gpu(gpu)
+    model, _ = model_for(g, calibrated, calibration)
+    return _scalar(predict(model, op).time_s)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`estimate`.
+
+    ``gm.estimate`` is the function :func:`estimate`, exported lazily by the package; once
+    anything imports the submodule ``gpumodel.estimate``, Python binds that name on the package
+    to the module. Making the module callable keeps ``gm.estimate(op, gpu)`` working either way.
+    """
+
+    def __call__(self, op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
+        return estimate(op, gpu, calibrated=calibrated, calibration=calibration)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,79 @@
+"""The measuring code: plans on any machine; a dry run where torch is installed; real timing where CUDA is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpumodel.calibration.bench import fit_cases
+
+
+def test_plans_cover_every_family_and_dtype():
+    full, quick = fit_cases("full"), fit_cases("quick")
+    assert len(quick) < len(full) / 2
+    ops = {c["op"] for c in full}
+    assert ops == {"matmul", "bmm", "elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum", "attention"}
+    assert {c["dtype"] for c in full if c["op"] == "matmul"} == {"bf16", "fp16", "fp32", "tf32", "fp8"}
+    assert any(c["op"] == "elementwise" and c["shape"]["numel"] == 1 for c in full)          # launch floor
+    sizes = [c["shape"]["numel"] * 2 * (c["shape"]["inputs"] + 1) for c in full if c["op"] == "elementwise"]
+    assert min(sizes) < 1e5 and max(sizes) > 10 * 60e6                                       # far below/above L2
+    assert {c["shape"]["backward"] for c in full if c["op"] == "attention"} == {False, True}
+    fp8 = [c["shape"] for c in full if c["dtype"] == "fp8"]
+    assert all(s["k"] % 16 == 0 and s["n"] % 16 == 0 for s in fp8)                          # _scaled_mm needs this
+
+
+def test_plan_is_reproducible_and_rejects_unknown_mode():
+    assert fit_cases("full", seed=3) == fit_cases("full", seed=3)
+    with pytest.raises(ValueError, match="mode"):
+        fit_cases("medium")
+
+
+def test_validation_shapes_are_not_fit_shapes():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "measure_kernels", Path(__file__).resolve().parent.parent / "bench" / "measure_kernels.py")
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
+    fit = {key(c) for c in fit_cases("full")}
+    val = [key(c) for c in mk.validation_cases()]
+    assert not fit & set(val)
+
+
+def test_dry_run_on_cpu(tmp_path):
+    pytest.importorskip("torch", reason="the dry run needs torch (any build)")
+    from gpumodel.calibration.bench import run_benchmarks
+
+    cases = fit_cases("quick")[::6]
+    out = tmp_path / "points.jsonl"
+    env, points = run_benchmarks(cases, dry_run=True, jsonl=out, show_progress=False)
+    assert len(points) == len(cases)
+    assert all(p["time_s"] > 0 for p in points), [p for p in points if not p.get("time_s")]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert "environment" in lines[0] and len(lines) == len(cases) + 1
+
+
+def _cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs torch with a CUDA GPU")
+def test_events_timing_on_gpu():
+    import torch
+
+    from gpumodel.calibration.bench import FLUSH_BYTES, measure
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    small = measure({"op": "matmul", "kernel": "mm", "dtype": "bf16", "shape": {"m": 256, "n": 256, "k": 256}},
+                    flush=flush)
+    big = measure({"op": "matmul", "kernel": "mm", "dtype": "bf16", "shape": {"m": 4096, "n": 4096, "k": 4096}},
+                  flush=flush)
+    assert 0 < small["time_s"] < big["time_s"]
+    assert 2 * 4096**3 / big["time_s"] < 1.2e15          # below any dense bf16 peak of 2024-era GPUs

@@ -1,0 +1,92 @@
+"""gm.estimate_time / gm.estimate: calibrated where a calibration ships, honest where none does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpumodel as gm
+from gpumodel.calibration.record import calibration_for
+
+
+def test_h200_is_calibrated_and_others_say_they_are_not():
+    op = gm.ops.matmul(4096, 4096, 4096, "bf16")
+    h200 = gm.estimate(op, "h200")
+    assert h200.calibrated and "calibrated on" in h200.source
+    a100 = gm.estimate(op, "a100-sxm4-80gb")
+    assert not a100.calibrated and "uncalibrated" in a100.source
+    assert not gm.estimate(op, "h200", calibrated=False).calibrated
+
+
+def test_vectorized_matches_scalar_calls():
+    m = np.array([1, 64, 1000, 4096, 16384])
+    vec = gm.estimate_time(gm.ops.matmul(m, 4096, 4096), "h200")
+    one = [gm.estimate_time(gm.ops.matmul(int(x), 4096, 4096), "h200") for x in m]
+    assert vec.shape == (5,)
+    np.testing.assert_allclose(vec, one, rtol=1e-12)
+
+
+def test_bounds_say_what_decided():
+    assert gm.estimate(gm.ops.matmul(8192, 8192, 8192), "h200").bound == "compute"
+    assert gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h200").bound == "memory"
+    assert gm.estimate(gm.ops.elementwise(16, "bf16"), "h200").bound == "launch"
+    assert gm.estimate(gm.ops.matmul(1, 8192, 8192), "h200").bound == "memory"      # decode GEMV
+    bounds = gm.estimate(gm.ops.elementwise(np.array([16, 2**28]), "bf16"), "h200").bound
+    assert list(bounds) == ["launch", "memory"]
+
+
+def test_large_copy_is_bytes_over_fitted_bandwidth_plus_launch():
+    p = calibration_for("h200").parameters
+    op = gm.ops.elementwise(2**28, "bf16", flops_per_element=0)
+    expected = p["launch_s"] + 2 * 2**28 * 2 / p["bandwidth"]       # read + write, 2 bytes each
+    assert gm.estimate_time(op, "h200") == pytest.approx(expected, rel=0.02)
+
+
+def test_uncalibrated_defaults_follow_the_datasheet():
+    # DEFAULT_EFFICIENCY: 87% of HBM bandwidth plus a 4 us launch
+    op = gm.ops.elementwise(2**28, "bf16", flops_per_element=0)
+    g = gm.gpu("a100-sxm4-80gb")
+    expected = 4e-6 + 2 * 2**28 * 2 / (0.87 * g.memory_bandwidth)
+    assert gm.estimate_time(op, g) == pytest.approx(expected, rel=0.02)
+
+
+def test_calibration_argument_path_and_gpu_mismatch(tmp_path):
+    cal = calibration_for("h200")
+    path = cal.save(tmp_path / "mine.yaml")
+    op = gm.ops.softmax(4096, 32000)
+    assert gm.estimate_time(op, "h200", calibration=path) == gm.estimate_time(op, "h200")
+    with pytest.raises(ValueError, match="h200-sxm"):
+        gm.estimate_time(op, "h100", calibration=cal)
+
+
+def test_naive_attention_is_refused_with_a_hint():
+    with pytest.raises(ValueError, match="flash"):
+        gm.estimate_time(gm.ops.attention(1, 8, 1024, 64, impl="naive"), "h200")
+
+
+def test_repr_names_bound_and_source():
+    text = repr(gm.estimate(gm.ops.matmul(4096, 4096, 4096), "h200"))
+    assert "compute-bound" in text and "calibrated on" in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000),
+       dtype=st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8"]), gpu=st.sampled_from(["h200", "h100", "a100"]))
+def test_never_faster_than_the_datasheet_roofline(m, n, k, dtype, gpu):
+    g = gm.gpu(gpu)
+    if not g.supports(dtype):
+        return
+    op = gm.ops.matmul(m, n, k, dtype)
+    assert gm.estimate_time(op, g) >= gm.roofline(op, g).time_s * (1 - 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 50000), cols=st.integers(1, 200000),
+       family=st.sampled_from(["softmax", "layer_norm", "rms_norm", "reduce_sum"]))
+def test_row_ops_never_beat_the_roofline_and_grow_with_rows(rows, cols, family):
+    f = getattr(gm.ops, family)
+    t = gm.estimate_time(f(np.array([rows, 2 * rows]), cols), "h200")
+    assert t[0] >= gm.roofline(f(rows, cols), "h200").time_s * (1 - 1e-9)
+    assert t[1] >= t[0]
