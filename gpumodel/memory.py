@@ -14,7 +14,7 @@ occur and returns the largest, with a breakdown of what is held then:
 ``layer_backward``
     the backward of the last layer: everything saved except the loss buffers, the LM head's
     gradients, the hidden-state gradients and the layer's largest backward temporary (with
-    math/eager attention the gradients of the ``S x S`` probabilities and scores); with
+    math/eager attention two ``S x S`` buffers per head, plus the math kernel's boolean mask); with
     checkpointing, one layer's recomputed activations and weight copies on top of the checkpoints.
 ``backward_end``
     the backward of the first layer: all gradients exist, one layer's activations remain.
@@ -305,7 +305,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     # (math/eager attention: gradients of the probabilities and of the scores, S x S per head)
     attn_kernel = resolve_attention(cfg, prec, attn)
     nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.rope) else a)
-    if attn_kernel in (Attention.math, Attention.eager):
+    if attn_kernel == Attention.math:  # _safe_softmax also builds a bool "row fully masked" map
+        transient = (2 * s_bytes + 1) * nh * s * T
+    elif attn_kernel == Attention.eager:
         transient = 2 * s_bytes * nh * s * T
     else:
         transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
