@@ -118,8 +118,10 @@ def _attention_bytes(cfg: TransformerConfig, precision: Precision, attn: Attenti
             # RoPE's cat makes q, k contiguous per head: the output projection saves a relayout copy;
             # without the cache's copy, v stays a view that keeps the fused output alive
             core = core + a * q + (0 if use_cache else a * (q + kv))
-        elif use_cache and attn != Attention.math:
-            core = core + a * 2 * kv  # the cache's copies of k and v replace views of the fused output
+        elif use_cache and attn in (Attention.flash, Attention.cudnn, Attention.efficient):
+            # the fused output stays alive through q's view, and the cache's copies of k and v are saved;
+            # eager/math reshape q for their matmuls (a copy), so only the copies are kept there
+            core = core + a * 2 * kv
     return np.asarray(core, dtype=float)
 
 
