@@ -177,7 +177,8 @@ def _positive(name, value, integer=True):
 def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer="adamw", checkpointing=False,
                     attention="sdpa", *, use_cache: bool = True, keep_outputs: bool = False,
                     gradient_accumulation_steps: int = 1,
-                    optimizer_dtype: str | None = None, foreach: bool = True, zero_stage: int = 0, dp: int = 1,
+                    optimizer_dtype: str | None = None, foreach: bool = True, fused: bool = False,
+                    zero_stage: int = 0, dp: int = 1,
                     tp: int = 1, pp: int = 1, sequence_parallel: bool = False,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
                     cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
@@ -210,8 +211,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
     optimizer_dtype : str, optional
         Optimizer-state dtype (default: the weights' dtype, as ``torch.optim`` does).
-    foreach : bool
-        Foreach (default) Adam/AdamW allocate a parameter-sized temporary; fused ones do not.
+    foreach, fused : bool
+        ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
+        temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
+        large as the largest parameter, the fused kernel (``fused=True``) none.
     zero_stage, dp, tp, pp, sequence_parallel
         Distributed degrees (per-GPU division; see module notes). Not measured.
     cublas_workspace_bytes, cuda_context_bytes, reserve_factor
@@ -260,7 +263,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     weights = n * wb / (dp if zero_stage >= 3 else 1)
     grads = n * wb / (dp if zero_stage >= 2 else 1)
     states, temps = optimizer_state_bytes(cfg, opt, sb)
-    states, temps = states * frac, (temps * frac if foreach or opt not in (Optimizer.adam, Optimizer.adamw) else 0.0)
+    states, temps = states * frac, temps * frac
+    if opt in (Optimizer.adam, Optimizer.adamw) and (fused or not foreach):
+        # fused kernels need no temporary; the for-loop implementation one of the largest parameter
+        temps = 0.0 if fused else max(r_ * c_ for r_, c_, _ in _matrix_shapes(cfg)) / tp * sb
     if zero_stage >= 1:
         states, temps = states / dp, temps / dp
     gathered = 2 * cfg.layer_parameters() / tp * wb if zero_stage >= 3 and dp > 1 else 0.0

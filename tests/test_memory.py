@@ -186,3 +186,12 @@ def test_keep_outputs_holds_logits_through_backward():
     b = gm.training_memory("gpt2", 4, 1024, precision="amp_bf16", keep_outputs=True)
     assert b.moments["backward_start"] - a.moments["backward_start"] == 2 * 4 * 1024 * 50257
     assert b.breakdown["model_outputs"] == 2 * 4 * 1024 * 50257
+
+
+def test_optimizer_implementations():
+    cfg = gm.model("gpt2")
+    n, biggest = cfg.num_parameters(), 50257 * 768  # the token embedding is the largest tensor
+    kw = dict(model=cfg, batch_size=1, seq_len=8, precision="fp32")
+    assert gm.training_memory(**kw).breakdown["optimizer_temporaries"] == 4 * n
+    assert gm.training_memory(**kw, foreach=False).breakdown["optimizer_temporaries"] == 4 * biggest
+    assert gm.training_memory(**kw, fused=True).breakdown.get("optimizer_temporaries", 0) == 0
