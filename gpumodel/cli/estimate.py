@@ -66,7 +66,7 @@ def _build_op(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.estimate import estimate
+    from gpumodel.estimate import _fmt, estimate
     from gpumodel.gpus import gpu
     from gpumodel.roofline import roofline
     from gpumodel.units import format_quantity as fq
@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     rows = []
     for e, r in results:
         achieved = (fq(op.flops / e.time_s, "FLOP/s") if op.unit == "tensor" else fq(op.bytes / e.time_s, "B/s"))
-        rows.append([e.gpu, fq(e.time_s, "s"), e.bound, fq(e.compute_s, "s"), fq(e.memory_s, "s"),
-                     fq(e.overhead_s, "s"), fq(r, "s"), achieved, e.source])
+        rows.append([e.gpu, _fmt(e.time_s), e.bound, _fmt(e.compute_s), _fmt(e.memory_s),
+                     _fmt(e.overhead_s), _fmt(r), achieved, e.source])
     print_table(headers, rows)
     return 0
