@@ -95,7 +95,12 @@ def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
     h, q, kv, i, L = cfg.hidden_size, cfg.q_dim, cfg.kv_dim, cfg.intermediate_size, cfg.num_layers
     e = max(cfg.num_experts, 1)
     n_mlp = 3 if cfg.mlp.value == "gated" else 2
-    mats = [(q, h, L), (kv, h, 2 * L), (h, q, L), (i, h, n_mlp * L * e), (cfg.vocab_size, h, 1)]
+    attn = [(q + 2 * kv, h, L)] if cfg.fused_qkv else [(q, h, L), (kv, h, 2 * L)]
+    if cfg.fused_gate_up:
+        mlp = [(2 * i, h, L * e), (h, i, L * e)]
+    else:
+        mlp = [(i, h, n_mlp * L * e)]
+    mats = attn + [(h, q, L)] + mlp + [(cfg.vocab_size, h, 1)]
     if not cfg.tie_word_embeddings:
         mats.append((cfg.vocab_size, h, 1))
     if cfg.position == PositionType.learned:

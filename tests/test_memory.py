@@ -195,3 +195,22 @@ def test_optimizer_implementations():
     assert gm.training_memory(**kw).breakdown["optimizer_temporaries"] == 4 * n
     assert gm.training_memory(**kw, foreach=False).breakdown["optimizer_temporaries"] == 4 * biggest
     assert gm.training_memory(**kw, fused=True).breakdown.get("optimizer_temporaries", 0) == 0
+
+
+def test_adafactor_states_match_torch_when_installed():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(torch.optim, "Adafactor"):
+        pytest.skip("torch.optim.Adafactor needs torch >= 2.5")
+    for d in (dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=96, vocab_size=300),
+              dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=300, n_positions=64)):
+        hf_cfg = transformers.AutoConfig.for_model(**d)
+        hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+        opt = torch.optim.Adafactor(hf.parameters(), lr=1e-3)
+        x = torch.randint(0, 300, (1, 8))
+        hf(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        held = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+                   if torch.is_tensor(t) and t.numel() > 1)
+        assert optimizer_state_bytes(gm.TransformerConfig.from_hf(hf_cfg), "adafactor")[0] == held
