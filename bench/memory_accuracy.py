@@ -40,7 +40,7 @@ def predict_train(cfgs, row):
                               use_cache=row["use_cache"])
 
 
-def train_table(cfgs, rows, verbose=False, capacity=None):
+def train_table(cfgs, rows, verbose=False):
     """(split -> list of relative errors, list of OOM checks)."""
     base_max = max(r["base_alloc"] for r in rows)
     errs, ooms = {"dev": [], "heldout": []}, []
@@ -49,7 +49,6 @@ def train_table(cfgs, rows, verbose=False, capacity=None):
             continue
         m = predict_train(cfgs, r)
         if r["status"] == "oom":
-            total = capacity if capacity is not None else 0
             ooms.append((r, m))
             continue
         if r["status"] != "ok":
