@@ -295,8 +295,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     logit_bytes = T * V / tp
     loss_saved = 4 * logit_bytes  # log_softmax output
     logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
-    kv_transient = (layers * T * 8 * cfg.kv_dim / tp if (prec.is_amp and use_cache and ckpt != Checkpointing.full
-                                                        and not cfg.fused_qkv) else 0.0)
+    # under amp, RoPE makes k fp32 and the cache (created with k's dtype) promotes v to fp32 too; the cache
+    # lives until the output object is dropped. Without RoPE (gpt2) its bf16 copies are the saved k, v.
+    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.full and cfg.position == PositionType.rope
+    kv_transient = layers * T * 8 * cfg.kv_dim / tp if fp32_cache else 0.0
     held_out = (a * logit_bytes + kv_transient) if keep_outputs else 0.0
     runtime = float(cublas_workspace_bytes)
     base = weights + states + gathered + runtime
