@@ -88,7 +88,8 @@ class TimeEstimate:
     parallelism : float or ndarray
         Fraction of the GPU's tile (or row) slots doing useful work in the last wave.
     calibrated : bool
-        True when the parameters were measured on this GPU.
+        True when the parameters were fitted to kernels of this op family (and, for GEMMs, this
+        dtype) measured on this GPU.
     source : str
         Where the parameters come from.
     op : str
@@ -170,8 +171,11 @@ def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None
     g = _gpu(gpu)
     model, source = model_for(g, calibrated, calibration)
     pred = predict(model, op)
+    covered = model.covers(op)
+    if model.calibrated and not covered:
+        source += f"; but no {op.name} {op.dtype.value} kernels were measured: default efficiencies for it"
     return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
-                        _scalar(pred.overhead_s), _scalar(pred.parallelism), model.calibrated, source,
+                        _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, source,
                         op.name, g.name)
 
 

@@ -20,6 +20,12 @@ def test_h200_is_calibrated_and_others_say_they_are_not():
     assert not gm.estimate(op, "h200", calibrated=False).calibrated
 
 
+def test_families_the_calibration_did_not_measure_are_labelled_uncalibrated():
+    est = gm.estimate(gm.ops.cross_entropy(4096, 32000), "h200")
+    assert not est.calibrated and "no cross_entropy" in est.source
+    assert gm.estimate(gm.ops.softmax(4096, 32000), "h200").calibrated
+
+
 def test_vectorized_matches_scalar_calls():
     m = np.array([1, 64, 1000, 4096, 16384])
     vec = gm.estimate_time(gm.ops.matmul(m, 4096, 4096), "h200")

@@ -143,6 +143,9 @@ class CalibrationModel:
     sm_count: int
     calibrated: bool = True
     name: str = ""
+    #: what the parameters were fitted to: op names, and ``"matmul:<dtype>"`` for GEMM dtypes;
+    #: empty means "everything" for a calibrated model
+    measured: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         bad = [k for k, v in self.params.items() if not (np.isfinite(v) and v > 0)]
@@ -152,7 +155,20 @@ class CalibrationModel:
             raise ValueError(f"sm_count must be >= 1, got {self.sm_count!r}")
 
     def replace(self, **params: float) -> "CalibrationModel":
-        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name)
+        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured)
+
+    def covers(self, op: Any) -> bool:
+        """Whether this op's family (and, for GEMMs, dtype) was among the measured kernels."""
+        if not self.calibrated:
+            return False
+        if not self.measured:
+            return True
+        if op.name in ("matmul", "bmm"):
+            dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+            return op.name in self.measured and f"matmul:{dt}" in self.measured
+        if op.name == "fused":
+            return all(self.covers(part) for part in op.parts)
+        return op.name in self.measured
 
 
 @dataclass(frozen=True)

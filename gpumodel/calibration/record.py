@@ -111,8 +111,13 @@ class Calibration(BaseModel):
     # ------------------------------------------------------------------ use
     def model(self) -> CalibrationModel:
         """The calibrated :class:`~gpumodel.calibration.model.CalibrationModel`."""
+        measured = {p.op for p in self.points}
+        measured |= {f"matmul:{p.dtype}" for p in self.points if p.op in ("matmul", "bmm")}
+        if not self.points:  # a record without its points: trust the families it reports errors for
+            measured = {f.replace("_fwd", "").replace("_bwd", "") for f in self.fit_error if f != "overall"}
+            measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
         return CalibrationModel(dict(self.parameters), self.sm_count, calibrated=True,
-                                name=f"{self.gpu} calibration of {self.date[:10]}")
+                                name=f"{self.gpu} calibration of {self.date[:10]}", measured=frozenset(measured))
 
     def efficiencies(self, gpu: Any = None) -> dict[str, float]:
         """Fitted rates as fractions of the datasheet (``flops_bf16 / peak bf16``, ``bandwidth / HBM``)."""
