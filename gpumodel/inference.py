@@ -91,6 +91,12 @@ class InferenceMemory:
         return (f"InferenceMemory(peak={self.peak_bytes / 2**30:.2f} GiB at {self.peak_moment}, "
                 f"weights={self.weights_bytes / 2**30:.2f} GiB, kv_cache={self.kv_cache_bytes / 2**30:.2f} GiB)")
 
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{np.max(v) / 2**30:.3f}</td></tr>"
+                       for k, v in self.breakdown.items())
+        return (f"<b>InferenceMemory</b>: peak {np.max(self.peak_bytes) / 2**30:.2f} GiB at "
+                f"{self.peak_moment}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")
+
 
 def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *, new_tokens=0, mode="generate",
                      attention="sdpa", group_size: int = 128, tp: int = 1,

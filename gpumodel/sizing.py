@@ -77,9 +77,13 @@ def max_batch_size(model, gpu, seq_len, training: bool = True, limit: int = 1 <<
 
 def max_seq_len(model, gpu, batch_size, training: bool = True, multiple_of: int = 1, limit: int | None = None,
                 **kwargs) -> int:
-    """Largest sequence length (a multiple of ``multiple_of``) that fits (0 if none)."""
+    """Largest sequence length (a multiple of ``multiple_of``) that fits (0 if none).
+
+    Models with learned position embeddings (gpt2) stop at ``max_position_embeddings``.
+    """
     cfg, g = _resolve(model, gpu)
-    limit = limit or 1 << 24
+    if limit is None:
+        limit = cfg.max_position_embeddings if cfg.position.value == "learned" else 1 << 24
     n = _largest(lambda k: bool(fits(cfg, g, batch_size, k * multiple_of, training, **kwargs)), limit // multiple_of)
     return n * multiple_of
 

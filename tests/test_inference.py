@@ -72,3 +72,8 @@ def test_measured_inference():
     assert len(errs) == 20
     assert statistics.median(errs) <= 0.03
     assert max(errs) <= 0.10
+
+
+def test_repr_and_html():
+    m = gm.inference_memory("gpt2", 2, 128)
+    assert "GiB" in repr(m) and "<table>" in m._repr_html_()

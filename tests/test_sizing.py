@@ -67,3 +67,12 @@ def test_cli_memory_table_and_hf_config(tmp_path, capsys):
     assert "fits in h100-sxm" in text and "largest batch" in text
     assert main(["memory", "llama-3-8b", "--inference", "--batch", "4"]) == 0
     assert main(["memory", "no-such-model"]) == 1
+
+
+def test_max_seq_len_stops_at_learned_positions():
+    assert gm.max_seq_len("gpt2", "h200", batch_size=1) == 1024  # n_positions
+
+
+def test_cli_bad_config_path(tmp_path, capsys):
+    assert main(["memory", "--hf-config", str(tmp_path / "missing.json")]) == 1
+    assert "cannot read" in capsys.readouterr().err

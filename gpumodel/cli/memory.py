@@ -49,7 +49,16 @@ def _memory(args: argparse.Namespace) -> int:
             print_table(["model", "parameters"], [(n, f"{gm.model(n).num_parameters() / 1e9:.2f} B") for n in names])
         return 0
     if args.hf_config:
-        cfg = gm.TransformerConfig.from_hf(args.hf_config)
+        import json
+        from pathlib import Path
+
+        path = Path(args.hf_config)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--hf-config {path}: cannot read a JSON config ({exc})") from None
+        fallback = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        cfg = gm.TransformerConfig.from_hf(data, name=data.get("_name_or_path") or fallback)
     elif args.model:
         cfg = gm.model(args.model)
     else:
