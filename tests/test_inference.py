@@ -77,3 +77,17 @@ def test_measured_inference():
 def test_repr_and_html():
     m = gm.inference_memory("gpt2", 2, 128)
     assert "GiB" in repr(m) and "<table>" in m._repr_html_()
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 64), s=st.integers(1, 8192), new=st.integers(0, 512),
+       dtype=st.sampled_from(["bf16", "fp32", "int8", "int4"]), mode=st.sampled_from(["generate", "prefill"]))
+def test_inference_monotone(b, s, new, dtype, mode):
+    cfg = gm.model("llama-3.2-1b")
+    m = gm.inference_memory(cfg, b, s, dtype=dtype, new_tokens=new, mode=mode).peak_bytes
+    assert gm.inference_memory(cfg, b + 1, s, dtype=dtype, new_tokens=new, mode=mode).peak_bytes >= m
+    assert gm.inference_memory(cfg, b, s + 1, dtype=dtype, new_tokens=new, mode=mode).peak_bytes >= m
+    assert gm.inference_memory(cfg, b, s, dtype=dtype, new_tokens=new + 1, mode=mode).peak_bytes >= m

@@ -77,3 +77,12 @@ def test_max_seq_len_stops_at_learned_positions():
 def test_cli_bad_config_path(tmp_path, capsys):
     assert main(["memory", "--hf-config", str(tmp_path / "missing.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None)
+@given(s=st.integers(64, 8192))
+def test_max_batch_never_grows_with_sequence(s):
+    assert gm.max_batch_size("gpt2-medium", "a100-sxm4-40gb", s) >= gm.max_batch_size("gpt2-medium", "a100-sxm4-40gb", s + 64)
