@@ -10,7 +10,8 @@ prediction of whether they fit. Inference runs follow.
 The measured values are relative to the memory allocated before each run, which already held
 the cuBLAS workspaces (two of 32 MiB: the main thread's and autograd's), so the comparison
 leaves gpumodel's ``cublas_workspace`` component out; the very first run created autograd's
-workspace inside its measurement and is compared with 32 MiB of it.
+workspace inside its measurement and is compared with 32 MiB of it. The ``baseline`` line is the
+usual calculator formula (parameters x bytes per parameter + Korthikanti activations), for contrast.
 """
 
 from __future__ import annotations
@@ -64,6 +65,24 @@ def train_table(cfgs, rows, verbose=False):
     return errs, ooms
 
 
+def baseline_errors(cfgs, rows):
+    """Errors of the usual calculator formula: weights + gradients + optimizer states (bytes per parameter
+    by precision) + activations of Korthikanti et al. without recomputation, 34*s*b*h per layer in 16-bit
+    (flash attention, no S x S term), 2*s*b*h per layer with full checkpointing; no logits or loss."""
+    errs = {"dev": [], "heldout": []}
+    for r in rows:
+        if r["kind"] != "train" or r["status"] != "ok":
+            continue
+        cfg = cfgs[r["shape"]]
+        wb = 2 if r["precision"] == "bf16" else 4
+        states = {"adamw": 2, "sgd": 0, "sgd_momentum": 1}[r["optimizer"]] * wb
+        tokens = r["batch"] * r["seq"]
+        per_layer = (2 if r["checkpointing"] else 34) * tokens * cfg.hidden_size
+        pred = cfg.num_parameters() * (2 * wb + states) + cfg.num_layers * per_layer
+        errs[r["set"]].append(pred / r["peak_bytes"] - 1)
+    return errs
+
+
 def infer_table(cfgs, rows, verbose=False):
     errs = {"dev": [], "heldout": []}
     for r in rows:
@@ -105,6 +124,7 @@ def main(argv=None):
               f"predicted peak {m.peak_bytes / GiB:.1f} GiB vs {capacity / GiB:.1f} GiB -> {verdict}")
     ierrs = infer_table(cfgs, rows, args.verbose)
     summary("training", errs)
+    summary("baseline", baseline_errors(cfgs, rows))
     summary("inference", ierrs)
 
 
