@@ -45,11 +45,14 @@ def fits(model, gpu, batch_size, seq_len, training: bool = True, **kwargs):
     """Whether the run fits in one GPU's memory (broadcasts over batch_size and seq_len).
 
     ``kwargs`` go to :func:`~gpumodel.training_memory` (or :func:`~gpumodel.inference_memory`
-    when ``training=False``).
+    when ``training=False``), except ``capacity_bytes``, which replaces the GPU's ``memory_bytes``
+    (e.g. with what ``torch.cuda.mem_get_info`` reports, or less to keep a margin); the other
+    sizing functions pass it on too.
     """
     cfg, g = _resolve(model, gpu)
+    capacity = kwargs.pop("capacity_bytes", None) or g.memory_bytes
     need = required_bytes(cfg, batch_size, seq_len, training, **kwargs)
-    out = np.asarray(need) <= g.memory_bytes
+    out = np.asarray(need) <= capacity
     return out if out.ndim else np.bool_(out)
 
 
@@ -130,6 +133,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
     per GPU wins. Returns None when nothing up to ``max_gpus`` fits.
     """
     cfg, g = _resolve(model, gpu)
+    capacity = kwargs.pop("capacity_bytes", None) or g.memory_bytes
     n = 1
     while n <= max_gpus:
         best = None
@@ -138,7 +142,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
                 continue
             m = training_memory(cfg, batch_size, seq_len, dp=dp, tp=tp, pp=pp, zero_stage=zero,
                                 sequence_parallel=tp > 1, gradient_accumulation_steps=max(pp, 1), **kwargs)
-            if m.total_bytes <= g.memory_bytes and (best is None or m.total_bytes < best.per_gpu_bytes):
+            if m.total_bytes <= capacity and (best is None or m.total_bytes < best.per_gpu_bytes):
                 best = Plan(n, dp, tp, pp, zero, float(m.total_bytes), g.name, m)
         if best is not None:
             return best

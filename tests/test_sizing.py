@@ -86,3 +86,10 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @given(s=st.integers(64, 8192))
 def test_max_batch_never_grows_with_sequence(s):
     assert gm.max_batch_size("gpt2-medium", "a100-sxm4-40gb", s) >= gm.max_batch_size("gpt2-medium", "a100-sxm4-40gb", s + 64)
+
+
+def test_capacity_override():
+    # what torch reports for an H200 (150,109,880,320 B) admits a larger batch than the 141 GB datasheet value
+    big = gm.max_batch_size("llama-3.2-1b", "h200", 2048, capacity_bytes=150_109_880_320)
+    assert big >= gm.max_batch_size("llama-3.2-1b", "h200", 2048)
+    assert not gm.fits("gpt2", "h200", 1, 128, capacity_bytes=1e9)
