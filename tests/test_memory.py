@@ -214,3 +214,30 @@ def test_adafactor_states_match_torch_when_installed():
         held = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
                    if torch.is_tensor(t) and t.numel() > 1)
         assert optimizer_state_bytes(gm.TransformerConfig.from_hf(hf_cfg), "adafactor")[0] == held
+
+
+def test_layer_activations_match_saved_tensors_on_the_gpu():
+    """Every tensor autograd saved in decoder layer 1 (probes.jsonl, recorded with saved_tensors_hooks on the
+    H200), deduplicated by storage, without the autocast weight copies, against layer_activation_bytes."""
+    from gpumodel.activations import layer_activation_bytes
+
+    shapes = json.loads((DATA / "shapes.json").read_text())
+    probes = [json.loads(x) for x in (DATA / "probes.jsonl").read_text().splitlines()]
+    assert len(probes) >= 9
+    for p in probes:
+        cfg = gm.TransformerConfig.from_hf(shapes[p["shape"]]["hf_config"])
+        tokens = p["batch"] * p["seq"]
+        seen, total = set(), 0
+        for s in p["saved"]:
+            if s["is_param"] or s["ptr"] in seen:
+                continue
+            seen.add(s["ptr"])
+            parts = s["module"].split(".")
+            if "1" not in parts or not ({"layers", "h"} & set(parts)):
+                continue
+            weight_copy = s["grad_fn"] == "TBackward0" or (
+                s["grad_fn"] == "ToCopyBackward0" and len(s["shape"]) == 2 and s["shape"][0] != tokens)
+            if not weight_copy:
+                total += s["storage_bytes"]
+        predicted = float(layer_activation_bytes(cfg, tokens, p["seq"], p["precision"], p["attn"]))
+        assert abs(total - predicted) <= 64, (p["shape"], p["precision"], p["attn"])  # 16 B of RNG seeds
