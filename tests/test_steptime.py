@@ -55,3 +55,29 @@ def test_bad_input(kwargs, match):
     args = {"batch_size": 1, "seq_len": 128} | kwargs
     with pytest.raises(ValueError, match=match):
         gm.training_step_time("gpt2", "h100", **args)
+
+
+def test_adamw_foreach_passes_move_80_bytes_per_fp32_parameter():
+    # torch's foreach AdamW, 8 passes: reads 1+2+1+2+1+1+1+3 = 12 tensors, writes 8 -> 20 x 4 B = 80 B per parameter
+    cfg = gm.model("gpt2")
+    opt = step_kernels(cfg, 1, 128, precision="amp_bf16", optimizer="adamw")["optimizer"]
+    total = sum(n * float(op.bytes) for op, n in opt)
+    assert total == pytest.approx(80 * cfg.num_parameters())
+
+
+def test_autocast_residual_add_reads_fp32_and_bf16():
+    # amp: residual stream fp32 (4 B) + bf16 branch (2 B) read, fp32 written: 10 B per element
+    from gpumodel.stepkernels import _layer
+    cfg = gm.model("llama-3.2-1b")
+    t = 2 * 64
+    layer = _layer(cfg, 2, 64, "amp_bf16")
+    last = layer.forward[-1]
+    assert float(last.bytes) == pytest.approx(t * cfg.hidden_size * (4 + 2 + 4))
+
+
+def test_gpt2_gelu_new_is_eight_unfused_kernels():
+    from gpumodel.stepkernels import _layer
+    cfg = gm.model("gpt2")
+    layer = _layer(cfg, 1, 32, "bf16")
+    mlp_width = [op for op in layer.forward if op.name == "elementwise" and float(op.shape["numel"]) == 32 * 3072]
+    assert len(mlp_width) == 8
