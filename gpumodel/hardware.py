@@ -144,6 +144,8 @@ class GPUSpec(_Record):
     tensor_cores_per_sm: int = Field(ge=0)
     boost_clock: Hertz
     memory_bytes: Bytes = Field(description="device memory capacity as the datasheet states it [byte]")
+    memory_bytes_visible: Bytes | None = Field(
+        default=None, description="device memory the CUDA runtime reports as total (cudaMemGetInfo; else nvidia-smi memory.total) [byte], where known")
     memory_type: str
     memory_bandwidth: BytesPerSecond
     l2_bytes: Bytes
@@ -235,6 +237,15 @@ class GPUSpec(_Record):
     def fp32_peak_from_cores(self) -> float:
         """SM count x FP32 lanes x 2 FLOP/FMA x boost clock [FLOP/s]."""
         return self.sm_count * self.fp32_cores_per_sm * 2.0 * self.boost_clock
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Device memory a process can see [byte]: the driver's figure where known, else the datasheet's.
+
+        Datasheets round (the H200's "141 GB" is 150.1e9 B to the CUDA runtime), so fits-or-not answers
+        use this figure.
+        """
+        return self.memory_bytes_visible if self.memory_bytes_visible is not None else self.memory_bytes
 
     @property
     def nvlink_bandwidth(self) -> float:

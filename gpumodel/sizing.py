@@ -1,7 +1,7 @@
 """Sizing: does it fit, the largest batch or sequence that fits, the fewest GPUs, which GPUs.
 
 All answers compare :attr:`TrainingMemory.total_bytes` (allocated peak x allocator reserve +
-CUDA context) or the inference equivalent with the GPU's ``memory_bytes``. Memory grows
+CUDA context) or the inference equivalent with the GPU's ``usable_memory_bytes`` (the driver's figure where known). Memory grows
 monotonically with batch size and sequence length, so the searches are bisections over the
 vectorized memory functions.
 
@@ -11,7 +11,7 @@ Examples
 >>> bool(gm.fits("llama-3.2-1b", "h100", batch_size=4, seq_len=1024))
 True
 >>> gm.max_batch_size("llama-3.2-1b", "h100", seq_len=1024)
-14
+16
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ def fits(model, gpu, batch_size, seq_len, training: bool = True, **kwargs):
     """Whether the run fits in one GPU's memory (broadcasts over batch_size and seq_len).
 
     ``kwargs`` go to :func:`~gpumodel.training_memory` (or :func:`~gpumodel.inference_memory`
-    when ``training=False``), except ``capacity_bytes``, which replaces the GPU's ``memory_bytes``
+    when ``training=False``), except ``capacity_bytes``, which replaces the GPU's ``usable_memory_bytes``
     (e.g. with what ``torch.cuda.mem_get_info`` reports, or less to keep a margin); the other
     sizing functions pass it on too.
     """
     cfg, g = _resolve(model, gpu)
-    capacity = kwargs.pop("capacity_bytes", None) or g.memory_bytes
+    capacity = kwargs.pop("capacity_bytes", None) or g.usable_memory_bytes
     need = required_bytes(cfg, batch_size, seq_len, training, **kwargs)
     out = np.asarray(need) <= capacity
     return out if out.ndim else np.bool_(out)
@@ -133,7 +133,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
     per GPU wins. Returns None when nothing up to ``max_gpus`` fits.
     """
     cfg, g = _resolve(model, gpu)
-    capacity = kwargs.pop("capacity_bytes", None) or g.memory_bytes
+    capacity = kwargs.pop("capacity_bytes", None) or g.usable_memory_bytes
     n = 1
     while n <= max_gpus:
         best = None
@@ -158,5 +158,5 @@ def rank_gpus(model, batch_size, seq_len, gpus=None, **kwargs) -> list[Plan]:
         raise MemoryArgumentError("batch_size and seq_len are required")
     records = [(_gpu(x) if isinstance(x, str) else x) for x in gpus] if gpus is not None else all_gpus()
     plans = [p for p in (min_gpus(model, g, batch_size, seq_len, **kwargs) for g in records) if p is not None]
-    mem = {g.name: g.memory_bytes for g in records}
+    mem = {g.name: g.usable_memory_bytes for g in records}
     return sorted(plans, key=lambda p: (p.num_gpus, mem[p.gpu] - p.per_gpu_bytes))

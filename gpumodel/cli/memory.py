@@ -74,12 +74,12 @@ def _memory(args: argparse.Namespace) -> int:
                   zero_stage=args.zero, dp=args.dp, tp=args.tp, pp=args.pp, sequence_parallel=args.sp)
         m = gm.training_memory(cfg, args.batch, args.seq, **kw)
         moment = m.peak_moment
-    headroom = gpu.memory_bytes - m.total_bytes
+    headroom = gpu.usable_memory_bytes - m.total_bytes
     best = max_batch_size(cfg, gpu, args.seq, training=not args.inference, **kw)
     result = dict(model=cfg.name, parameters=cfg.num_parameters(), gpu=gpu.name, batch_size=args.batch,
                   seq_len=args.seq, mode="inference" if args.inference else "training", peak_bytes=m.peak_bytes,
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
-                  total_bytes=m.total_bytes, gpu_memory_bytes=gpu.memory_bytes, fits=bool(headroom >= 0),
+                  total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(headroom >= 0),
                   headroom_bytes=headroom, max_batch_size=best, options=kw)
     if args.json:
         print_json(result)
@@ -92,6 +92,6 @@ def _memory(args: argparse.Namespace) -> int:
     rows.append(("total with CUDA context", f"{m.total_bytes / GiB:.2f}", ""))
     print_table(["component", "GiB", "of peak"], rows)
     verdict = "fits" if headroom >= 0 else "does NOT fit"
-    print(f"{verdict} in {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
+    print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
     print(f"largest batch that fits at seq {args.seq}: {best}")
     return 0
