@@ -55,8 +55,8 @@ def plot_memory_breakdown(results: Mapping[str, object] | Sequence[object], gpu=
         from .gpus import gpu as _gpu
 
         g = _gpu(gpu) if isinstance(gpu, str) else gpu
-        ax.axhline(g.memory_bytes / scale, color="k", ls="--", lw=1)
-        ax.text(len(labels) - 0.5, g.memory_bytes / scale, f" {g.name}", va="bottom", ha="right", fontsize=8)
+        ax.axhline(g.usable_memory_bytes / scale, color="k", ls="--", lw=1)
+        ax.text(len(labels) - 0.5, g.usable_memory_bytes / scale, f" {g.name}", va="bottom", ha="right", fontsize=8)
     ax.set_ylabel(f"memory at the peak [{unit}]")
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return ax

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 import gpumodel as gm
 from gpumodel.cli import main
 
@@ -36,3 +38,10 @@ def test_unknown_gpu_is_a_clear_error(capsys):
 
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
+
+
+def test_memory_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "mem.png"
+    assert main(["memory", "gpt2", "--gpu", "h100", "--batch", "4", "--seq", "512", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

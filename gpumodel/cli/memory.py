@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-dtype", default=None, help="inference KV-cache dtype (default: activation dtype)")
     p.add_argument("--new-tokens", type=int, default=256, help="inference: tokens generated after the prompt")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", metavar="PNG", help="write a stacked-bar breakdown (this batch and the largest that fits)")
     p.set_defaults(func=_memory)
 
 
@@ -81,6 +82,8 @@ def _memory(args: argparse.Namespace) -> int:
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
                   total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(headroom >= 0),
                   headroom_bytes=headroom, max_batch_size=best, options=kw)
+    if args.plot:
+        _plot(args, cfg, gpu, m, best, kw)
     if args.json:
         print_json(result)
         return 0
@@ -95,3 +98,18 @@ def _memory(args: argparse.Namespace) -> int:
     print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
     print(f"largest batch that fits at seq {args.seq}: {best}")
     return 0
+
+
+def _plot(args: argparse.Namespace, cfg, gpu, m, best: int, kw: dict) -> None:
+    """Stacked bars for the requested batch and, when different, the largest batch that fits."""
+    import gpumodel as gm
+    from gpumodel.plot_memory import plot_memory_breakdown
+
+    runs = {f"batch {args.batch}": m}
+    if best and best != args.batch:
+        fn = gm.inference_memory if args.inference else gm.training_memory
+        runs[f"batch {best} (largest that fits)"] = fn(cfg, best, args.seq, **kw)
+    ax = plot_memory_breakdown(runs, gpu=gpu)
+    ax.set_title(f"{cfg.name} on {gpu.name}, seq {args.seq}")
+    ax.figure.savefig(args.plot, dpi=150, bbox_inches="tight")
+    print(f"wrote {args.plot}")
