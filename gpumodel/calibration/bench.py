@@ -120,16 +120,25 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
             for m in ms:
                 for n, k in (nks if full else nks[1:3]):
                     cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
-            if full:  # large problems (the compute ceiling under sustained load) and more skinny ones
-                for m, n, k in _random_gemms(rng, 24, 8e12, lo=1024, hi=24576, multiple_of=(128, 64)):
-                    cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+            if full:  # large problems (the compute ceiling under sustained load) and more skinny ones;
+                # half of them as nn.Linear runs them (x @ W.T, W stored [n, k])
+                for i, (m, n, k) in enumerate(_random_gemms(rng, 24, 8e12, lo=1024, hi=24576,
+                                                            multiple_of=(128, 64))):
+                    cases.append(_case("matmul", ("mm", "linear")[i % 2], dt, m=m, n=n, k=k))
                 for m in (1, 16, 64):
                     for n, k in ((1024, 1024), (2560, 9728), (9728, 2560), (49152, 3072), (20480, 20480)):
                         cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
-    # batched GEMMs (bf16)
+                for m in (1, 3, 8, 24, 48, 100, 200, 400):
+                    for n, k in ((3072, 3072), (7168, 2048), (2048, 7168), (18432, 6144), (65536, 2048)):
+                        cases.append(_case("matmul", "linear", dt, m=m, n=n, k=k))
+    # batched GEMMs (bf16), a few of them batched decode GEMVs
     for _ in range(24 if full else 5):
         b = _loguniform(rng, 2, 96)
         m, n, k = (_loguniform(rng, 32, 2048, 16) for _ in range(3))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+    for _ in range(8 if full else 0):
+        b, m = _loguniform(rng, 8, 512), _loguniform(rng, 1, 16)
+        n, k = _loguniform(rng, 64, 8192, 64), _loguniform(rng, 64, 8192, 64)
         cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
     # memory-bound ops from far below to far above L2; numel=1 is the launch floor
     exps = range(0, 29, 2) if full else range(0, 29, 4)
@@ -154,6 +163,9 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
             rows, cols = _loguniform(rng, 1, 65536), _loguniform(rng, 1024, 262144)
             if rows * cols <= 2**28:
                 cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        for _ in range(8 if full else 0):  # many rows of transformer widths
+            rows, cols = _loguniform(rng, 256, 32768), _loguniform(rng, 2048, 16384, 64)
+            cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
     # flash attention, forward and backward
     seqs = [256, 1024, 2048, 8192] if full else [1024, 4096]
     for seq in seqs:

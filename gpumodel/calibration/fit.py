@@ -31,7 +31,9 @@ __all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors
            "fit_calibration", "calibrate", "UPPER_BOUNDS"]
 
 #: parameters that are fractions or exponents, with their upper bounds
-UPPER_BOUNDS = {"overlap_p": 16.0, "vector_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
+UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
+                                                      "cross_entropy", "embedding")},
+                "overlap_p": 16.0, "vector_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
                 **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum",
                                                 "cross_entropy", "embedding")},
                 **{f"rows_per_sm_{f}": 32.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
@@ -141,9 +143,9 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     rows = sorted(fams & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding"})
     if rows:
-        free.append("row_latency_s")
+        free += ["row_latency_s"]
     for fam in rows:
-        free += [f"bw_eff_{fam}", f"row_rate_{fam}", f"rows_per_sm_{fam}"]
+        free += [f"bw_eff_{fam}", f"row_rate_{fam}", f"rows_per_sm_{fam}", f"unaligned_eff_{fam}"]
     if fams & {"attention_fwd", "attention_bwd"}:
         free += ["attn_overlap_p"]
     for d in ("fwd", "bwd"):

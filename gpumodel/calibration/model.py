@@ -85,6 +85,8 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "split_overhead_s": ("s", "extra time of a split-K GEMM (the partial-sum reduction pass)"),
     "vector_flops": ("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)"),
     "row_latency_s": ("s", "fixed time of one row of a row-wise kernel (reductions, sync)"),
+    **{f"unaligned_eff_{f}": ("1", f"rate factor of {f} when a row is not a multiple of 16 bytes (no vector loads)")
+       for f in ROW_FAMILIES},
     "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
     "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
     "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
@@ -124,6 +126,7 @@ def default_parameters(gpu: Any) -> dict[str, float]:
     for f in ROW_FAMILIES:
         p[f"row_rate_{f}"] = 1e9
         p[f"rows_per_sm_{f}"] = 4.0
+        p[f"unaligned_eff_{f}"] = 0.7
     for d in GEMM_DTYPES:
         if gpu.supports(d):
             p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
@@ -272,13 +275,16 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
 def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     p, P = model.params, float(model.sm_count)
     fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
-    t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
+    eff = p[f"bw_eff_{fam}"]
+    if "rows" in op.shape and "cols" in op.shape:  # rows of 16-byte multiples load vectorized
+        eff = eff * np.where(np.mod(_f(op.shape["cols"]) * _bpe(op), 16.0) == 0, 1.0, p[f"unaligned_eff_{fam}"])
+    t_m = _f(op.bytes) / (p["bandwidth"] * eff)
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
     if "rows" in op.shape and f"rows_per_sm_{fam}" in p:
         rows, cols = _f(op.shape["rows"]), _f(op.shape["cols"])
         slots = P * p[f"rows_per_sm_{fam}"]
         waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
-        t_rows = waves * (p["row_latency_s"] + cols / p[f"row_rate_{fam}"])
+        t_rows = waves * (p["row_latency_s"] + cols / (p[f"row_rate_{fam}"] * eff / p[f"bw_eff_{fam}"]))
         par = rows / (waves * slots)
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
