@@ -77,3 +77,37 @@ def test_events_timing_on_gpu():
                   flush=flush)
     assert 0 < small["time_s"] < big["time_s"]
     assert 2 * 4096**3 / big["time_s"] < 1.2e15          # below any dense bf16 peak of 2024-era GPUs
+
+
+def test_device_names_map_to_gpu_specs():
+    from gpumodel.calibration.fit import gpu_for_device
+
+    assert gpu_for_device("NVIDIA H200").name == "h200-sxm"
+    assert gpu_for_device("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+
+
+def test_cli_calibrate_without_a_gpu_says_so(capsys, tmp_path):
+    pytest.importorskip("torch", reason="with no torch the message differs (tested below)")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from gpumodel.cli import main
+
+    assert main(["calibrate", "--quick", "--out", str(tmp_path / "x.yaml")]) == 1
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_cli_calibrate_from_points_needs_no_gpu(tmp_path, capsys):
+    from pathlib import Path
+
+    from gpumodel.calibration.record import load_calibration
+    from gpumodel.cli import main
+
+    data = Path(__file__).parent / "data" / "calibration" / "quick.jsonl"
+    out = tmp_path / "mine.yaml"
+    assert main(["calibrate", "--from-points", str(data), "--out", str(out)]) == 0
+    cal = load_calibration(out)
+    assert cal.gpu == "h200-sxm" and len(cal.points) == 122
+    assert "wrote" in capsys.readouterr().out

@@ -96,3 +96,19 @@ def test_row_ops_never_beat_the_roofline_and_grow_with_rows(rows, cols, family):
     t = gm.estimate_time(f(np.array([rows, 2 * rows]), cols), "h200")
     assert t[0] >= gm.roofline(f(rows, cols), "h200").time_s * (1 - 1e-9)
     assert t[1] >= t[0]
+
+
+def test_cli_estimate_json(capsys, tmp_path):
+    import json
+
+    from gpumodel.cli import main
+
+    assert main(["estimate", "--gpu", "h200,a100", "matmul", "4096", "4096", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    h200, a100 = out["results"]
+    assert h200["calibrated"] and not a100["calibrated"]
+    assert h200["time_s"] == pytest.approx(gm.estimate_time(gm.ops.matmul(4096, 4096, 4096), "h200"))
+    path = calibration_for("h200").save(tmp_path / "c.yaml")
+    assert main(["estimate", "--gpu", "h200", "softmax", "4096", "32000", "--calibration", str(path)]) == 0
+    assert "calibrated on" in capsys.readouterr().out
+    assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 1

@@ -28,7 +28,7 @@ import numpy as np
 from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
 
 __all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors", "accuracy_table",
-           "fit_calibration", "calibrate", "UPPER_BOUNDS"]
+           "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
 
 #: parameters that are fractions or exponents, with their upper bounds
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
@@ -253,16 +253,31 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
                f"{', '.join(report['free'])}; the others keep their datasheet defaults"))
 
 
+def gpu_for_device(device_name: str):
+    """The GPU spec for the name the driver reports (``"NVIDIA H200"``, ``"NVIDIA H100 80GB HBM3"``).
+
+    Tries the full name, then without the vendor prefix, then shorter and shorter prefixes
+    (``"H100 80GB"``, ``"H100"``); raises the catalog's error (with close names) if none matches,
+    in which case pass the GPU's name explicitly.
+    """
+    from gpumodel.gpus import gpu as _gpu
+    from gpumodel.specs import UnknownNameError
+
+    words = str(device_name).replace("NVIDIA ", "").split()
+    for candidate in [str(device_name)] + [" ".join(words[:n]) for n in range(len(words), 0, -1)]:
+        try:
+            return _gpu(candidate)
+        except UnknownNameError:
+            continue
+    return _gpu(str(device_name))
+
+
 def calibrate(gpu: Any = None, mode: str = "full", out: str | Path | None = None, show_progress: bool = True):
     """Measure this machine's GPU with torch, fit, and (if ``out``) save the calibration YAML."""
     from . import bench
 
     env, points = bench.run_benchmarks(mode=mode, show_progress=show_progress)
-    if gpu is None:
-        from gpumodel.gpus import gpu as _gpu
-
-        gpu = _gpu(str(env.get("device_name", "")))
-    cal = fit_calibration(points, gpu, env)
+    cal = fit_calibration(points, gpu if gpu is not None else gpu_for_device(env.get("device_name", "")), env)
     if out is not None:
         cal.save(out)
     return cal

@@ -54,12 +54,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _fit_and_save(args: argparse.Namespace, env: dict, points: list) -> int:
-    from gpumodel.calibration.fit import fit_calibration, load_points
+    from gpumodel.calibration.fit import fit_calibration, gpu_for_device, load_points
     from gpumodel.gpus import gpu
 
     from ._common import print_json, print_table
 
-    g = gpu(args.gpu or str(env.get("device_name", "")))
+    g = gpu(args.gpu) if args.gpu else gpu_for_device(str(env.get("device_name", "")))
     validation = load_points(args.validation)[1] if args.validation else None
     cal = fit_calibration(points, g, env, validation=validation, source=args.source)
     path = cal.save(args.out)

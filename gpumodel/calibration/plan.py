@@ -1,0 +1,151 @@
+"""What a calibration measures: the kernel cases of the quick and full plans (no torch needed).
+
+A case is a plain ``dict`` ``{"op", "kernel", "dtype", "shape"}``: ``op``, ``shape`` and ``dtype``
+are the arguments of the :mod:`gpumodel.ops` constructor named ``op``; ``kernel`` names the
+PyTorch call that runs it (``mm``, ``linear``, ``bmm``, ``copy``, ``add``, ``sdpa``...).
+Random shapes come from a seeded generator, so a plan is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Iterable
+
+__all__ = ["Case", "fit_cases"]
+
+Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
+
+
+def _case(op: str, kernel: str, dtype: str, **shape: Any) -> Case:
+    return {"op": op, "kernel": kernel, "dtype": dtype, "shape": shape}
+
+
+def _loguniform(rng: random.Random, lo: int, hi: int, multiple: int = 1) -> int:
+    v = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    return max(multiple, int(round(v / multiple)) * multiple)
+
+
+def _random_gemms(rng: random.Random, count: int, max_flops: float, lo: int = 16, hi: int = 16384,
+                  multiple_of: tuple[int, ...] = (64, 8, 1)) -> list[tuple[int, int, int]]:
+    out = []
+    while len(out) < count:
+        mult = multiple_of[len(out) % len(multiple_of)]
+        m, n, k = (_loguniform(rng, lo, hi, mult) for _ in range(3))
+        if 2.0 * m * n * k <= max_flops:
+            out.append((m, n, k))
+    return out
+
+
+def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int = 0) -> list[Case]:
+    """The cases a calibration measures.
+
+    Parameters
+    ----------
+    mode : {"quick", "full"}
+        ``quick`` (about 100 cases, under a minute on a data-center GPU) or ``full`` (about
+        450 cases, a few minutes).
+    dtypes : iterable of str, optional
+        GEMM dtypes to include (default: bf16, fp16, fp32, tf32, fp8).
+    seed : int
+        Seed of the random GEMM shapes.
+
+    Examples
+    --------
+    >>> cases = fit_cases("quick")
+    >>> sorted({c["op"] for c in cases})  # doctest: +NORMALIZE_WHITESPACE
+    ['attention', 'bmm', 'elementwise', 'layer_norm', 'matmul', 'reduce_sum', 'rms_norm', 'softmax']
+    """
+    if mode not in ("quick", "full"):
+        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    full = mode == "full"
+    rng = random.Random(seed)
+    dtypes = list(dtypes) if dtypes is not None else ["bf16", "fp16", "fp32", "tf32", "fp8"]
+    cases: list[Case] = []
+    # GEMMs: squares, random shapes (log-uniform, some not multiples of 8), skinny shapes
+    squares = [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4608, 6144, 8192]
+    if not full:
+        squares = squares[::3]
+    for dt in dtypes:
+        main = dt == "bf16"
+        sq = squares if main or full else squares[::2]
+        if dt == "fp32":
+            sq = [s for s in sq if s <= 6144]
+        for s in sq:
+            cases.append(_case("matmul", "mm", dt, m=s, n=s, k=s))
+        count = (70 if main else 16) if full else (14 if main else 4)
+        mult = (64, 16) if dt == "fp8" else (64, 8, 1)
+        max_flops = 6e11 if dt in ("fp32",) else 1.5e12
+        for m, n, k in _random_gemms(rng, count, max_flops, multiple_of=mult):
+            cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+        if main:
+            ms = [1, 2, 8, 32, 128, 512] if full else [1, 32]
+            nks = [(2048, 2048), (6144, 6144), (12288, 3072), (3072, 12288), (24576, 6144)]
+            for m in ms:
+                for n, k in (nks if full else nks[1:3]):
+                    cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+            if full:  # large problems (the compute ceiling under sustained load) and more skinny ones;
+                # half of them as nn.Linear runs them (x @ W.T, W stored [n, k])
+                for i, (m, n, k) in enumerate(_random_gemms(rng, 24, 8e12, lo=1024, hi=24576,
+                                                            multiple_of=(128, 64))):
+                    cases.append(_case("matmul", ("mm", "linear")[i % 2], dt, m=m, n=n, k=k))
+                for m in (1, 16, 64):
+                    for n, k in ((1024, 1024), (2560, 9728), (9728, 2560), (49152, 3072), (20480, 20480)):
+                        cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+                for m in (1, 3, 8, 24, 48, 100, 200, 400):
+                    for n, k in ((3072, 3072), (7168, 2048), (2048, 7168), (18432, 6144), (65536, 2048)):
+                        cases.append(_case("matmul", "linear", dt, m=m, n=n, k=k))
+    # batched GEMMs (bf16), a few of them batched decode GEMVs
+    for _ in range(24 if full else 5):
+        b = _loguniform(rng, 2, 96)
+        m, n, k = (_loguniform(rng, 32, 2048, 16) for _ in range(3))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+    for _ in range(8 if full else 0):
+        b, m = _loguniform(rng, 8, 512), _loguniform(rng, 1, 16)
+        n, k = _loguniform(rng, 64, 8192, 64), _loguniform(rng, 64, 8192, 64)
+        cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+    # memory-bound ops from far below to far above L2; numel=1 is the launch floor
+    exps = range(0, 29, 2) if full else range(0, 29, 4)
+    for e in exps:
+        numel = 2**e
+        for kernel, inputs, fpe in (("copy", 1, 0), ("add", 2, 1), ("relu", 1, 1), ("gelu", 1, 8)):
+            cases.append(_case("elementwise", kernel, "bf16", numel=numel, inputs=inputs, outputs=1,
+                               flops_per_element=fpe))
+        if full or e >= 20:
+            cases.append(_case("elementwise", "add", "fp32", numel=numel, inputs=2, outputs=1,
+                               flops_per_element=1))
+    rows_list = [1, 16, 256, 2048, 16384, 131072] if full else [16, 2048, 65536]
+    cols_list = [128, 512, 2048, 12288, 32768, 131072] if full else [1024, 16384]
+    for family in ("softmax", "layer_norm", "rms_norm", "reduce_sum"):
+        for rows in rows_list:
+            for cols in cols_list:
+                if rows * cols <= 2**28:
+                    cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        for rows, cols in ((4096, 4096), (256, 65536)):
+            cases.append(_case(family, family, "fp32", rows=rows, cols=cols))
+        for _ in range(16 if full else 0):  # random shapes between the grid points
+            rows, cols = _loguniform(rng, 1, 65536), _loguniform(rng, 1024, 262144)
+            if rows * cols <= 2**28:
+                cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        for _ in range(8 if full else 0):  # many rows of transformer widths
+            rows, cols = _loguniform(rng, 256, 32768), _loguniform(rng, 2048, 16384, 64)
+            cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+    # flash attention, forward and backward
+    seqs = [256, 1024, 2048, 8192] if full else [1024, 4096]
+    for seq in seqs:
+        for head_dim in ((64, 128) if full else (128,)):
+            for causal in (False, True):
+                for backward in (False, True):
+                    batch = max(1, 8192 // seq)
+                    cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=16, seq=seq,
+                                       head_dim=head_dim, causal=causal, backward=backward))
+    if full:
+        for seq, heads, d in ((12288, 16, 128), (3584, 40, 128), (640, 64, 64)):
+            for causal in (False, True):
+                for backward in (False, True):
+                    cases.append(_case("attention", "sdpa", "bf16", batch=1, heads=heads, seq=seq,
+                                       head_dim=d, causal=causal, backward=backward))
+        for _ in range(12):
+            numel = _loguniform(rng, 1000, 3 * 10**8)
+            cases.append(_case("elementwise", "mul", "bf16", numel=numel, inputs=2, outputs=1, flops_per_element=1))
+    return cases
