@@ -1,47 +1,68 @@
 """The fitted efficiency model: time of one kernel from its :class:`~gpumodel.ops.OpCost` (numpy only).
 
 A datasheet roofline is a ceiling; a kernel runs slower because (1) the achievable tensor
-and memory rates are below the datasheet's, (2) a GEMM is cut into output tiles that are
-spread over the SMs in whole *waves*, so a problem of 133 tiles on 132 SMs takes two tile
-times, (3) a tile streams its operands from L2/shared memory at a finite rate per SM, so
-small tiles cannot reach the tensor-core rate, (4) every launch costs a fixed time, and
-(5) a row-wise kernel (softmax, norms, reductions) works on one row per block, so a few
-long rows use a few SMs. The model has one named parameter per mechanism; its values are
-fitted to measurements (:mod:`gpumodel.calibration.fit`) or, for a GPU with no
-calibration, set from the datasheet with the default efficiencies of :data:`DEFAULT_EFFICIENCY`.
+and memory rates are below the datasheet's (clocks drop under sustained load: a power limit),
+(2) a GEMM is cut into output tiles spread over the SMs in whole *waves* (133 tiles on 132 SMs
+take two tile times) unless the library splits the k-loop (split-K, stream-K) at the price of a
+fix-up pass, (3) a tile streams its operands from L2/shared memory at a finite rate per SM, so
+small tiles cannot reach the tensor-core rate, (4) operands whose rows are not multiples of 16
+bytes cannot use the vectorized (TMA) kernels, (5) every launch costs a fixed time, (6) a few
+SMs cannot pull the whole memory bandwidth, and (7) a row-wise kernel (softmax, norms,
+reductions) works on a row per block, so a few long rows keep a few SMs busy. The model has a
+named parameter per mechanism (:data:`PARAMETERS`); its values are fitted to measurements
+(:mod:`gpumodel.calibration.fit`) or, for a GPU with no calibration, set from the datasheet with
+the default efficiencies of :data:`DEFAULT_EFFICIENCY`. Times are those of a kernel timed the way
+``triton.testing.do_bench`` times it (L2 flushed before each run, median).
 
 Notes
 -----
-GEMM (``matmul``, ``bmm``), for each candidate tile :math:`T_m \\times T_n` and split-K
-factor :math:`s`, with :math:`P` SMs, :math:`R` the achievable FLOP/s of the dtype and
-:math:`B_{L2}` the operand-feed bandwidth:
+GEMM (``matmul``, ``bmm``), for each candidate tile :math:`T_m \\times T_n` (:data:`TILES`) and
+split-K factor :math:`s` (:data:`SPLITS`), with :math:`P` SMs, :math:`R` the achievable FLOP/s of
+the dtype (capped at :math:`R_u` when operands are not 16-byte aligned) and :math:`B_{L2}` the
+operand-feed bandwidth:
 
 .. math::
 
-    N_{tiles} = b \\lceil m/T_m \\rceil \\lceil n/T_n \\rceil s, \\quad
-    W = \\lceil N_{tiles} / P \\rceil, \\quad k_s = \\lceil k/s \\rceil
+    N = b \\lceil m/T_m \\rceil \\lceil n/T_n \\rceil s, \\quad
+    W = \\lceil N / P \\rceil, \\quad k_s = \\lceil k/s \\rceil
 
-    t_{tile} = t_0 + \\max\\left(\\frac{2 T_m T_n k_s}{\\eta R / P},
+    t_{tile} = t_0 + \\max\\left(\\frac{2 T_m T_n k_s}{R / P},
                \\frac{(\\min(T_m, m) + \\min(T_n, n)) k_s e}{B_{L2} / P}\\right)
 
-    t_c = W t_{tile}, \\quad t_m = \\frac{Q + [s>1]\\, 8 b m n s}{B}, \\quad
-    t = t_{launch} + \\min_{T, s} (t_c^p + t_m^p)^{1/p}
+    t_c = W t_{tile}, \\quad t_m = \\frac{Q + [s>1]\\, 8 b m n s}{\\min(B, \\min(N, P) B_{SM})}
+
+    t = t_{launch} + \\min_{T, s} \\left[(t_c^p + t_m^p)^{1/p} + [s>1]\\, t_{split}\\right]
 
 with :math:`e` bytes per element, :math:`Q` the op's minimal traffic, :math:`B` the achievable
-memory bandwidth, :math:`\\eta` the efficiency of operands that are not 16-byte aligned and
-:math:`p` the sharpness of the compute/memory overlap. Memory-bound ops:
-:math:`t = t_{launch} + \\max_p(Q / (\\epsilon_f B),\\ \\max(1, r / (P \\rho))\\,(\\tau + c / v_f))`
-with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`r` rows of :math:`c` elements,
-:math:`\\rho` rows in flight per SM, :math:`\\tau` a fixed time per row and :math:`v_f` the rate at
-which one block works through a row (``max_p`` is the soft maximum of the GEMM term).
-Flash attention: :math:`t = t_{launch} + \\lceil N / P \\rceil / (N / P)\\,(F / R_a + S / R_s)` with
-:math:`N = b h \\lceil s/128 \\rceil` query tiles, :math:`F` FLOPs and :math:`S` score elements.
+memory bandwidth, :math:`B_{SM}` what one SM can pull and :math:`p` the sharpness of the
+compute/memory overlap. A stream-K candidate replaces :math:`W` by :math:`N/P` (work shared
+evenly) and pays :math:`t_{split}`. Memory-bound ops (elementwise, softmax, norms, reductions):
+
+.. math::
+
+    t = t_{launch} + \\max_q\\left(\\frac{Q}{\\epsilon_f \\alpha B},\\ \\frac{F}{R_v},\\
+        \\max\\left(1, \\frac{r}{P \\rho_f}\\right)\\left(\\tau + \\frac{c}{\\alpha v_f}\\right)\\right)
+
+with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
+rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
+FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
+:math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
+:math:`\\max_q` the soft maximum of sharpness :math:`q`. Flash attention, with
+:math:`N = b h \\lceil s/128 \\rceil` tiles, :math:`F` FLOPs and :math:`S` score elements (halved when
+causal), per direction :math:`d \\in \\{fwd, bwd\\}`:
+
+.. math::
+
+    t = t_{launch} + \\max\\left(\\frac{\\lceil N/P \\rceil P}{N} \\max_{p_a}\\left(\\frac{F}{R_d},
+        \\frac{S}{R_{s,d}}\\right) + \\lceil N/P \\rceil t_{0,d},\\ \\frac{Q}{B}\\right)
 
 References
 ----------
 S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model for
 multicore architectures", CACM 52(4), 2009. NVIDIA, "Matrix Multiplication Background User's
 Guide" (tile and wave quantization), docs.nvidia.com/deeplearning/performance, 2023.
+M. Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
+Multiplication on the GPU", PPoPP 2023. T. Dao, "FlashAttention-2", 2023.
 """
 
 from __future__ import annotations
@@ -127,7 +148,7 @@ def default_parameters(gpu: Any) -> dict[str, float]:
         p[f"row_rate_{f}"] = 1e9
         p[f"rows_per_sm_{f}"] = 4.0
         p[f"unaligned_eff_{f}"] = 0.7
-    for d in GEMM_DTYPES:
+    for d in (*GEMM_DTYPES, "fp64", "int8"):
         if gpu.supports(d):
             p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
     bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
@@ -211,7 +232,8 @@ def _flops_param(params: Mapping[str, float], op: Any) -> float:
         from gpumodel.hardware import UnsupportedDTypeError
 
         known = sorted(k[6:] for k in params if k.startswith("flops_"))
-        raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model; known: {', '.join(known)}")
+        raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model (known: {', '.join(known)}); "
+                                    "for a calibrated GPU, calibrated=False gives the datasheet estimate")
     return params[key]
 
 

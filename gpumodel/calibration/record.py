@@ -97,7 +97,7 @@ class Calibration(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _known_parameters(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(PARAMETERS))
+        unknown = sorted(set(value) - set(PARAMETERS) - {"flops_fp64", "flops_int8"})
         if unknown:
             raise ValueError(f"unknown model parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
         bad = sorted(k for k, v in value.items() if not (v > 0 and v < float("inf")))
