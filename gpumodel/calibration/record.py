@@ -182,9 +182,14 @@ class Calibration(BaseModel):
         return path
 
     def __repr__(self) -> str:
-        eff = ", ".join(f"{k}={v:.3g}" for k, v in list(self.parameters.items())[:4])
-        return (f"Calibration(gpu={self.gpu!r}, device={self.device_name!r}, date={self.date[:10]}, "
-                f"points={len(self.points)}, {eff}, ...)")
+        p = self.parameters
+        rates = ", ".join(f"{k[6:]} {p[k] / 1e12:.0f} TFLOP/s" for k in p if k.startswith("flops_"))
+        val = self.validation_error.get("overall")
+        err = f"; validation median error {val.median:.1%}, p90 {val.p90:.1%}" if val else ""
+        return (f"Calibration({self.gpu} = {self.device_name}, {self.date[:10]}, {len(self.points)} kernels: "
+                f"launch {p['launch_s'] * 1e6:.2f} us, bandwidth {p['bandwidth'] / 1e12:.2f} TB/s, {rates}{err})")
+
+    __str__ = __repr__
 
 
 def load_calibration(path: str | os.PathLike) -> Calibration:
