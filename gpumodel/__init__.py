@@ -66,6 +66,12 @@ def __dir__() -> list[str]:
     return __all__
 
 
+# Functions that share their module's name are bound now: importing ``gpumodel.roofline`` later
+# (anywhere) would otherwise leave the module, not the function, at ``gm.roofline``.
+from .estimate import estimate  # noqa: E402
+from .roofline import roofline  # noqa: E402
+
+
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .dtypes import DType, UnknownDTypeError, dtype
     from .gpus import all_gpus, gpu, list_gpus, load_gpus

@@ -16,8 +16,6 @@ For the pure datasheet ceiling (no efficiencies, no overheads) see :func:`gpumod
 from __future__ import annotations
 
 import os
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,18 +194,3 @@ def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any =
     g = _gpu(gpu)
     model, _ = model_for(g, calibrated, calibration)
     return _scalar(predict(model, op).time_s)
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`estimate`.
-
-    ``gm.estimate`` is the function :func:`estimate`, exported lazily by the package; once
-    anything imports the submodule ``gpumodel.estimate``, Python binds that name on the package
-    to the module. Making the module callable keeps ``gm.estimate(op, gpu)`` working either way.
-    """
-
-    def __call__(self, op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
-        return estimate(op, gpu, calibrated=calibrated, calibration=calibration)
-
-
-sys.modules[__name__].__class__ = _CallableModule

