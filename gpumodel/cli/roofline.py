@@ -12,59 +12,23 @@ from __future__ import annotations
 import argparse
 
 from ._common import print_json, print_table
+from ._opargs import add_op_arguments, build_op, op_usage
 
 _LEVELS = ("hbm", "l2", "shared")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from gpumodel.ops import list_ops, size_arguments
-
-    usage = "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
+    usage = op_usage()
     p = sub.add_parser(
         "roofline", help="roofline bound (intensity, ridge point, bound, time) of one op",
         description="Roofline bound of one op on one or more GPUs. Ops and their sizes: " + usage,
     )
-    p.add_argument("op", help="op name: " + ", ".join(list_ops()))
-    p.add_argument("sizes", nargs="*", type=_number, help="the op's sizes, in order (see above)")
-    p.add_argument("--gpu", default="h100", help="GPU name(s), comma-separated (default: h100)")
-    p.add_argument("--dtype", default="bf16", help="number format (default: bf16)")
+    add_op_arguments(p, default_gpu="h100", impl=True)
     p.add_argument("--level", default="hbm", choices=[*_LEVELS, "all"], help="memory level (default: hbm)")
     p.add_argument("--sparse", action="store_true", help="2:4 sparse tensor-core peak")
-    attn = p.add_argument_group("attention")
-    attn.add_argument("--causal", action="store_true")
-    attn.add_argument("--impl", default="flash", choices=["flash", "naive"])
-    attn.add_argument("--backward", action="store_true")
-    attn.add_argument("--kv-heads", type=_number, default=None, help="key/value heads (grouped-query attention)")
-    ew = p.add_argument_group("elementwise")
-    ew.add_argument("--inputs", type=_number, default=1)
-    ew.add_argument("--outputs", type=_number, default=1)
-    ew.add_argument("--flops-per-element", type=_number, default=1)
     p.add_argument("--plot", metavar="PNG", help="also draw the roofline chart to this file")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_run)
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    return int(value) if value.is_integer() else value
-
-
-def _build_op(args: argparse.Namespace):
-    from gpumodel.ops import cost, size_arguments
-
-    names = size_arguments(args.op)
-    if len(args.sizes) != len(names):
-        raise ValueError(f"{args.op} takes {len(names)} sizes ({' '.join(names)}), got {len(args.sizes)}")
-    kwargs = {"dtype": args.dtype}
-    op_name = args.op.strip().lower().replace("-", "_")
-    if op_name == "attention":
-        kwargs.update(causal=args.causal, impl=args.impl, backward=args.backward, kv_heads=args.kv_heads)
-    elif op_name == "elementwise":
-        kwargs.update(inputs=args.inputs, outputs=args.outputs, flops_per_element=args.flops_per_element)
-    return cost(args.op, *args.sizes, **kwargs)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -72,7 +36,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpumodel.roofline import arithmetic_intensity, roofline
     from gpumodel.units import format_quantity as fq
 
-    op = _build_op(args)
+    op = build_op(args)
     gpus = [gpu(name) for name in args.gpu.split(",") if name.strip()]
     if not gpus:
         raise ValueError("--gpu must name at least one GPU")
