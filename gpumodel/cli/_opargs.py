@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_op_arguments", "build_op", "number", "op_usage"]
+__all__ = ["add_op_arguments", "build_op", "number", "op_usage", "selected_gpus"]
 
 
 def number(text: str) -> float:
@@ -58,3 +58,13 @@ def build_op(args: argparse.Namespace):
     elif op_name == "elementwise":
         kwargs.update(inputs=args.inputs, outputs=args.outputs, flops_per_element=args.flops_per_element)
     return cost(args.op, *args.sizes, **kwargs)
+
+
+def selected_gpus(args: argparse.Namespace) -> list:
+    """The GPU records named by ``--gpu`` (comma-separated)."""
+    from gpumodel.gpus import gpu
+
+    gpus = [gpu(name.strip()) for name in args.gpu.split(",") if name.strip()]
+    if not gpus:
+        raise ValueError("--gpu must name at least one GPU")
+    return gpus

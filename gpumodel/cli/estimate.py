@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import print_json, print_table
-from ._opargs import add_op_arguments, build_op, op_usage
+from ._opargs import add_op_arguments, build_op, op_usage, selected_gpus
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,14 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpumodel.estimate import _fmt, estimate
-    from gpumodel.gpus import gpu
     from gpumodel.roofline import roofline
     from gpumodel.units import format_quantity as fq
 
-    op = build_op(args)
-    gpus = [gpu(name) for name in args.gpu.split(",") if name.strip()]
-    if not gpus:
-        raise ValueError("--gpu must name at least one GPU")
+    op, gpus = build_op(args), selected_gpus(args)
     results = []
     for g in gpus:
         est = estimate(op, g, calibrated=not args.uncalibrated, calibration=args.calibration)
