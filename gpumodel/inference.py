@@ -30,6 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ._repr import breakdown_html
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR, MemoryArgumentError, _positive
 from .transformer import MLPType, NormType, TransformerConfig, model as _model
 
@@ -92,10 +93,7 @@ class InferenceMemory:
                 f"weights={self.weights_bytes / 2**30:.2f} GiB, kv_cache={self.kv_cache_bytes / 2**30:.2f} GiB)")
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{np.max(v) / 2**30:.3f}</td></tr>"
-                       for k, v in self.breakdown.items())
-        return (f"<b>InferenceMemory</b>: peak {np.max(self.peak_bytes) / 2**30:.2f} GiB at "
-                f"{self.peak_moment}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")
+        return breakdown_html("InferenceMemory", self.peak_bytes, self.peak_moment, self.breakdown)
 
 
 def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *, new_tokens=0, mode="generate",

@@ -45,6 +45,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ._repr import breakdown_html
 from .activations import (Attention, Precision, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig, model as _model
@@ -166,10 +167,7 @@ class TrainingMemory:
                 f"steady={self.steady_bytes / 2**30:.2f} GiB, total={self.total_bytes / 2**30:.2f} GiB; {parts} GiB)")
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{np.max(v) / 2**30:.3f}</td></tr>"
-                       for k, v in self.breakdown.items())
-        return (f"<b>TrainingMemory</b>: peak {np.max(self.peak_bytes) / 2**30:.2f} GiB at "
-                f"{self.peak_moment}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")
+        return breakdown_html("TrainingMemory", self.peak_bytes, self.peak_moment, self.breakdown)
 
 
 def _positive(name, value, integer=True):

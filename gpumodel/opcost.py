@@ -14,13 +14,13 @@ Examples
 from __future__ import annotations
 
 import enum
-import html
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ._repr import html_table
 from .dtypes import DType, dtype as _dtype
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register"]
@@ -174,8 +174,7 @@ class OpCost:
 
     def _repr_html_(self) -> str:
         head, rows = self._summary()
-        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-        return f"<table><caption>OpCost: {html.escape(head)}</caption>{body}</table>"
+        return html_table(f"OpCost: {head}", rows)
 
 
 # ---------------------------------------------------------------------------- registry

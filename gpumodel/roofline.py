@@ -26,12 +26,12 @@ Examples
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ._repr import html_table
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
@@ -279,8 +279,7 @@ class RooflineResult:
 
     def _repr_html_(self) -> str:
         head, rows = self._lines()
-        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-        return f"<table><caption>Roofline: {html.escape(head)}</caption>{body}</table>"
+        return html_table(f"Roofline: {head}", rows)
 
 
 def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = False) -> RooflineResult:
