@@ -14,6 +14,7 @@ Examples
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -23,7 +24,8 @@ import numpy as np
 from ._repr import html_table
 from .dtypes import DType, dtype as _dtype
 
-__all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register"]
+__all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
+           "size_arguments"]
 
 
 class OpArgumentError(ValueError):
@@ -229,3 +231,38 @@ def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: 
 
     bd = {k: fit(v) for k, v in (breakdown or {}).items()}
     return OpCost(name.value, dt, fit(flops), fit(read), fit(written), unit, shape, bd, parts)
+
+
+def list_ops() -> list[str]:
+    """Names of the registered op cost formulas.
+
+    >>> list_ops()[:3]
+    ['attention', 'bmm', 'cross_entropy']
+    """
+    return sorted(_REGISTRY)
+
+
+def _lookup(name: str) -> Callable[..., OpCost]:
+    key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
+    if key not in _REGISTRY:
+        raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
+    return _REGISTRY[key]
+
+
+def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
+    """Call the cost formula registered as ``name``: ``cost("matmul", 8, 8, 8)``.
+
+    >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
+    256.0
+    """
+    return _lookup(name)(*args, **kwargs)
+
+
+def size_arguments(name: str) -> list[str]:
+    """The positional size arguments of a registered op, in order.
+
+    >>> size_arguments("attention")
+    ['batch', 'heads', 'seq', 'head_dim']
+    """
+    params = inspect.signature(_lookup(name)).parameters.values()
+    return [p.name for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]

@@ -22,14 +22,14 @@ array([3.43597384e+10, 6.87194767e+10])
 from __future__ import annotations
 
 import enum
-import inspect
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .dtypes import DType, bytes_per_element, dtype as _dtype
 from .opcost import (
-    _REGISTRY, DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _finish, _size, register,
+    DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _finish, _size, cost, list_ops, register,
+    size_arguments,
 )
 
 __all__ = [
@@ -53,41 +53,6 @@ class AttentionImpl(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-def list_ops() -> list[str]:
-    """Names of the registered op cost formulas.
-
-    >>> list_ops()[:3]
-    ['attention', 'bmm', 'cross_entropy']
-    """
-    return sorted(_REGISTRY)
-
-
-def _lookup(name: str) -> Callable[..., OpCost]:
-    key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
-    if key not in _REGISTRY:
-        raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
-    return _REGISTRY[key]
-
-
-def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
-    """Call the cost formula registered as ``name``: ``cost("matmul", 8, 8, 8)``.
-
-    >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
-    256.0
-    """
-    return _lookup(name)(*args, **kwargs)
-
-
-def size_arguments(name: str) -> list[str]:
-    """The positional size arguments of a registered op, in order.
-
-    >>> size_arguments("attention")
-    ['batch', 'heads', 'seq', 'head_dim']
-    """
-    params = inspect.signature(_lookup(name)).parameters.values()
-    return [p.name for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
 # ---------------------------------------------------------------------------- ops
