@@ -16,6 +16,7 @@ the code paths without a GPU.
 Run as a script::
 
     python -m gpumodel.calibration.bench --mode full --jsonl points.jsonl
+    python -m gpumodel.calibration.bench --plan sweep --jsonl sweep.jsonl   # softmax/sum/GEMV sweep
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from .plan import Case, _case, fit_cases  # noqa: F401  (re-exported: the plans live in plan.py)
+from .plan import Case, _case, fit_cases, sweep_cases  # noqa: F401  (re-exported: the plans live in plan.py)
 
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
@@ -327,13 +328,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description="Measure calibration points (raw JSON lines).")
     p.add_argument("--mode", choices=["quick", "full"], default="full")
+    p.add_argument("--plan", choices=["fit", "sweep"], default="fit",
+                   help="fit: the calibration plan of --mode; sweep: the denser softmax/sum/batched-GEMV plan")
     p.add_argument("--jsonl", required=True, help="output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, to test the code")
     p.add_argument("--time-budget", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    env, points = run_benchmarks(mode=args.mode, dry_run=args.dry_run, jsonl=args.jsonl,
+    cases = sweep_cases() if args.plan == "sweep" else None
+    env, points = run_benchmarks(cases, mode="sweep" if cases else args.mode, dry_run=args.dry_run, jsonl=args.jsonl,
                                  time_budget_s=args.time_budget, show_progress=not args.no_progress)
     bad = [pt for pt in points if pt.get("time_s") is None]
     print(f"{len(points)} points ({len(bad)} failed) on {env.get('device_name')} "

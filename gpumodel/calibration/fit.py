@@ -25,20 +25,18 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
+from .model import GEMM_DTYPES, GENERIC_ROW_FAMILIES, CalibrationModel, default_parameters, predict
 
 __all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors", "accuracy_table",
            "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
 
 #: parameters that are fractions or exponents, with their upper bounds
-UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
-                                                      "cross_entropy", "embedding")},
-                "overlap_p": 16.0, "vector_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
+UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
+                "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
                 **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum",
                                                 "cross_entropy", "embedding")},
-                **{f"rows_per_sm_{f}": 32.0 for f in ("softmax", "layer_norm", "rms_norm", "reduce_sum",
-                                                       "cross_entropy", "embedding")}}
-LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "attn_overlap_p": 1.0}
+                **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}
+LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "row_overlap_p": 1.0, "attn_overlap_p": 1.0}
 _HUBER = 0.02  # soft-L1 scale in log-time (2 %): close to least absolute deviations, i.e. to the median
 
 
@@ -139,13 +137,22 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if "elementwise" in fams:
         free += ["vector_flops"]
     if fams & {"matmul", "bmm"}:
-        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s"]
+        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s", "gemv_flops"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     rows = sorted(fams & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding"})
-    if rows:
+    if set(rows) & set(GENERIC_ROW_FAMILIES):
         free += ["row_latency_s"]
+    if fams & {"softmax", "reduce_sum"}:
+        free += ["mem_latency_s", "block_sync_s", "row_overlap_p"]
     for fam in rows:
-        free += [f"bw_eff_{fam}", f"row_rate_{fam}", f"rows_per_sm_{fam}", f"unaligned_eff_{fam}"]
+        free += [f"bw_eff_{fam}"]
+        if fam in GENERIC_ROW_FAMILIES:
+            free += [f"row_rate_{fam}", f"rows_per_sm_{fam}", f"unaligned_eff_{fam}"]
+    if "softmax" in fams:
+        free += ["rows_per_sm_softmax", "softmax_warp_step_s", "softmax_reg_step_s",
+                 *(f"elem_rate_softmax_{k}" for k in ("warp", "reg", "block"))]
+    if "reduce_sum" in fams:
+        free += ["global_reduce_s"]
     if fams & {"attention_fwd", "attention_bwd"}:
         free += ["attn_overlap_p"]
     for d in ("fwd", "bwd"):

@@ -81,10 +81,16 @@ __all__ = [
 GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 #: row-wise memory-bound families
 ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding")
+#: row families modelled as "a row per block" with fitted rows in flight (softmax and sum have kernel plans)
+GENERIC_ROW_FAMILIES = ("layer_norm", "rms_norm", "cross_entropy", "embedding")
+MAX_THREADS_PER_SM = 2048  # resident threads per SM on sm_70..sm_90 data-center GPUs
+SMEM_PER_BLOCK = 48 * 1024  # default shared memory per block (cudaDeviceProp.sharedMemPerBlock)
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
 ATTN_BLOCK = 128  # query rows per flash-attention tile
+#: largest m for which cuBLAS may run a (batched) GEMV kernel instead of a tiled tensor-core GEMM
+GEMV_ROWS = {"bmm": 16, "matmul": 16}
 
 #: Default efficiencies for a GPU without a calibration (fractions of the datasheet), from the
 #: observations behind the calibration work on an H200 with PyTorch: large bf16 GEMMs reach about
@@ -107,7 +113,16 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "vector_flops": ("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)"),
     "row_latency_s": ("s", "fixed time of one row of a row-wise kernel (reductions, sync)"),
     **{f"unaligned_eff_{f}": ("1", f"rate factor of {f} when a row is not a multiple of 16 bytes (no vector loads)")
-       for f in ROW_FAMILIES},
+       for f in GENERIC_ROW_FAMILIES},
+    "mem_latency_s": ("s", "time of one dependent step of a thread that keeps one 16-byte load in flight"),
+    "row_overlap_p": ("1", "sharpness of the overlap of traffic, element rate and row latency of softmax and sum"),
+    "block_sync_s": ("s", "fixed time of a softmax or sum block (block-wide reductions, __syncthreads)"),
+    "global_reduce_s": ("s", "extra time of a sum split over several blocks per row (semaphore, second stage)"),
+    "rows_per_sm_softmax": ("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)"),
+    "softmax_warp_step_s": ("s", "time per element a lane holds in the warp-per-row softmax"),
+    "softmax_reg_step_s": ("s", "time per register of a row of the register softmax (2049-9216 columns)"),
+    **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel") for k in ("warp", "reg", "block")},
+    "gemv_flops": ("FLOP/s", "CUDA-core rate of the GEMV kernels cuBLAS runs for m <= 16 rows"),
     "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
     "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
     "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
@@ -116,8 +131,9 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "attn_tile_overhead_bwd_s": ("s", "fixed time per 128-row tile of flash attention backward (dQ accumulation, stats)"),
     **{f"flops_{d}": ("FLOP/s", f"achievable {d} GEMM rate with full waves and large tiles") for d in GEMM_DTYPES},
     **{f"bw_eff_{f}": ("1", f"{f} bandwidth as a fraction of `bandwidth`") for f in ("elementwise", *ROW_FAMILIES)},
-    **{f"row_rate_{f}": ("elements/s", f"rate at which one block works through one row of {f}") for f in ROW_FAMILIES},
-    **{f"rows_per_sm_{f}": ("1", f"rows of {f} in flight per SM") for f in ROW_FAMILIES},
+    **{f"row_rate_{f}": ("elements/s", f"rate at which one block works through one row of {f}")
+       for f in GENERIC_ROW_FAMILIES},
+    **{f"rows_per_sm_{f}": ("1", f"rows of {f} in flight per SM") for f in GENERIC_ROW_FAMILIES},
 }
 
 
@@ -144,10 +160,14 @@ def default_parameters(gpu: Any) -> dict[str, float]:
         "vector_flops": gpu.peak_flops("fp32") / 8, "row_latency_s": 1e-6, "attn_tile_overhead_fwd_s": 1e-6,
         "attn_tile_overhead_bwd_s": 3e-6,
     }
-    for f in ROW_FAMILIES:
-        p[f"row_rate_{f}"] = 1e9
-        p[f"rows_per_sm_{f}"] = 4.0
+    for f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (16 per SM), 16-byte loads,
+        p[f"row_rate_{f}"] = 8.5e8    # two passes of ~0.6 us per step: 128 * 8 elements / 1.2 us
+        p[f"rows_per_sm_{f}"] = 16.0
         p[f"unaligned_eff_{f}"] = 0.7
+    elem = bw / 4.0  # elements/s of a 2-byte read-and-write stream
+    p.update(row_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6, rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
+             softmax_reg_step_s=0.3e-6, elem_rate_softmax_warp=elem, elem_rate_softmax_reg=elem / 2,
+             elem_rate_softmax_block=elem, gemv_flops=gpu.peak_flops("fp32") / 2)
     for d in (*GEMM_DTYPES, "fp64", "int8"):
         if gpu.supports(d):
             p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
@@ -290,13 +310,103 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
                     best = np.where(take, t, best)
                     best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
                     best_par = np.where(take, par, best_par)
+    if GEMV_ROWS.get(op.name):  # a GEMV kernel: CUDA cores, no tile padding of the few rows
+        t_c = _f(op.flops) / p["gemv_flops"]
+        t_m = bytes_min / p["bandwidth"]
+        t = _soft_max(t_c, t_m, p["overlap_p"])
+        take = (m <= GEMV_ROWS[op.name]) & (t < best)
+        best, best_c, best_m = np.where(take, t, best), np.where(take, t_c, best_c), np.where(take, t_m, best_m)
     launch = p["launch_s"] * np.ones_like(best)
     return Prediction(launch + best, best_c, best_m, launch, best_par)
+
+
+def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
+    return np.ceil(np.maximum(blocks, 1.0) / (P * per_sm))
+
+
+def softmax_plan(rows: Any, cols: Any, e: float) -> dict[str, np.ndarray]:
+    """Which kernel ``torch.softmax(x, -1)`` runs for rows of ``cols`` elements of ``e`` bytes, and its shape.
+
+    From PyTorch's ``host_softmax`` (aten/src/ATen/native/cuda/SoftMax.cu): rows of at most 2048
+    elements and 8 KiB go to the warp-per-row kernel (a lane holds ``next_pow2(cols)/32`` elements);
+    longer rows get one 1024-thread block each, holding ``ceil(cols/1024)`` elements a thread in
+    registers while that is below 10 (``cunn_SoftMaxForwardReg``), else caching the row in shared
+    memory when it fits in 48 KiB and ``cols`` is a multiple of the 16-byte vector
+    (``cunn_SoftMaxForwardSmem``: one pass over global memory), else reading it three times
+    (``cunn_SoftMaxForward``: max, sum, write). Returns boolean masks ``warp``, ``reg``, ``block``,
+    ``passes`` over global memory and ``steps``: the 16-byte loads one thread issues per pass.
+    """
+    rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
+    vec = 16.0 / e
+    warp = (cols <= 2048) & (cols * e <= 8192)
+    regs = np.ceil(cols / 1024.0)
+    reg = ~warp & (regs < 10)
+    block = ~warp & ~reg
+    smem = block & (cols * e < SMEM_PER_BLOCK - 128) & (np.mod(cols, vec) == 0)
+    return {"warp": warp, "reg": reg, "block": block, "regs": regs, "passes": np.where(smem, 1.0, 3.0),
+            "lane_elems": 2.0 ** np.ceil(np.log2(np.maximum(cols, 32.0))) / 32.0,
+            "steps": np.ceil(cols / (1024.0 * vec))}
+
+
+def sum_plan(rows: Any, cols: Any, e: float, sm_count: int) -> dict[str, np.ndarray]:
+    """The launch ``x.sum(-1)`` gets from PyTorch's ``setReduceConfig`` (aten/src/ATen/native/cuda/Reduce.cuh).
+
+    The reduced (contiguous) dimension maps to ``block.x`` lanes and rows to ``block.y`` warps
+    (512 threads at most; few rows widen ``block.x``). Each thread sums ``cols / block.x`` values
+    with 16-byte loads; when that leaves at least ``16 * block.y`` (or 256) values, the warps of a
+    block share one row instead of taking one row each, and when a thread still has 256 or more
+    and the grid is small, each row is split over several blocks (``ctas``) that combine through
+    global memory. Returns ``blocks``, ``threads``, ``ctas`` and ``steps`` (loads per thread).
+    """
+    rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
+    vec = np.where(cols > 128, 16.0 / e, 4.0)  # vectorized along the row, else 4 loads unrolled
+    pow2 = lambda d: np.where(d < 512, 2.0 ** np.floor(np.log2(np.maximum(d, 1.0))), 512.0)  # noqa: E731
+    d0, d1 = pow2(np.where(cols > 128, cols / vec, cols)), pow2(rows)
+    bh = np.minimum(d1, 512.0 / np.minimum(d0, 32.0))
+    bw = np.minimum(d0, 512.0 / bh)
+    threads = bw * bh
+    vpt = np.ceil(cols / bw)
+    split = (vpt >= 16 * bh) | (vpt >= 256)
+    vpt = np.where(split, np.ceil(cols / (bw * bh)), vpt)
+    blocks = np.where(split, rows, np.ceil(rows / bh))
+    target = sm_count * np.floor(MAX_THREADS_PER_SM / threads)
+    ctas = np.where(split & (vpt >= 256) & (blocks <= target),
+                    np.maximum(np.minimum(np.ceil(target / blocks), np.ceil(vpt / 16)), np.ceil(vpt / 256)), 1.0)
+    return {"blocks": blocks * ctas, "threads": threads, "ctas": ctas, "steps": np.ceil(np.ceil(vpt / ctas) / vec)}
+
+
+def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Time of softmax or sum beside the traffic: kernel rate and latency of the rows in flight."""
+    p, P = model.params, float(model.sm_count)
+    rows, cols, e = _f(op.shape["rows"]), _f(op.shape["cols"]), _bpe(op)
+    L, tau = p["mem_latency_s"], p["block_sync_s"]
+    if op.name == "reduce_sum":
+        k = sum_plan(rows, cols, e, model.sm_count)
+        per_sm = np.minimum(4.0, np.floor(MAX_THREADS_PER_SM / k["threads"]))  # __launch_bounds__(nt, 4)
+        t_lat = _waves(k["blocks"], per_sm, P) * (tau + k["steps"] * L) + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0)
+        return t_lat, 0.0 * t_lat
+    k = softmax_plan(rows, cols, e)
+    per_sm = MAX_THREADS_PER_SM / 1024.0
+    t_warp = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0) * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
+    t_reg = _waves(rows, per_sm, P) * (tau + k["regs"] * p["softmax_reg_step_s"])
+    t_block = _waves(rows, per_sm, P) * (tau + k["passes"] * k["steps"] * L)
+    t_lat = np.where(k["warp"], t_warp, np.where(k["reg"], t_reg, t_block))
+    t_rate = np.where(k["warp"], rows * cols / p["elem_rate_softmax_warp"],
+                      np.where(k["reg"], rows * k["regs"] * 1024.0 / p["elem_rate_softmax_reg"],
+                               rows * cols / p["elem_rate_softmax_block"]))
+    return t_lat, t_rate
 
 
 def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     p, P = model.params, float(model.sm_count)
     fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
+    if fam in ("softmax", "reduce_sum") and "rows" in op.shape:
+        t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
+        t_lat, t_rate = _row_kernel(model, op)
+        q = p["row_overlap_p"]
+        body = _soft_max(_soft_max(t_m, t_rate, q), t_lat, q)
+        launch = p["launch_s"] * np.ones_like(body)
+        return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
     eff = p[f"bw_eff_{fam}"]
     if "rows" in op.shape and "cols" in op.shape:  # rows of 16-byte multiples load vectorized
         eff = eff * np.where(np.mod(_f(op.shape["cols"]) * _bpe(op), 16.0) == 0, 1.0, p[f"unaligned_eff_{fam}"])

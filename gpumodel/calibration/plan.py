@@ -149,3 +149,49 @@ def fit_cases(mode: str = "full", dtypes: Iterable[str] | None = None, seed: int
             numel = _loguniform(rng, 1000, 3 * 10**8)
             cases.append(_case("elementwise", "mul", "bf16", numel=numel, inputs=2, outputs=1, flops_per_element=1))
     return cases
+
+
+def sweep_cases(seed: int = 1) -> list[Case]:
+    """A denser plan for the kernels PyTorch picks by shape: softmax and sum over rows x cols, batched GEMVs.
+
+    ``torch.softmax`` switches kernels at 2048 columns (warp-per-row), 9216 (one register per
+    1024 threads up to 9) and at the shared-memory limit; ``torch.sum`` picks warp-per-row,
+    block-per-row or split-row (global) reductions from ``rows`` and ``cols``. Column counts sit on
+    both sides of each switch and between them (powers of two and odd sizes); row counts go from
+    a few blocks to many waves of the SMs. Batched GEMMs cover decode GEMVs (``m`` <= 16) and
+    short reductions (``k`` <= 96). About 600 cases, two to three minutes on an H200.
+
+    Examples
+    --------
+    >>> cases = sweep_cases()
+    >>> sorted({c["op"] for c in cases})
+    ['bmm', 'reduce_sum', 'softmax']
+    """
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    cols_bf16 = [1000, 1536, 2048, 2176, 3000, 3072, 4096, 5000, 6144, 7000, 8192, 9216, 9344, 11008,
+                 12288, 16384, 20000, 24576, 32000, 50257, 65536, 128256]
+    rows_bf16 = [2, 8, 64, 264, 1024, 2048, 8192, 32768]
+    cols_fp32 = [1000, 2048, 3000, 4096, 6144, 9216, 12288, 16384, 32000, 128256]
+    rows_fp32 = [2, 64, 1024, 8192]
+    cols_fp16 = [2048, 4096, 9216, 16384, 50257]
+    rows_fp16 = [8, 1024, 8192]
+    for family in ("softmax", "reduce_sum"):
+        for dt, rows_list, cols_list in (("bf16", rows_bf16, cols_bf16), ("fp32", rows_fp32, cols_fp32),
+                                         ("fp16", rows_fp16, cols_fp16)):
+            for rows in rows_list:
+                for cols in cols_list:
+                    if rows * cols <= 2**28:
+                        cases.append(_case(family, family, dt, rows=rows, cols=cols))
+    for _ in range(24):  # batched decode GEMVs and short-m batched GEMMs
+        b, m = _loguniform(rng, 8, 512), rng.choice([1, 1, 2, 4, 8, 16])
+        n, k = _loguniform(rng, 64, 8192, 64), _loguniform(rng, 64, 8192, 64)
+        if b * n * k <= 2**29:
+            cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+    for b in (16, 64, 256):  # attention-score shapes: one query per head against the keys
+        for n, k in ((1024, 128), (8192, 128), (128, 2048), (2048, 64)):
+            cases.append(_case("bmm", "bmm", "bf16", batch=b, m=1, n=n, k=k))
+    for b, mn in ((8, 1024), (16, 2048), (64, 512), (4, 4096)):  # short reductions: output-write bound
+        for k in (32, 64, 96):
+            cases.append(_case("bmm", "bmm", "bf16", batch=b, m=mn, n=mn, k=k))
+    return cases
