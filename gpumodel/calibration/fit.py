@@ -137,7 +137,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if "elementwise" in fams:
         free += ["vector_flops"]
     if fams & {"matmul", "bmm"}:
-        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s", "gemv_flops"]
+        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     rows = sorted(fams & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding"})
     if set(rows) & set(GENERIC_ROW_FAMILIES):

@@ -89,8 +89,6 @@ SMEM_PER_BLOCK = 48 * 1024  # default shared memory per block (cudaDeviceProp.sh
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
 ATTN_BLOCK = 128  # query rows per flash-attention tile
-#: largest m for which cuBLAS may run a (batched) GEMV kernel instead of a tiled tensor-core GEMM
-GEMV_ROWS = {"bmm": 16, "matmul": 16}
 
 #: Default efficiencies for a GPU without a calibration (fractions of the datasheet), from the
 #: observations behind the calibration work on an H200 with PyTorch: large bf16 GEMMs reach about
@@ -122,7 +120,6 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "softmax_warp_step_s": ("s", "time per element a lane holds in the warp-per-row softmax"),
     "softmax_reg_step_s": ("s", "time per register of a row of the register softmax (2049-9216 columns)"),
     **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel") for k in ("warp", "reg", "block")},
-    "gemv_flops": ("FLOP/s", "CUDA-core rate of the GEMV kernels cuBLAS runs for m <= 16 rows"),
     "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
     "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
     "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
@@ -167,7 +164,7 @@ def default_parameters(gpu: Any) -> dict[str, float]:
     elem = bw / 4.0  # elements/s of a 2-byte read-and-write stream
     p.update(row_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6, rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
              softmax_reg_step_s=0.3e-6, elem_rate_softmax_warp=elem, elem_rate_softmax_reg=elem / 2,
-             elem_rate_softmax_block=elem, gemv_flops=gpu.peak_flops("fp32") / 2)
+             elem_rate_softmax_block=elem)
     for d in (*GEMM_DTYPES, "fp64", "int8"):
         if gpu.supports(d):
             p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
@@ -310,12 +307,6 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
                     best = np.where(take, t, best)
                     best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
                     best_par = np.where(take, par, best_par)
-    if GEMV_ROWS.get(op.name):  # a GEMV kernel: CUDA cores, no tile padding of the few rows
-        t_c = _f(op.flops) / p["gemv_flops"]
-        t_m = bytes_min / p["bandwidth"]
-        t = _soft_max(t_c, t_m, p["overlap_p"])
-        take = (m <= GEMV_ROWS[op.name]) & (t < best)
-        best, best_c, best_m = np.where(take, t, best), np.where(take, t_c, best_c), np.where(take, t_m, best_m)
     launch = p["launch_s"] * np.ones_like(best)
     return Prediction(launch + best, best_c, best_m, launch, best_par)
 
@@ -383,7 +374,9 @@ def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarra
     if op.name == "reduce_sum":
         k = sum_plan(rows, cols, e, model.sm_count)
         per_sm = np.minimum(4.0, np.floor(MAX_THREADS_PER_SM / k["threads"]))  # __launch_bounds__(nt, 4)
-        t_lat = _waves(k["blocks"], per_sm, P) * (tau + k["steps"] * L) + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0)
+        # an SM works through its blocks' reductions one after another; their loads overlap (per_sm blocks at once)
+        t_lat = (np.ceil(k["blocks"] / P) * tau + _waves(k["blocks"], per_sm, P) * k["steps"] * L
+                 + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0))
         return t_lat, 0.0 * t_lat
     k = softmax_plan(rows, cols, e)
     per_sm = MAX_THREADS_PER_SM / 1024.0
