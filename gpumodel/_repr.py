@@ -17,8 +17,8 @@ def html_table(caption: str, rows: Iterable[tuple[str, str]]) -> str:
 
 
 def breakdown_html(title: str, peak_bytes, moment: str, breakdown: Mapping[str, object]) -> str:
-    """A memory result: its peak [GiB], when it occurs, and the breakdown by component [GiB]."""
+    """A memory result: its peak [GiB], when it occurs, and the non-zero components [GiB]."""
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td style='text-align:right'>{np.max(v) / 2**30:.3f}</td></tr>"
-                   for k, v in breakdown.items())
+                   for k, v in breakdown.items() if np.any(v))
     return (f"<b>{html.escape(title)}</b>: peak {np.max(peak_bytes) / 2**30:.2f} GiB at "
             f"{html.escape(str(moment))}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")

@@ -73,7 +73,9 @@ class InferenceMemory:
     """Inference memory on one GPU [bytes]; arrays when inputs were arrays.
 
     ``peak_bytes`` is comparable to ``torch.cuda.max_memory_allocated``; ``breakdown`` says what is
-    held at the peak and ``peak_moment`` when ("prefill" or "decode").
+    held at the peak and ``peak_moment`` when ("prefill" or "decode"). ``kv_cache_bytes`` is the cache
+    at the end of generation (prompt + new tokens), while ``breakdown["kv_cache"]`` is the cache held at
+    the peak, which during prefill covers the prompt only.
     """
 
     peak_bytes: float | np.ndarray

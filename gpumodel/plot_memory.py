@@ -44,12 +44,12 @@ def plot_memory_breakdown(results: Mapping[str, object] | Sequence[object], gpu=
     for r in results.values():
         components += [c for c in r.breakdown if c not in components]
     bottom = [0.0] * len(labels)
-    cmap = plt.get_cmap("tab10")
+    cmap = plt.get_cmap("tab20")  # one colour per component: a training breakdown has more than ten
     for i, comp in enumerate(components):
         vals = [float(results[k].breakdown.get(comp, 0.0)) / scale for k in labels]
         if not any(vals):
             continue
-        ax.bar(labels, vals, bottom=bottom, label=comp.replace("_", " "), color=cmap(i % 10))
+        ax.bar(labels, vals, bottom=bottom, label=comp.replace("_", " "), color=cmap(i % 20))
         bottom = [b + v for b, v in zip(bottom, vals)]
     if gpu is not None:
         from .gpus import gpu as _gpu

@@ -34,6 +34,17 @@ def _resolve(model, gpu) -> tuple[TransformerConfig, GPUSpec]:
     return (_model(model) if isinstance(model, str) else model), (_gpu(gpu) if isinstance(gpu, str) else gpu)
 
 
+_TRAINING_COMPUTE = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def _compute_dtype(kwargs: dict) -> str | None:
+    """The number format the run's matmuls use, or None where any GPU runs it (weight-only int formats)."""
+    if kwargs.get("training", True):
+        return _TRAINING_COMPUTE.get(str(kwargs.get("precision", "amp_bf16")))
+    dt = str(kwargs.get("dtype", "bf16"))
+    return dt if dt in ("bf16", "fp16", "fp32", "fp8") else None
+
+
 def required_bytes(model, batch_size, seq_len, training: bool = True, **kwargs):
     """Bytes one GPU needs in all (allocator reserve and CUDA context included) [B]."""
     if training:
@@ -151,12 +162,18 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
 
 
 def rank_gpus(model, batch_size, seq_len, gpus=None, **kwargs) -> list[Plan]:
-    """For each GPU, the smallest plan that fits; sorted by GPU count, then by memory left unused."""
+    """For each GPU, the smallest plan that fits; sorted by GPU count, then by memory left unused.
+
+    GPUs without a tensor path for the run's compute format are left out (``amp_bf16`` on a V100 or
+    T4, which have no bf16): memory alone would place them, but the run would not execute as asked.
+    """
     from .gpus import all_gpus
 
     if batch_size is None or seq_len is None:
         raise MemoryArgumentError("batch_size and seq_len are required")
     records = [(_gpu(x) if isinstance(x, str) else x) for x in gpus] if gpus is not None else all_gpus()
+    compute = _compute_dtype(kwargs)
+    records = [g for g in records if compute is None or g.supports(compute)]
     plans = [p for p in (min_gpus(model, g, batch_size, seq_len, **kwargs) for g in records) if p is not None]
     mem = {g.name: g.usable_memory_bytes for g in records}
     return sorted(plans, key=lambda p: (p.num_gpus, mem[p.gpu] - p.per_gpu_bytes))

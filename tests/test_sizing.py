@@ -93,3 +93,11 @@ def test_capacity_override():
     big = gm.max_batch_size("llama-3.2-1b", "h200", 2048, capacity_bytes=150_109_880_320)
     assert big >= gm.max_batch_size("llama-3.2-1b", "h200", 2048)
     assert not gm.fits("gpt2", "h200", 1, 128, capacity_bytes=1e9)
+
+
+def test_rank_gpus_leaves_out_gpus_without_the_compute_format():
+    # amp_bf16 needs bf16 tensor cores: the V100 and T4 have fp16 only
+    names = {p.gpu for p in gm.rank_gpus("gpt2", 1, 128)}
+    assert "v100-sxm2-32gb" not in names and "t4" not in names
+    fp16 = {p.gpu for p in gm.rank_gpus("gpt2", 1, 128, precision="amp_fp16")}
+    assert {"v100-sxm2-32gb", "t4"} <= fp16
