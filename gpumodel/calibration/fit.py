@@ -32,7 +32,8 @@ __all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors
 
 #: parameters that are fractions or exponents, with their upper bounds
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
-                "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "attn_overlap_p": 16.0, "row_latency_s": 1e-4,
+                "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "attn_overlap_p": 16.0,
+                "row_latency_s": 1e-4,
                 **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum",
                                                 "cross_entropy", "embedding")},
                 **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}

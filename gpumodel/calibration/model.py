@@ -7,8 +7,11 @@ take two tile times) unless the library splits the k-loop (split-K, stream-K) at
 fix-up pass, (3) a tile streams its operands from L2/shared memory at a finite rate per SM, so
 small tiles cannot reach the tensor-core rate, (4) operands whose rows are not multiples of 16
 bytes cannot use the vectorized (TMA) kernels, (5) every launch costs a fixed time, (6) a few
-SMs cannot pull the whole memory bandwidth, and (7) a row-wise kernel (softmax, norms,
-reductions) works on a row per block, so a few long rows keep a few SMs busy. The model has a
+SMs cannot pull the whole memory bandwidth, (7) a row-wise kernel (softmax, norms,
+reductions) works on a row per block, so a few long rows keep a few SMs busy, and (8) PyTorch
+picks the softmax and sum kernels by row length (:mod:`gpumodel.calibration.kernels`): a
+thread that keeps one 16-byte load in flight needs one memory latency per load, so a row that
+gives each thread many loads is latency-bound however few bytes it has. The model has a
 named parameter per mechanism (:data:`PARAMETERS`); its values are fitted to measurements
 (:mod:`gpumodel.calibration.fit`) or, for a GPU with no calibration, set from the datasheet with
 the default efficiencies of :data:`DEFAULT_EFFICIENCY`. Times are those of a kernel timed the way
@@ -36,7 +39,7 @@ operand-feed bandwidth:
 with :math:`e` bytes per element, :math:`Q` the op's minimal traffic, :math:`B` the achievable
 memory bandwidth, :math:`B_{SM}` what one SM can pull and :math:`p` the sharpness of the
 compute/memory overlap. A stream-K candidate replaces :math:`W` by :math:`N/P` (work shared
-evenly) and pays :math:`t_{split}`. Memory-bound ops (elementwise, softmax, norms, reductions):
+evenly) and pays :math:`t_{split}`. Memory-bound ops (elementwise, norms, cross entropy):
 
 .. math::
 
@@ -47,7 +50,27 @@ with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its 
 rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
 FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
 :math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
-:math:`\\max_q` the soft maximum of sharpness :math:`q`. Flash attention, with
+:math:`\\max_q` the soft maximum of sharpness :math:`q`. Softmax and sum, with :math:`L` the
+memory latency of one load step, :math:`\\tau_b` the fixed time of a block (its reductions),
+:math:`s` the 16-byte loads per thread and pass, :math:`\\pi` the passes over global memory and
+:math:`k` the kernel (:func:`~gpumodel.calibration.kernels.softmax_plan`,
+:func:`~gpumodel.calibration.kernels.sum_plan`):
+
+.. math::
+
+    t_{sum} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\lceil n_b/P \\rceil \\tau_b
+        + \\lceil n_b / (P \\beta) \\rceil s L + [\\text{split rows}]\\, t_{global}\\right)
+
+    t_{softmax} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k},\\
+        W_k (\\tau_b + \\ell_k)\\right)
+
+with :math:`n_b` blocks, :math:`\\beta` blocks resident per SM, :math:`E_k` the element rate of
+kernel :math:`k` over :math:`c_k` elements a row (the warp-per-row kernel: :math:`c`; the register
+kernel: :math:`1024 \\lceil c/1024 \\rceil`, padding included; the block kernels: :math:`c`),
+:math:`W_k` the waves of rows (warp kernel: :math:`\\max(1, r / P\\rho)`; 1024-thread kernels:
+:math:`\\lceil r / 2P \\rceil`) and :math:`\\ell_k` a row's serial work (warp kernel: the
+:math:`2^{\\lceil \\log_2 c \\rceil}/32` elements of a lane times a step; register kernel: its
+registers times a step; block kernels: :math:`\\pi s L`). Flash attention, with
 :math:`N = b h \\lceil s/128 \\rceil` tiles, :math:`F` FLOPs and :math:`S` score elements (halved when
 causal), per direction :math:`d \\in \\{fwd, bwd\\}`:
 
@@ -72,6 +95,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .kernels import MAX_THREADS_PER_SM, softmax_plan, sum_plan
+
 __all__ = [
     "CalibrationModel", "Prediction", "PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES",
     "default_parameters", "predict",
@@ -83,8 +108,6 @@ GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding")
 #: row families modelled as "a row per block" with fitted rows in flight (softmax and sum have kernel plans)
 GENERIC_ROW_FAMILIES = ("layer_norm", "rms_norm", "cross_entropy", "embedding")
-MAX_THREADS_PER_SM = 2048  # resident threads per SM on sm_70..sm_90 data-center GPUs
-SMEM_PER_BLOCK = 48 * 1024  # default shared memory per block (cudaDeviceProp.sharedMemPerBlock)
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
@@ -119,7 +142,8 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "rows_per_sm_softmax": ("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)"),
     "softmax_warp_step_s": ("s", "time per element a lane holds in the warp-per-row softmax"),
     "softmax_reg_step_s": ("s", "time per register of a row of the register softmax (2049-9216 columns)"),
-    **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel") for k in ("warp", "reg", "block")},
+    **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel")
+       for k in ("warp", "reg", "block")},
     "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
     "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
     "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
@@ -162,7 +186,8 @@ def default_parameters(gpu: Any) -> dict[str, float]:
         p[f"rows_per_sm_{f}"] = 16.0
         p[f"unaligned_eff_{f}"] = 0.7
     elem = bw / 4.0  # elements/s of a 2-byte read-and-write stream
-    p.update(row_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6, rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
+    p.update(row_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6,
+             rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
              softmax_reg_step_s=0.3e-6, elem_rate_softmax_warp=elem, elem_rate_softmax_reg=elem / 2,
              elem_rate_softmax_block=elem)
     for d in (*GEMM_DTYPES, "fp64", "int8"):
@@ -313,57 +338,6 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
 
 def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
     return np.ceil(np.maximum(blocks, 1.0) / (P * per_sm))
-
-
-def softmax_plan(rows: Any, cols: Any, e: float) -> dict[str, np.ndarray]:
-    """Which kernel ``torch.softmax(x, -1)`` runs for rows of ``cols`` elements of ``e`` bytes, and its shape.
-
-    From PyTorch's ``host_softmax`` (aten/src/ATen/native/cuda/SoftMax.cu): rows of at most 2048
-    elements and 8 KiB go to the warp-per-row kernel (a lane holds ``next_pow2(cols)/32`` elements);
-    longer rows get one 1024-thread block each, holding ``ceil(cols/1024)`` elements a thread in
-    registers while that is below 10 (``cunn_SoftMaxForwardReg``), else caching the row in shared
-    memory when it fits in 48 KiB and ``cols`` is a multiple of the 16-byte vector
-    (``cunn_SoftMaxForwardSmem``: one pass over global memory), else reading it three times
-    (``cunn_SoftMaxForward``: max, sum, write). Returns boolean masks ``warp``, ``reg``, ``block``,
-    ``passes`` over global memory and ``steps``: the 16-byte loads one thread issues per pass.
-    """
-    rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
-    vec = 16.0 / e
-    warp = (cols <= 2048) & (cols * e <= 8192)
-    regs = np.ceil(cols / 1024.0)
-    reg = ~warp & (regs < 10)
-    block = ~warp & ~reg
-    smem = block & (cols * e < SMEM_PER_BLOCK - 128) & (np.mod(cols, vec) == 0)
-    return {"warp": warp, "reg": reg, "block": block, "regs": regs, "passes": np.where(smem, 1.0, 3.0),
-            "lane_elems": 2.0 ** np.ceil(np.log2(np.maximum(cols, 32.0))) / 32.0,
-            "steps": np.ceil(cols / (1024.0 * vec))}
-
-
-def sum_plan(rows: Any, cols: Any, e: float, sm_count: int) -> dict[str, np.ndarray]:
-    """The launch ``x.sum(-1)`` gets from PyTorch's ``setReduceConfig`` (aten/src/ATen/native/cuda/Reduce.cuh).
-
-    The reduced (contiguous) dimension maps to ``block.x`` lanes and rows to ``block.y`` warps
-    (512 threads at most; few rows widen ``block.x``). Each thread sums ``cols / block.x`` values
-    with 16-byte loads; when that leaves at least ``16 * block.y`` (or 256) values, the warps of a
-    block share one row instead of taking one row each, and when a thread still has 256 or more
-    and the grid is small, each row is split over several blocks (``ctas``) that combine through
-    global memory. Returns ``blocks``, ``threads``, ``ctas`` and ``steps`` (loads per thread).
-    """
-    rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
-    vec = np.where(cols > 128, 16.0 / e, 4.0)  # vectorized along the row, else 4 loads unrolled
-    pow2 = lambda d: np.where(d < 512, 2.0 ** np.floor(np.log2(np.maximum(d, 1.0))), 512.0)  # noqa: E731
-    d0, d1 = pow2(np.where(cols > 128, cols / vec, cols)), pow2(rows)
-    bh = np.minimum(d1, 512.0 / np.minimum(d0, 32.0))
-    bw = np.minimum(d0, 512.0 / bh)
-    threads = bw * bh
-    vpt = np.ceil(cols / bw)
-    split = (vpt >= 16 * bh) | (vpt >= 256)
-    vpt = np.where(split, np.ceil(cols / (bw * bh)), vpt)
-    blocks = np.where(split, rows, np.ceil(rows / bh))
-    target = sm_count * np.floor(MAX_THREADS_PER_SM / threads)
-    ctas = np.where(split & (vpt >= 256) & (blocks <= target),
-                    np.maximum(np.minimum(np.ceil(target / blocks), np.ceil(vpt / 16)), np.ceil(vpt / 256)), 1.0)
-    return {"blocks": blocks * ctas, "threads": threads, "ctas": ctas, "steps": np.ceil(np.ceil(vpt / ctas) / vec)}
 
 
 def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray]:
