@@ -41,6 +41,9 @@ def test_validation_shapes_are_not_fit_shapes():
     fit = {key(c) for c in fit_cases("full")}
     val = [key(c) for c in mk.validation_cases()]
     assert not fit & set(val)
+    from gpumodel.calibration.plan import sweep_cases
+
+    assert not {key(c) for c in sweep_cases()} & set(val)          # the sweep is fit data too
 
 
 def test_dry_run_on_cpu(tmp_path):

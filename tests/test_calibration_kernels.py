@@ -1,0 +1,61 @@
+"""PyTorch's kernel choice for softmax and sum, as gpumodel.calibration.kernels mirrors it.
+
+Reference values are read off PyTorch's source (aten/src/ATen/native/cuda/SoftMax.cu ``host_softmax``,
+Reduce.cuh ``setReduceConfig``), with the arithmetic beside each assert, and the switch the
+H200 measurements show (tests/data/calibration/fit_extra.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpumodel.calibration.kernels import softmax_plan, sum_plan
+
+DATA = Path(__file__).parent / "data" / "calibration"
+
+
+def test_softmax_kernel_switches():
+    cols = np.array([2048, 2049, 9216, 9217, 9344, 24504, 24512])
+    k = softmax_plan(1, cols, 2)  # bf16
+    assert k["warp"].tolist() == [True, False, False, False, False, False, False]   # <= 2048 and <= 8 KiB
+    assert k["reg"].tolist() == [False, True, True, False, False, False, False]     # ceil(cols/1024) < 10
+    assert k["regs"][1:3].tolist() == [3, 9]                                         # ceil(2049/1024), 9216/1024
+    # shared memory: cols*2 < 49152 - 32*4 and cols % 8 == 0: 9344 and 24504 (49008 B) yes; 24512 (49024 B) no
+    assert k["passes"][4:].tolist() == [1, 1, 3]
+    assert k["passes"][3] == 3                                                       # 9217 % 8 != 0
+    assert not softmax_plan(1, 2048, 4)["reg"] and softmax_plan(1, 2048, 4)["warp"]   # fp32: 2048 * 4 = 8 KiB
+
+
+def test_sum_configs():
+    k = sum_plan([32, 32, 2, 1], [4096, 8192, 128256, 131072], 2, sm_count=132)
+    # 32 x 4096: block 32 lanes x 16 warps, 4096/32 = 128 values a lane < 256: a warp per row, 2 blocks,
+    # 128 / 8 (16-byte loads of bf16) = 16 loads a lane
+    assert k["blocks"][0] == 2 and k["steps"][0] == 16
+    # 32 x 8192: 256 values a lane -> 16 warps share a row: 32 blocks, 8192 / 512 / 8 = 2 loads a thread
+    assert k["blocks"][1] == 32 and k["steps"][1] == 2
+    # 2 x 128256: block 256 x 2, 501 values -> shared by 2 warps -> 251 < 256: no split over blocks
+    assert k["ctas"][2] == 1 and k["steps"][2] == 32                                  # ceil(251 / 8)
+    # 1 x 131072: 256 values a thread and 1 block <= 132 * 4: split over min(528, 256/16) = 16 blocks
+    assert k["ctas"][3] == 16 and k["blocks"][3] == 16
+
+
+def test_measured_sum_switch_follows_the_plan():
+    """On the H200, 64 bf16 rows of 7000 columns (a warp per row) take longer than 64 rows of 8192."""
+    pts = [json.loads(x) for x in (DATA / "fit_extra.jsonl").read_text().splitlines()[1:]]
+    t = {(p["shape"]["rows"], p["shape"]["cols"]): p["time_s"] for p in pts
+         if p["op"] == "reduce_sum" and p["dtype"] == "bf16"}
+    assert t[(64, 7000)] > 2 * t[(64, 8192)]
+    k = sum_plan(64, np.array([7000, 8192]), 2, 132)
+    assert k["steps"][0] > 10 * k["steps"][1]                                         # 28 vs 2 loads a thread
+
+
+@given(st.integers(1, 70000), st.integers(1, 300000), st.sampled_from([2, 4]))
+def test_sum_plan_invariants(rows, cols, e):
+    k = sum_plan(rows, cols, e, 132)
+    assert 1 <= k["threads"] <= 512 and k["ctas"] >= 1 and k["steps"] >= 1
+    assert k["blocks"] >= k["ctas"]
