@@ -126,10 +126,13 @@ class TimeEstimate:
 def _bound(pred: Prediction) -> Any:
     c, m, o = (np.asarray(x, dtype=float) for x in (pred.compute_s, pred.memory_s, pred.overhead_s))
     rows = np.asarray(pred.extra.get("row_limited_s", 0.0), dtype=float)
+    par = np.asarray(pred.parallelism, dtype=float)
     parts = np.stack(np.broadcast_arrays(c, m, o, rows))
-    # the row-parallelism term is part of memory_s: call it out when it is what set memory_s
-    parts[1] = np.where(rows >= m, 0.0, parts[1])
-    parts[3] = np.where(rows >= m, m, 0.0)
+    # the row term is part of memory_s: call it "parallelism" when it set memory_s AND row slots sat idle
+    # (too few rows to fill the SMs); with every slot busy the per-row rate is a memory-side limit
+    starved = (rows >= m) & (par < 1.0)
+    parts[1] = np.where(starved, 0.0, parts[1])
+    parts[3] = np.where(starved, m, 0.0)
     idx = np.argmax(parts, axis=0)
     out = _BOUNDS[idx]
     return str(out) if out.ndim == 0 else out
@@ -171,7 +174,8 @@ def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None
     pred = predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
-        source += f"; but no {op.name} {op.dtype.value} kernels were measured: default efficiencies for it"
+        how = "built from its parts' fitted rates" if op.name == "fused" else "default efficiencies for it"
+        source += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
     return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
                         _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, source,
                         op.name, g.name)

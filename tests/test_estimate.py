@@ -112,3 +112,19 @@ def test_cli_estimate_json(capsys, tmp_path):
     assert main(["estimate", "--gpu", "h200", "softmax", "4096", "32000", "--calibration", str(path)]) == 0
     assert "calibrated on" in capsys.readouterr().out
     assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 1
+
+
+def test_fused_chain_with_a_norm_is_no_faster_than_the_norm():
+    # a residual add fused into RMSNorm keeps the norm's one-row-per-block organisation
+    norm = gm.ops.rms_norm(16, 4096)
+    fused = gm.ops.fuse(gm.ops.elementwise(16 * 4096, inputs=2), norm)
+    est = gm.estimate(fused, "h200")
+    assert est.time_s >= gm.estimate_time(norm, "h200")
+    assert est.calibrated is False and "no fused" in est.source  # never measured: said so
+
+
+def test_parallelism_label_only_when_row_slots_sit_idle():
+    few = gm.estimate(gm.ops.rms_norm(16, 4096), "h200")        # 16 rows cannot fill 132 SMs
+    many = gm.estimate(gm.ops.layer_norm(8192, 4096), "h200")   # every row slot busy
+    assert few.bound == "parallelism" and few.parallelism < 1
+    assert many.bound != "parallelism"

@@ -233,7 +233,7 @@ class CalibrationModel:
             dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
             return op.name in self.measured and f"matmul:{dt}" in self.measured
         if op.name == "fused":
-            return all(self.covers(part) for part in op.parts)
+            return False  # no fused kernel was measured; its parts' parameters are used as they are
         return op.name in self.measured
 
 
@@ -432,5 +432,22 @@ def predict(model: CalibrationModel, op: Any) -> Prediction:
     if op.name == "fused":
         if op.unit == "tensor":
             raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
-        return _memory_bound(model, op)
+        return _fused(model, op)
     return _memory_bound(model, op)
+
+
+def _fused(model: CalibrationModel, op: Any) -> Prediction:
+    """A fused chain streams its external traffic once, but is no faster than its slowest row-wise part.
+
+    A fused kernel keeps each part's organisation (one block per row for a norm or softmax), so the
+    row-limited body of every row-wise part is a floor under the fused body.
+    """
+    whole = _memory_bound(model, op)
+    body = _f(whole.time_s) - _f(whole.overhead_s)
+    row_parts = [_memory_bound(model, part) for part in op.parts if "rows" in part.shape]
+    if not row_parts:
+        return whole
+    floor = np.max(np.stack(np.broadcast_arrays(*[_f(r.time_s) - _f(r.overhead_s) for r in row_parts])), axis=0)
+    par = np.min(np.stack(np.broadcast_arrays(*[_f(r.parallelism) for r in row_parts])), axis=0)
+    return Prediction(whole.overhead_s + np.maximum(body, floor), whole.compute_s, np.maximum(whole.memory_s, floor),
+                      whole.overhead_s, par, {"row_limited_s": floor})
