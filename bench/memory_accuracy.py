@@ -28,9 +28,10 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "memory"
 GiB = 2 ** 30
 
 
-def load():
-    shapes = json.loads((DATA / "shapes.json").read_text())
-    rows = [json.loads(line) for line in (DATA / "runs.jsonl").read_text().splitlines() if line.strip()]
+def load(prefix: str = ""):
+    """Configs and rows of ``runs.jsonl`` (``prefix=""``) or ``families_runs.jsonl`` (``prefix="families_"``)."""
+    shapes = json.loads((DATA / f"{prefix}shapes.json").read_text())
+    rows = [json.loads(line) for line in (DATA / f"{prefix}runs.jsonl").read_text().splitlines() if line.strip()]
     cfgs = {k: gm.TransformerConfig.from_hf(v["hf_config"], name=k) for k, v in shapes.items()}
     return cfgs, rows
 
@@ -44,7 +45,7 @@ def predict_train(cfgs, row):
 def train_table(cfgs, rows, verbose=False):
     """(split -> list of relative errors, list of OOM checks)."""
     base_max = max(r["base_alloc"] for r in rows)
-    errs, ooms = {"dev": [], "heldout": []}, []
+    errs, ooms = {"dev": [], "heldout": [], "families": []}, []
     for r in rows:
         if r["kind"] != "train":
             continue
@@ -84,7 +85,7 @@ def baseline_errors(cfgs, rows):
 
 
 def infer_table(cfgs, rows, verbose=False):
-    errs = {"dev": [], "heldout": []}
+    errs = {"dev": [], "heldout": [], "families": []}
     for r in rows:
         if r["kind"] != "infer" or r["status"] != "ok":
             continue
@@ -102,8 +103,8 @@ def infer_table(cfgs, rows, verbose=False):
 
 
 def summary(title, errs):
-    for split in ("dev", "heldout"):
-        e = [abs(x) for x in errs[split]]
+    for split in ("dev", "heldout", "families"):
+        e = [abs(x) for x in errs.get(split, [])]
         if e:
             print(f"{title:10s} {split:8s} runs={len(e):3d}  median |error| {100 * statistics.median(e):5.2f}%  "
                   f"worst {100 * max(e):5.2f}%")
@@ -123,9 +124,12 @@ def main(argv=None):
         print(f"OOM run  {r['set']:7s} {r['shape']:15s} {r['precision']} B={r['batch']} S={r['seq']}: "
               f"predicted peak {m.peak_bytes / GiB:.1f} GiB vs {capacity / GiB:.1f} GiB -> {verdict}")
     ierrs = infer_table(cfgs, rows, args.verbose)
-    summary("training", errs)
+    fcfgs, frows = load("families_")  # Mistral, Gemma, Phi-3, GPT-NeoX, Mixtral: measured after the model was built
+    ferrs, _ = train_table(fcfgs, frows, args.verbose)
+    fierrs = infer_table(fcfgs, frows, args.verbose)
+    summary("training", {**errs, "families": ferrs["families"]})
     summary("baseline", baseline_errors(cfgs, rows))
-    summary("inference", ierrs)
+    summary("inference", {**ierrs, "families": fierrs["families"]})
 
 
 if __name__ == "__main__":
