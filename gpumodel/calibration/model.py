@@ -32,21 +32,27 @@ operand-feed bandwidth:
     t_{tile} = t_0 + \\max\\left(\\frac{2 T_m T_n k_s}{R / P},
                \\frac{(\\min(T_m, m) + \\min(T_n, n)) k_s e}{B_{L2} / P}\\right)
 
-    t_c = W t_{tile}, \\quad t_m = \\frac{Q + [s>1]\\, 8 b m n s}{\\min(B, \\min(N, P) B_{SM})}
+    t_c = W t_{tile}, \\quad t_m = \\frac{Q + [s>1]\\, 8 b m n s}{\\min(\\epsilon_g B, \\min(N, P) B_{SM})}
 
-    t = t_{launch} + \\min_{T, s} \\left[(t_c^p + t_m^p)^{1/p} + [s>1]\\, t_{split}\\right]
+    t = t_{launch} + \\min\\left(\\min_{T, s} \\left[(t_c^p + t_m^p)^{1/p} + [s>1]\\, t_{split}\\right],\\
+        t_{stream} + \\max\\left(\\frac{Q}{\\epsilon_s B}, \\frac{2bmnk}{R}\\right)\\right)
 
 with :math:`e` bytes per element, :math:`Q` the op's minimal traffic, :math:`B` the achievable
-memory bandwidth, :math:`B_{SM}` what one SM can pull and :math:`p` the sharpness of the
-compute/memory overlap. A stream-K candidate replaces :math:`W` by :math:`N/P` (work shared
-evenly) and pays :math:`t_{split}`. Memory-bound ops (elementwise, norms, cross entropy):
+memory bandwidth, :math:`\\epsilon_g` the rate of a tiled GEMM's traffic, :math:`B_{SM}` what one
+SM can pull and :math:`p` the sharpness of the compute/memory overlap. A stream-K candidate
+replaces :math:`W` by :math:`N/P` (work shared evenly) and pays :math:`t_{split}`. The last
+candidate exists only for a skinny product (:math:`\\min(m, n, k) \\le 64`, one tile edge: a
+batched decode GEMV, a projection of a few tokens, a small-k product): its big operand (or its
+output) is then touched exactly once, so cuBLAS's GEMV and small-k kernels run as one stream at
+their own rate :math:`\\epsilon_s B` plus a fixed time :math:`t_{stream}`, unless the math at the
+full rate takes longer. Memory-bound ops (elementwise, norms, cross entropy):
 
 .. math::
 
     t = t_{launch} + \\max_q\\left(\\frac{Q}{\\epsilon_f \\alpha B},\\ \\frac{F}{R_v},\\
         \\max\\left(1, \\frac{r}{P \\rho_f}\\right)\\left(\\tau + \\frac{c}{\\alpha v_f}\\right)\\right)
 
-with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
+(the row term joins with the sharpness :math:`q_n` for the norms) with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
 rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
 FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
 :math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
@@ -58,13 +64,22 @@ memory latency of one load step, :math:`\\tau_b` the fixed time of a block (its 
 
 .. math::
 
-    t_{sum} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\lceil n_b/P \\rceil \\tau_b
-        + \\lceil n_b / (P \\beta) \\rceil s L + [\\text{split rows}]\\, t_{global}\\right)
+    t_{lat} = \\lceil n_b/P \\rceil \\tau_s + W_b s L_s + [\\text{split rows}]\\, t_{global}, \\quad
+    W_b = \\lceil n_b / (P \\beta) \\rceil
+
+    t_{sum} = t_{launch} + \\max\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
+        + \\frac{1}{W_b} \\min\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
 
     t_{softmax} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k},\\
         W_k (\\tau_b + \\ell_k)\\right)
 
-with :math:`n_b` blocks, :math:`\\beta` blocks resident per SM, :math:`E_k` the element rate of
+with :math:`n_b` blocks, :math:`\\beta` blocks resident per SM, :math:`\\tau_s` and :math:`L_s` the
+sum's block time and load step. The sum is a two-stage pipeline over its :math:`W_b` waves of
+blocks (:math:`W_b \\max(a, b) + \\min(a, b)` for per-wave times :math:`a, b`): within one wave a
+thread's dependent loads queue behind the stream (the two add up), while from wave to wave the
+latency of one wave hides behind the streaming of the next, so a sum of many waves streams at the
+full read rate (4.1-4.25 TB/s on the H200, above the copy rate: a read-only stream has no
+read/write turnarounds), :math:`E_k` the element rate of
 kernel :math:`k` over :math:`c_k` elements a row (the warp-per-row kernel: :math:`c`; the register
 kernel: :math:`1024 \\lceil c/1024 \\rceil`, padding included; the block kernels: :math:`c`),
 :math:`W_k` the waves of rows (warp kernel: :math:`\\max(1, r / P\\rho)`; 1024-thread kernels:
@@ -96,109 +111,19 @@ from typing import Any, Mapping
 import numpy as np
 
 from .kernels import MAX_THREADS_PER_SM, softmax_plan, sum_plan
+from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, GENERIC_ROW_FAMILIES, PARAMETERS, ROW_FAMILIES,
+                         default_parameters)
 
 __all__ = [
     "CalibrationModel", "Prediction", "PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES",
     "default_parameters", "predict",
 ]
 
-#: dtypes that get their own achievable-FLOP/s parameter ``flops_<dtype>``
-GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
-#: row-wise memory-bound families
-ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding")
-#: row families modelled as "a row per block" with fitted rows in flight (softmax and sum have kernel plans)
-GENERIC_ROW_FAMILIES = ("layer_norm", "rms_norm", "cross_entropy", "embedding")
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
+STREAM_MAX_EDGE = 64  # a GEMM with m, n or k at most this (one tile edge) may run as a stream (GEMV, small k)
 ATTN_BLOCK = 128  # query rows per flash-attention tile
-
-#: Default efficiencies for a GPU without a calibration (fractions of the datasheet), from the
-#: observations behind the calibration work on an H200 with PyTorch: large bf16 GEMMs reach about
-#: 70-75% of the dense peak, memory-bound kernels 85-90% of the datasheet bandwidth, a launch
-#: costs a few microseconds.
-DEFAULT_EFFICIENCY = {"flops": 0.72, "bandwidth": 0.87, "l2_bandwidth": 0.8, "launch_s": 4e-6}
-
-#: name -> (unit, meaning). Per-dtype ``flops_<dtype>`` and per-family ``bw_eff_<family>`` exist too.
-PARAMETERS: dict[str, tuple[str, str]] = {
-    "launch_s": ("s", "fixed time of one kernel launch, as CUDA events see it"),
-    "bandwidth": ("bytes/s", "achievable device-memory bandwidth of a streaming kernel"),
-    "l2_bandwidth": ("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory"),
-    "tile_overhead_s": ("s", "fixed time per GEMM output tile (prologue, epilogue)"),
-    "unaligned_flops": ("FLOP/s", "rate cap of tensor GEMMs whose k or n rows are not multiples of 16 bytes"),
-    "overlap_p": ("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs and attention"),
-    "vector_overlap_p": ("1", "the same sharpness for memory-bound kernels (math vs traffic vs rows)"),
-    "attn_overlap_p": ("1", "the same sharpness for flash attention (tensor-core math vs softmax)"),
-    "sm_bandwidth": ("bytes/s", "device-memory rate one SM can pull; caps the bandwidth of kernels using few SMs"),
-    "split_overhead_s": ("s", "extra time of a split-K GEMM (the partial-sum reduction pass)"),
-    "vector_flops": ("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)"),
-    "row_latency_s": ("s", "fixed time of one row of a row-wise kernel (reductions, sync)"),
-    **{f"unaligned_eff_{f}": ("1", f"rate factor of {f} when a row is not a multiple of 16 bytes (no vector loads)")
-       for f in GENERIC_ROW_FAMILIES},
-    "mem_latency_s": ("s", "time of one dependent step of a thread that keeps one 16-byte load in flight"),
-    "row_overlap_p": ("1", "sharpness of the overlap of traffic, element rate and row latency of softmax and sum"),
-    "block_sync_s": ("s", "fixed time of a softmax or sum block (block-wide reductions, __syncthreads)"),
-    "global_reduce_s": ("s", "extra time of a sum split over several blocks per row (semaphore, second stage)"),
-    "rows_per_sm_softmax": ("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)"),
-    "softmax_warp_step_s": ("s", "time per element a lane holds in the warp-per-row softmax"),
-    "softmax_reg_step_s": ("s", "time per register of a row of the register softmax (2049-9216 columns)"),
-    **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel")
-       for k in ("warp", "reg", "block")},
-    "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
-    "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
-    "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
-    "attn_score_rate_bwd": ("1/s", "score elements per second, backward"),
-    "attn_tile_overhead_fwd_s": ("s", "fixed time per 128-row tile of flash attention forward (load Q, write O)"),
-    "attn_tile_overhead_bwd_s": ("s", "fixed time per 128-row tile of flash attention backward (dQ accumulation, stats)"),
-    **{f"flops_{d}": ("FLOP/s", f"achievable {d} GEMM rate with full waves and large tiles") for d in GEMM_DTYPES},
-    **{f"bw_eff_{f}": ("1", f"{f} bandwidth as a fraction of `bandwidth`") for f in ("elementwise", *ROW_FAMILIES)},
-    **{f"row_rate_{f}": ("elements/s", f"rate at which one block works through one row of {f}")
-       for f in GENERIC_ROW_FAMILIES},
-    **{f"rows_per_sm_{f}": ("1", f"rows of {f} in flight per SM") for f in GENERIC_ROW_FAMILIES},
-}
-
-
-def default_parameters(gpu: Any) -> dict[str, float]:
-    """Parameters from a GPU's datasheet and :data:`DEFAULT_EFFICIENCY` (an uncalibrated model).
-
-    Examples
-    --------
-    >>> import gpumodel as gm
-    >>> p = default_parameters(gm.gpu("h100"))
-    >>> round(p["flops_bf16"] / 1e12)        # 0.72 * 989.4 TFLOP/s
-    712
-    """
-    eff = DEFAULT_EFFICIENCY
-    bw = gpu.memory_bandwidth * eff["bandwidth"]
-    try:
-        l2 = gpu.bandwidth("l2")
-    except Exception:  # noqa: BLE001 - no published L2 figure: assume 3.5x HBM
-        l2 = 3.5 * gpu.memory_bandwidth
-    p = {
-        "launch_s": eff["launch_s"], "bandwidth": bw, "l2_bandwidth": l2 * eff["l2_bandwidth"],
-        "tile_overhead_s": 1.5e-6, "unaligned_flops": 0.15 * gpu.peak_flops("bf16") if gpu.supports("bf16") else 1e13, "overlap_p": 4.0, "vector_overlap_p": 3.0, "attn_overlap_p": 3.0,
-        "sm_bandwidth": 2.0 * bw / gpu.sm_count, "split_overhead_s": 2e-6,
-        "vector_flops": gpu.peak_flops("fp32") / 8, "row_latency_s": 1e-6, "attn_tile_overhead_fwd_s": 1e-6,
-        "attn_tile_overhead_bwd_s": 3e-6,
-    }
-    for f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (16 per SM), 16-byte loads,
-        p[f"row_rate_{f}"] = 8.5e8    # two passes of ~0.6 us per step: 128 * 8 elements / 1.2 us
-        p[f"rows_per_sm_{f}"] = 16.0
-        p[f"unaligned_eff_{f}"] = 0.7
-    elem = bw / 4.0  # elements/s of a 2-byte read-and-write stream
-    p.update(row_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6,
-             rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
-             softmax_reg_step_s=0.3e-6, elem_rate_softmax_warp=elem, elem_rate_softmax_reg=elem / 2,
-             elem_rate_softmax_block=elem)
-    for d in (*GEMM_DTYPES, "fp64", "int8"):
-        if gpu.supports(d):
-            p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
-    bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    p.update(attn_flops_fwd=0.55 * bf16, attn_flops_bwd=0.4 * bf16,
-             attn_score_rate_fwd=gpu.peak_flops("fp32") / 4, attn_score_rate_bwd=gpu.peak_flops("fp32") / 8)
-    for f in ("elementwise", *ROW_FAMILIES):
-        p[f"bw_eff_{f}"] = 1.0
-    return p
 
 
 @dataclass(frozen=True)
@@ -315,7 +240,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
                 2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
             t_c = waves * t_tile
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0
-            bw = np.minimum(p["bandwidth"], np.minimum(tiles, P) * p["sm_bandwidth"])
+            bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
             t_m = (bytes_min + extra) / bw
             t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
             par = tiles / (waves * P)
@@ -332,6 +257,17 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
                     best = np.where(take, t, best)
                     best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
                     best_par = np.where(take, par, best_par)
+    # a skinny product (m, n or k within one tile edge) reads its big operand (or writes its output) once: a stream
+    # at its own rate, or its math at the full rate, plus a fixed time (cuBLAS's GEMV and small-k kernels)
+    if "stream_overhead_s" in p:  # (records fitted before this candidate existed lack its parameters)
+        t_v = np.where(np.minimum(np.minimum(m, n), k) <= STREAM_MAX_EDGE,
+                       p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
+                                                           _f(op.flops) / (rate * P)), np.inf)
+    else:
+        t_v = np.full_like(best, np.inf)
+    take = t_v < best
+    best, best_m = np.where(take, t_v, best), np.where(take, t_v, best_m)
+    best_c, best_par = np.where(take, 0.0, best_c), np.where(take, 1.0, best_par)
     launch = p["launch_s"] * np.ones_like(best)
     return Prediction(launch + best, best_c, best_m, launch, best_par)
 
@@ -341,7 +277,10 @@ def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
 
 
 def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Time of softmax or sum beside the traffic: kernel rate and latency of the rows in flight."""
+    """Time of softmax or sum beside the traffic: latency of the rows in flight and (softmax) the element rate.
+
+    For the sum the second value is the number of waves of resident blocks (its pipeline depth).
+    """
     p, P = model.params, float(model.sm_count)
     rows, cols, e = _f(op.shape["rows"]), _f(op.shape["cols"]), _bpe(op)
     L, tau = p["mem_latency_s"], p["block_sync_s"]
@@ -349,9 +288,10 @@ def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarra
         k = sum_plan(rows, cols, e, model.sm_count)
         per_sm = np.minimum(4.0, np.floor(MAX_THREADS_PER_SM / k["threads"]))  # __launch_bounds__(nt, 4)
         # an SM works through its blocks' reductions one after another; their loads overlap (per_sm blocks at once)
-        t_lat = (np.ceil(k["blocks"] / P) * tau + _waves(k["blocks"], per_sm, P) * k["steps"] * L
+        waves = _waves(k["blocks"], per_sm, P)
+        t_lat = (np.ceil(k["blocks"] / P) * p.get("sum_block_s", tau) + waves * k["steps"] * p.get("sum_step_s", L)
                  + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0))
-        return t_lat, 0.0 * t_lat
+        return t_lat, waves  # for the sum: the waves of resident blocks, not an element-rate time
     k = softmax_plan(rows, cols, e)
     per_sm = MAX_THREADS_PER_SM / 1024.0
     t_warp = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0) * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
@@ -371,7 +311,14 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
         t_lat, t_rate = _row_kernel(model, op)
         q = p["row_overlap_p"]
-        body = _soft_max(_soft_max(t_m, t_rate, q), t_lat, q)
+        if fam == "reduce_sum" and "sum_step_s" in p:  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
+            waves, t_rate = t_rate, 0.0 * t_m  # (records fitted before it lack sum_step_s: soft maximum below)
+            body = np.maximum(t_m, t_lat) + np.minimum(t_m, t_lat) / waves
+        elif fam == "reduce_sum":
+            body = _soft_max(t_m, t_lat, q)
+            t_rate = 0.0 * t_m
+        else:
+            body = _soft_max(_soft_max(t_m, t_rate, q), t_lat, q)
         launch = p["launch_s"] * np.ones_like(body)
         return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
     eff = p[f"bw_eff_{fam}"]
@@ -388,7 +335,7 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
     q = p["vector_overlap_p"]
-    body = _soft_max(_soft_max(t_m, t_c, q), t_rows, q)
+    body = _soft_max(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q) if "rows" in op.shape else q)
     launch = p["launch_s"] * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
 
