@@ -7,7 +7,7 @@ timed with :func:`gpumodel.estimate.estimate` — calibrated on GPUs that ship a
 datasheet with default efficiencies elsewhere. Nothing here is fitted to step times; the
 step-time measurements in ``tests/data/steptime/`` only check the sum
 (``python bench/step_time_accuracy.py``): over 18 HF training steps of Llama- and GPT-2-style
-models of 160M-1.4B parameters on an H200, the median error is 25 % (p90 39 %), always an
+models of 160M-1.4B parameters on an H200, the median error is 26 % (p90 39 %), always an
 under-estimate — largest for the smallest models, whose steps are bound by the host's kernel
 launches, which are not modelled.
 
