@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpumodel.calibration.bench import _case, run_benchmarks  # noqa: E402
+from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
+from gpumodel.calibration.plan import _case  # noqa: E402
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),

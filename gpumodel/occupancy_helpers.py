@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .occupancy_model import UNLIMITED, _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
+from .occupancy_model import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
 
 __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared_memory", "next_occupancy_step",
            "NextStep", "occupancy_curves", "OccupancyCurve"]

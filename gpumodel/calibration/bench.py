@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from .plan import Case, _case, fit_cases, sweep_cases  # noqa: F401  (re-exported: the plans live in plan.py)
+from .plan import Case, fit_cases, sweep_cases  # noqa: F401  (re-exported: the plans live in plan.py)
 
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",

@@ -25,7 +25,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .model import GEMM_DTYPES, GENERIC_ROW_FAMILIES, CalibrationModel, default_parameters, predict
+from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
+from .parameters import GENERIC_ROW_FAMILIES
 
 __all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors", "accuracy_table",
            "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]

@@ -111,7 +111,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .kernels import MAX_THREADS_PER_SM, softmax_plan, sum_plan
-from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, GENERIC_ROW_FAMILIES, PARAMETERS, ROW_FAMILIES,
+from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, PARAMETERS, ROW_FAMILIES,
                          default_parameters)
 
 __all__ = [
