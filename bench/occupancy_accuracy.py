@@ -27,6 +27,7 @@ def load(table: str, split: str) -> dict[str, np.ndarray]:
 
 
 def carve(c: np.ndarray) -> np.ndarray:
+    """Carveout column -> preference: -2 (attribute never set) and -1 (set to the default) both mean default."""
     return np.where(c < 0, -1, c)
 
 

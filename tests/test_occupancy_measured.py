@@ -12,23 +12,23 @@ import pytest
 
 import gpumodel as gm
 
-DATA = Path(__file__).parent / "data" / "occupancy"
 SPLITS = ["measured", "heldout"]
 
 
-def _load(table: str, split: str) -> dict[str, np.ndarray]:
-    path = DATA / f"{table}_{split}.csv.gz"
-    import gzip
+def _accuracy_script():
+    """bench/occupancy_accuracy.py, whose loader reads the measured tables (one reader for both)."""
+    import importlib.util
 
-    with gzip.open(path, "rt") as f:
-        names = f.readline().strip().split(",")
-    values = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
-    return {n: values[:, i] for i, n in enumerate(names)}
+    path = Path(__file__).resolve().parents[1] / "bench" / "occupancy_accuracy.py"
+    spec = importlib.util.spec_from_file_location("occupancy_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _carveout(column: np.ndarray) -> np.ndarray:
-    # -2: attribute never set, -1: set to cudaSharedmemCarveoutDefault; both mean the runtime's default
-    return np.where(column < 0, -1, column)
+_bench = _accuracy_script()
+_load = _bench.load
+_carveout = _bench.carve  # -2: attribute never set, -1: set to the default; both mean the runtime's default
 
 
 @pytest.mark.parametrize("split", SPLITS)
