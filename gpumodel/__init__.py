@@ -23,7 +23,9 @@ _EXPORTS: dict[str, str] = {
     # records and catalogs
     "GPUSpec": "hardware", "UnsupportedDTypeError": "hardware",
     "gpu": "gpus", "list_gpus": "gpus", "load_gpus": "gpus", "all_gpus": "gpus",
-    "SpecError": "specs", "UnknownGPUError": "specs", "UnknownNameError": "specs",
+    "SpecError": "errors", "UnknownGPUError": "specs", "UnknownNameError": "errors",
+    "GpumodelError": "errors", "ArgumentError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
+    "GpumodelWarning": "errors", "DoesNotFitWarning": "errors", "Precision": "vocabulary",
     "DType": "dtypes", "dtype": "dtypes", "UnknownDTypeError": "dtypes",
     "compare": "comparison", "Comparison": "comparison",
     "ArchLimits": "arch", "arch_limits": "arch",
@@ -45,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "training_step_time": "steptime", "StepTime": "steptime",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
 }
-_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli"}
+_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import ArgumentError
+
 __all__ = ["DType", "FormatInfo", "UnknownDTypeError", "dtype", "info", "bytes_per_element", "FORMATS"]
 
 
-class UnknownDTypeError(ValueError):
+class UnknownDTypeError(ArgumentError):
     """A number-format name that gpumodel does not know."""
 
 

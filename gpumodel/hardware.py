@@ -32,6 +32,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
+from .errors import UnsupportedError
 from .units import format_quantity, parse_quantity
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 PEAK_TOLERANCE = 0.03
 
 
-class UnsupportedDTypeError(ValueError):
+class UnsupportedDTypeError(UnsupportedError):
     """The GPU has no execution path (or no published peak) for this number format."""
 
 

@@ -46,6 +46,7 @@ from typing import Mapping
 import numpy as np
 
 from ._repr import breakdown_html
+from .errors import ArgumentError
 from .activations import (Attention, Precision, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig, model as _model
@@ -65,7 +66,7 @@ CUDA_CONTEXT_BYTES = 768 * MiB
 RESERVE_FACTOR = 1.10
 
 
-class MemoryArgumentError(ValueError):
+class MemoryArgumentError(ArgumentError):
     """A training/inference memory argument is out of range or not one of the allowed names."""
 
 

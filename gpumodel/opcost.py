@@ -23,20 +23,21 @@ import numpy as np
 
 from ._repr import html_table
 from .dtypes import DType, dtype as _dtype
+from .errors import ArgumentError, GpumodelError, UnknownNameError
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
            "size_arguments"]
 
 
-class OpArgumentError(ValueError):
+class OpArgumentError(ArgumentError):
     """An op argument is out of range (negative, NaN, infinite) or of the wrong kind."""
 
 
-class UnknownOpError(ValueError):
+class UnknownOpError(UnknownNameError, ValueError):
     """No cost formula is registered under this name."""
 
 
-class DuplicateOpError(ValueError):
+class DuplicateOpError(GpumodelError, ValueError):
     """A second cost formula tried to register under a name already taken."""
 
 

@@ -30,15 +30,7 @@ ENV_VAR = "GPUMODEL_SPEC_PATH"
 T = TypeVar("T", bound=BaseModel)
 
 
-class SpecError(ValueError):
-    """A spec file is unreadable or a record in it is invalid; the message names file, record and field."""
-
-
-class UnknownNameError(KeyError, LookupError):
-    """No record of that name; the message lists the closest names."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+from .errors import SpecError, UnknownNameError  # noqa: E402  (re-exported: defined with the other errors)
 
 
 class UnknownGPUError(UnknownNameError):

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import ArgumentError
 from .specs import Catalog, UnknownNameError
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
@@ -56,7 +57,7 @@ class UnknownModelError(UnknownNameError):
     """No model preset of that name."""
 
 
-class HFConfigError(ValueError):
+class HFConfigError(ArgumentError):
     """A Hugging Face config lacks a needed key or has an unsupported ``model_type``."""
 
 

@@ -23,8 +23,7 @@ import re
 __all__ = ["UnitError", "parse_quantity", "format_quantity", "DIMENSIONS"]
 
 
-class UnitError(ValueError):
-    """A quantity string could not be parsed into the expected dimension."""
+from .errors import UnitError  # noqa: E402  (re-exported)
 
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}

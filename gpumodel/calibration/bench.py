@@ -35,10 +35,12 @@ __all__ = [
     "measure", "run_benchmarks", "environment_info", "progress",
 ]
 
+from ..errors import GpumodelError
+
 FLUSH_BYTES = 256 * 2**20  # larger than any current L2 (H100 50 MB, H200 60 MB, B200 126 MB)
 
 
-class CalibrationUnavailableError(RuntimeError):
+class CalibrationUnavailableError(GpumodelError, RuntimeError):
     """torch, or a CUDA GPU, is not available to measure on."""
 
 

@@ -1,0 +1,317 @@
+"""One resolver per argument kind: every public function enters through these.
+
+A GPU, a model, a precision, a count, a flag: each kind of argument is read and checked here, once,
+so that ``"h100"``, ``gm.gpu("h100")`` and a user's record mean the same thing everywhere and a bad
+value always ends in the same typed error naming the argument and what is allowed
+(:class:`~gpumodel.errors.ArgumentError`). The names and units of the arguments are listed in
+``docs/nomenclature.md``.
+
+Examples
+--------
+>>> from gpumodel.vocabulary import precision, positive_int, flag
+>>> p = precision("amp_bf16")
+>>> p.param_dtype.value, p.compute_dtype.value, p.is_amp
+('fp32', 'bf16', True)
+>>> positive_int(8, "batch_size")
+8
+>>> positive_int([1, 2, 4], "batch_size")
+array([1, 2, 4])
+>>> flag("no", "sparse")
+Traceback (most recent call last):
+...
+gpumodel.errors.ArgumentError: sparse must be True or False, got 'no' (str)
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping, TypeVar
+
+import numpy as np
+
+from .dtypes import DType, UnknownDTypeError, dtype as _dtype
+from .errors import ArgumentError
+
+__all__ = [
+    "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
+    "resolve_gpu_or_cc", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
+    "choice", "scalar_or_array", "format_seconds", "deprecated_alias", "divides",
+]
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+# ---------------------------------------------------------------------------------------------- precisions
+@dataclass(frozen=True)
+class Precision:
+    """A training precision mode: which number format each tensor of a step is kept in.
+
+    Attributes
+    ----------
+    name : str
+        The name users type: ``"fp32"``, ``"amp_bf16"``, ``"amp_fp16"``, ``"bf16"``, ``"fp16"``.
+    param_dtype : DType
+        Weights, gradients and optimizer states (fp32 master weights under autocast).
+    compute_dtype : DType
+        Inputs and outputs of the matmuls and attention (what autocast casts to).
+    residual_dtype : DType
+        The residual stream, norms and the loss's input (fp32 under autocast).
+    """
+
+    name: str
+    param_dtype: DType
+    compute_dtype: DType
+    residual_dtype: DType
+
+    @property
+    def is_amp(self) -> bool:
+        """Whether the mode is autocast over fp32 parameters (``torch.autocast``)."""
+        return self.name.startswith("amp_")
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per parameter, gradient and (for Adam-like optimizers) state element [B]."""
+        return int(_BYTES[self.param_dtype])
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of a matmul output [B]."""
+        return int(_BYTES[self.compute_dtype])
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per element of the residual stream [B]."""
+        return int(_BYTES[self.residual_dtype])
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_BYTES = {DType.FP32: 4, DType.BF16: 2, DType.FP16: 2}
+
+#: The training precision modes, by the name users type.
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", DType.FP32, DType.FP32, DType.FP32),
+    "amp_bf16": Precision("amp_bf16", DType.FP32, DType.BF16, DType.FP32),
+    "amp_fp16": Precision("amp_fp16", DType.FP32, DType.FP16, DType.FP32),
+    "bf16": Precision("bf16", DType.BF16, DType.BF16, DType.BF16),
+    "fp16": Precision("fp16", DType.FP16, DType.FP16, DType.FP16),
+}
+
+
+def precision(value: Any, name: str = "precision") -> Precision:
+    """The :class:`Precision` a training-precision argument names.
+
+    Accepts a :class:`Precision`, one of the names in :data:`PRECISIONS`, or a dtype name that
+    :func:`gpumodel.dtype` reads as fp32, bf16 or fp16 (``"torch.bfloat16"`` means pure bf16).
+    """
+    if isinstance(value, Precision):
+        return value
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in PRECISIONS:
+            return PRECISIONS[key]
+        try:
+            dt = _dtype(key)
+        except UnknownDTypeError:
+            dt = None
+        if dt is not None and dt.value in PRECISIONS:
+            return PRECISIONS[dt.value]
+    raise ArgumentError(f"{name} must be one of {', '.join(map(repr, PRECISIONS))}, got {value!r}")
+
+
+#: Number formats a model's weights may be stored in for inference (int8/int4 are weight-only).
+WEIGHT_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8, DType.INT4)
+
+
+def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = WEIGHT_DTYPES) -> DType:
+    """The :class:`~gpumodel.dtypes.DType` an inference ``dtype``/``kv_dtype`` argument names.
+
+    Accepts every spelling :func:`gpumodel.dtype` does (``"bf16"``, ``"bfloat16"``, ``"torch.bfloat16"``).
+    """
+    try:
+        dt = _dtype(value)
+    except (UnknownDTypeError, TypeError, AttributeError):
+        dt = None
+    if dt == DType.FP8_E4M3:
+        dt = DType.FP8
+    if dt is None or dt not in allowed:
+        raise ArgumentError(f"{name} must be one of {', '.join(repr(d.value) for d in allowed)}, got {value!r}")
+    return dt
+
+
+# ---------------------------------------------------------------------------------------------- records
+def resolve_gpu(gpu: Any, name: str = "gpu"):
+    """The :class:`~gpumodel.hardware.GPUSpec` a GPU argument names: a name, an alias or a record."""
+    from .hardware import GPUSpec
+
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    if isinstance(gpu, str):
+        from .gpus import gpu as lookup
+
+        return lookup(gpu)
+    raise ArgumentError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
+
+
+def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
+    """A GPU record, or a compute capability (``"9.0"``, ``(9, 0)``, ``9.0``) for the occupancy limits."""
+    from .hardware import GPUSpec
+
+    if isinstance(value, (GPUSpec, str)):
+        try:
+            return resolve_gpu(value, name)
+        except LookupError:
+            if isinstance(value, str) and value.replace(".", "", 1).isdigit():
+                return value
+            raise
+    if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return value
+    raise ArgumentError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+                        f"got {type(value).__name__}")
+
+
+def resolve_model(model: Any, name: str = "model"):
+    """The :class:`~gpumodel.transformer.TransformerConfig` a model argument names.
+
+    A preset name (``"llama-3-8b"``), a record, or a Hugging Face ``config.json`` as a dict.
+    """
+    from .transformer import TransformerConfig, model as lookup
+
+    if isinstance(model, TransformerConfig):
+        return model
+    if isinstance(model, str):
+        return lookup(model)
+    if isinstance(model, Mapping):
+        return TransformerConfig.from_hf(model)
+    raise ArgumentError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
+                        f"config dict, got {type(model).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+def _numeric_array(value: Any, name: str, what: str) -> np.ndarray:
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
+        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0:
+        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    return arr
+
+
+def _integers(value: Any, name: str, lowest: int, what: str):
+    arr = _numeric_array(value, name, what)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise ArgumentError(f"{name} must be {what}, got {value!r}")
+    if np.any(arr < lowest):
+        bad = arr.min()
+        raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
+    if arr.ndim == 0:
+        return int(arr)
+    return arr.astype(np.int64)
+
+
+def positive_int(value: Any, name: str):
+    """An integer >= 1, or an integer array of them (floats with integral values are accepted).
+
+    Returns a Python ``int`` for a scalar, an ``int64`` array otherwise.
+    """
+    return _integers(value, name, 1, "a positive integer (or an array of them)")
+
+
+def nonnegative_int(value: Any, name: str):
+    """An integer >= 0, or an integer array of them."""
+    return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
+
+
+def _reals(value: Any, name: str, strict: bool):
+    what = "a positive number" if strict else "a number >= 0"
+    arr = _numeric_array(value, name, what + " (or an array of them)").astype(float)
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if strict else arr < 0):
+        raise ArgumentError(f"{name} must be {what}, got {value!r}")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def positive_number(value: Any, name: str):
+    """A finite number > 0, or an array of them (a float for a scalar)."""
+    return _reals(value, name, strict=True)
+
+
+def nonnegative_number(value: Any, name: str):
+    """A finite number >= 0, or an array of them (a float for a scalar)."""
+    return _reals(value, name, strict=False)
+
+
+def flag(value: Any, name: str) -> bool:
+    """A real boolean: ``True``/``False`` (or NumPy's). Strings such as ``"no"`` are refused."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ArgumentError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
+def choice(kind: type[E], value: Any, name: str) -> E:
+    """The member of the enum ``kind`` that ``value`` names (a member, or its value, any case)."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        for member in kind:
+            if str(member.value).lower().replace("-", "_") == key:
+                return member
+    allowed = ", ".join(repr(m.value) for m in kind)
+    raise ArgumentError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def divides(degree: int, total: int, name: str, what: str) -> None:
+    """Refuse a parallel degree that does not divide what it splits (``tp`` must divide the heads...)."""
+    if total % degree:
+        raise ArgumentError(f"{name}={degree} must divide {what} ({total})")
+
+
+# ---------------------------------------------------------------------------------------------- results
+def scalar_or_array(x: Any) -> Any:
+    """A Python ``float`` for a 0-d value, the array otherwise: the return convention of the pure functions."""
+    return float(x) if np.ndim(x) == 0 else np.asarray(x)
+
+
+def format_seconds(t: float) -> str:
+    """A time for people: four significant digits in ns, us, ms, s, min, h or days.
+
+    >>> format_seconds(2.053e-4), format_seconds(3.5), format_seconds(7200), format_seconds(float("nan"))
+    ('205.3 us', '3.500 s', '2.000 h', 'nan')
+    """
+    t = float(t)
+    if not np.isfinite(t):
+        return "nan" if np.isnan(t) else "inf"
+    for unit, scale, above in (("days", 86400.0, 2.0), ("h", 3600.0, 1.5), ("min", 60.0, 1.5)):
+        if t >= above * scale:
+            return _fixed(t / scale, unit)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= scale:
+            return _fixed(t / scale, unit)
+    return _fixed(t / 1e-9, "ns")
+
+
+def _fixed(x: float, unit: str) -> str:
+    digits = 3 - min(int(np.floor(np.log10(abs(x)))) if x else 0, 3)
+    return f"{x:.{max(digits, 0)}f} {unit}"
+
+
+def deprecated_alias(old: str, new: str, value: Any, current: Any, default: Any = None) -> Any:
+    """Take a renamed keyword: warn once per call when the old name is used, refuse both together."""
+    if value is default:
+        return current
+    if current is not default:
+        raise ArgumentError(f"give {new} only; {old} is its old name")
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+    return value
