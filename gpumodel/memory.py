@@ -47,6 +47,7 @@ import numpy as np
 
 from ._repr import breakdown_html
 from .errors import ArgumentError
+from .vocabulary import Checkpointing, Optimizer, checkpointing_mode
 from .activations import (Attention, Precision, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig, model as _model
@@ -66,23 +67,8 @@ CUDA_CONTEXT_BYTES = 768 * MiB
 RESERVE_FACTOR = 1.10
 
 
-class MemoryArgumentError(ArgumentError):
-    """A training/inference memory argument is out of range or not one of the allowed names."""
-
-
-class Optimizer(str, enum.Enum):
-    adamw = "adamw"
-    adam = "adam"
-    sgd = "sgd"
-    sgd_momentum = "sgd_momentum"
-    adafactor = "adafactor"
-    adamw_8bit = "adamw_8bit"
-
-
-class Checkpointing(str, enum.Enum):
-    none = "none"
-    full = "full"
-    selective = "selective"
+#: Former name of :class:`~gpumodel.errors.ArgumentError` for memory arguments (kept for one release).
+MemoryArgumentError = ArgumentError
 
 
 def _enum(kind, value, name):
@@ -241,8 +227,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     prec = _enum(Precision, precision, "precision")
     opt = _enum(Optimizer, optimizer, "optimizer")
     attn = _enum(Attention, attention, "attention")
-    ckpt = _enum(Checkpointing, {True: "full", False: "none"}.get(checkpointing, checkpointing)
-                 if isinstance(checkpointing, bool) else checkpointing, "checkpointing")
+    ckpt = checkpointing_mode(checkpointing)
     b = _positive("batch_size", batch_size)
     s = _positive("seq_len", seq_len)
     for name, v in (("gradient_accumulation_steps", gradient_accumulation_steps), ("dp", dp), ("tp", tp), ("pp", pp)):

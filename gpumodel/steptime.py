@@ -23,13 +23,18 @@ Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
+from .errors import ArgumentError, DoesNotFitWarning
 from .estimate import estimate as _estimate
-from .gpus import gpu as _gpu
-from .stepkernels import COMPUTE_DTYPE, OPTIMIZER_PASSES, Kernels, training_step
-from .transformer import TransformerConfig, model as _model
+from .memory import training_memory
+from .stepkernels import Kernels, training_step
+from .transformer import TransformerConfig
+from .vocabulary import Checkpointing, Optimizer, checkpointing_mode, choice, flag, format_seconds, positive_int, precision as _precision, resolve_gpu, resolve_model
 
 __all__ = ["StepTime", "training_step_time", "step_kernels"]
 
@@ -37,24 +42,37 @@ __all__ = ["StepTime", "training_step_time", "step_kernels"]
 
 @dataclass(frozen=True)
 class StepTime:
-    """Estimated time of one training step.
+    """Estimated time of one training step (one optimizer update).
 
     Attributes
     ----------
     seconds : float
-        Step time [s].
+        Step time [s]; ``float(step)`` gives it.
     tokens_per_s : float
-        ``batch_size * seq_len / seconds`` [token/s].
+        Tokens of the global batch over the step time [token/s].
     mfu : float
-        Model FLOPs utilisation: ``model_flops / seconds / peak`` (dense 16-bit, or fp32 for "fp32").
+        Model FLOPs utilisation: ``model_flops / seconds / (num_gpus * peak)`` (dense peak of the compute dtype).
     model_flops : float
-        ``6 N T + 12 L h s T`` [FLOP].
+        ``6 N T + 12 L h s T`` over the global batch [FLOP].
     breakdown : dict
-        Seconds by phase: "forward", "backward", "recompute", "optimizer".
+        Seconds by phase ("forward", "backward", "recompute", "optimizer", ...).
     calibrated : bool
         Whether a GPU calibration timed the kernels (else datasheet with default efficiencies).
     kernels : int
-        Kernels launched per step in this model of the step.
+        Kernels launched per step in this model of the step (per GPU).
+    hardware_flops : float
+        FLOPs the hardware executes, recomputation included [FLOP].
+    hfu : float
+        Hardware FLOPs utilisation, ``hardware_flops / seconds / (num_gpus * peak)``.
+    num_gpus : int
+        GPUs the step runs on.
+    fits : bool or None
+        Whether the run fits in each GPU's memory (``training_memory`` with the same arguments);
+        None where it was not checked.
+    peak_bytes : float
+        Peak allocated bytes per GPU from ``training_memory`` [B] (nan where not checked).
+    host_bound : bool
+        Whether the GPU waits on the host's kernel launches for part of the step.
     """
 
     seconds: float
@@ -64,55 +82,79 @@ class StepTime:
     breakdown: dict = field(default_factory=dict)
     calibrated: bool = False
     kernels: int = 0
+    hardware_flops: float = float("nan")
+    hfu: float = float("nan")
+    num_gpus: int = 1
+    fits: bool | None = None
+    peak_bytes: float = float("nan")
+    host_bound: bool = False
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Throughput per GPU [token/s]."""
+        return self.tokens_per_s / self.num_gpus
+
+    def __float__(self) -> float:
+        return float(self.seconds)
+
+    def to_dict(self) -> dict:
+        """Plain fields (SI units) for JSON or a DataFrame row."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["breakdown"] = dict(self.breakdown)
+        out["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        return out
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.breakdown.items() if v)
+        parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.breakdown.items() if v)
         label = "calibrated" if self.calibrated else "uncalibrated"
-        return (f"StepTime({self.seconds * 1e3:.1f} ms, {self.tokens_per_s:,.0f} tokens/s, MFU {self.mfu:.1%}, "
-                f"{label}; {parts})")
+        fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
+        gpus = f" on {self.num_gpus} GPUs" if self.num_gpus > 1 else ""
+        return (f"StepTime({format_seconds(self.seconds)}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
+                f"MFU {self.mfu:.1%}, {label}{fit}; {parts})")
 
 
 def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, precision: str = "amp_bf16",
-                 optimizer: str = "adamw", checkpointing: bool = False) -> dict[str, Kernels]:
+                 optimizer: str = "adamw", checkpointing: Any = False) -> dict[str, Kernels]:
     """The kernels of one training step: phase -> list of (op, launches per step).
 
     Phases are "forward", "backward", "recompute" and "optimizer"; parameters are those of
     :func:`training_step_time`. See :mod:`gpumodel.stepkernels` for what is counted.
     """
-    cfg = _model(model) if isinstance(model, str) else model
-    if precision not in COMPUTE_DTYPE:
-        raise ValueError(f"precision must be one of {', '.join(COMPUTE_DTYPE)}; got {precision!r}")
-    if optimizer not in OPTIMIZER_PASSES:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_PASSES)}; got {optimizer!r}")
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return training_step(cfg, batch_size, seq_len, precision, optimizer, checkpointing)
+    cfg = resolve_model(model)
+    prec = _precision(precision)
+    opt = choice(Optimizer, optimizer, "optimizer")
+    batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
+    if np.ndim(batch_size) or np.ndim(seq_len):
+        raise ArgumentError("batch_size and seq_len must be scalars here; loop over a sweep of step times")
+    ckpt = checkpointing_mode(checkpointing)
+    return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL)
 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
-                       precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: bool = False,
+                       precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
                        calibrated: bool = True, calibration: Any = None) -> StepTime:
     """Estimate the time of one training step of a decoder-only transformer on one GPU.
 
     Parameters
     ----------
-    model : TransformerConfig or str
-        A config or a preset name (``gm.model``).
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
     gpu : GPUSpec or str
     batch_size, seq_len : int
-        Micro-batch size and sequence length [tokens].
+        Micro-batch size [sequences] and sequence length [tokens].
     precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
     optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
-    checkpointing : bool
-        Full activation checkpointing per decoder layer (forward recomputed in backward).
+    checkpointing : bool or {"none", "full", "selective"}
+        Activation checkpointing per decoder layer (``True`` means "full": the forward is recomputed in
+        the backward).
     calibrated, calibration :
         Passed to :func:`gpumodel.estimate.estimate_time`.
 
     Returns
     -------
     StepTime
-        ``.seconds``, ``.tokens_per_s``, ``.mfu`` and a ``breakdown`` by phase.
+        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.fits`` and a ``breakdown`` by phase. A run that does not
+        fit in the GPU's memory still gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
 
     Notes
     -----
@@ -125,24 +167,38 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     --------
     >>> import gpumodel as gm
     >>> st = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
-    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0
-    True
+    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0, st.fits
+    (True, True)
     """
-    cfg = _model(model) if isinstance(model, str) else model
-    g = _gpu(gpu)
-    phases = step_kernels(cfg, batch_size, seq_len, precision, optimizer, checkpointing)
+    cfg = resolve_model(model)
+    g = resolve_gpu(gpu)
+    calibrated = flag(calibrated, "calibrated")
+    prec = _precision(precision)
+    phases = step_kernels(cfg, batch_size, seq_len, prec, optimizer, checkpointing)
+    batch_size, seq_len = int(batch_size), int(seq_len)
     breakdown, count, calibrated_used = {}, 0, False
+    hardware_flops = 0.0
     for phase, kernels in phases.items():
         total = 0.0
         for op, launches in kernels:
             est = _estimate(op, g, calibrated=calibrated, calibration=calibration)
             total += launches * float(est.time_s)
+            hardware_flops += launches * float(op.flops)
             calibrated_used = calibrated_used or bool(est.calibrated)
             count += launches
         breakdown[phase] = total
     seconds = sum(breakdown.values())
     tokens = batch_size * seq_len
     model_flops = 6.0 * cfg.active_parameters() * tokens + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len * tokens
-    peak = g.peak_flops(COMPUTE_DTYPE[precision])
+    peak = g.peak_flops(prec.compute_dtype.value)
+    mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=optimizer,
+                          checkpointing=checkpointing)
+    fits = bool(mem.total_bytes <= g.usable_memory_bytes)
+    if not fits:
+        warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "
+                      f"{mem.total_bytes / 2**30:.1f} GiB, more than the {g.usable_memory_bytes / 2**30:.1f} GiB "
+                      f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=2)
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
-                    model_flops=model_flops, breakdown=breakdown, calibrated=calibrated_used, kernels=count)
+                    model_flops=model_flops, breakdown=breakdown, calibrated=calibrated_used, kernels=count,
+                    hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1, fits=fits,
+                    peak_bytes=float(mem.peak_bytes))

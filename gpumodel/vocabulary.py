@@ -38,7 +38,7 @@ from .errors import ArgumentError
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
-    "choice", "scalar_or_array", "format_seconds", "deprecated_alias", "divides",
+    "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -122,7 +122,7 @@ def precision(value: Any, name: str = "precision") -> Precision:
             dt = None
         if dt is not None and dt.value in PRECISIONS:
             return PRECISIONS[dt.value]
-    raise ArgumentError(f"{name} must be one of {', '.join(map(repr, PRECISIONS))}, got {value!r}")
+    raise ArgumentError(f"{name}={value!r} is not one of {', '.join(map(repr, PRECISIONS))}")
 
 
 #: Number formats a model's weights may be stored in for inference (int8/int4 are weight-only).
@@ -141,8 +141,49 @@ def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = W
     if dt == DType.FP8_E4M3:
         dt = DType.FP8
     if dt is None or dt not in allowed:
-        raise ArgumentError(f"{name} must be one of {', '.join(repr(d.value) for d in allowed)}, got {value!r}")
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in allowed)}")
     return dt
+
+
+# ---------------------------------------------------------------------------------------------- training options
+class Optimizer(str, enum.Enum):
+    """Optimizers, valued by the names users type (lower-case member names are kept as aliases)."""
+
+    ADAMW = "adamw"
+    ADAM = "adam"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd_momentum"
+    ADAFACTOR = "adafactor"
+    ADAMW_8BIT = "adamw_8bit"
+    adamw, adam, sgd, sgd_momentum, adafactor, adamw_8bit = ADAMW, ADAM, SGD, SGD_MOMENTUM, ADAFACTOR, ADAMW_8BIT
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Checkpointing(str, enum.Enum):
+    """Activation recomputation: none, full (every decoder layer) or selective (attention's core only)."""
+
+    NONE = "none"
+    FULL = "full"
+    SELECTIVE = "selective"
+    none, full, selective = NONE, FULL, SELECTIVE
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def checkpointing_mode(value: Any, name: str = "checkpointing") -> Checkpointing:
+    """``False``/``True`` or a :class:`Checkpointing` name; ``True`` means ``"full"``.
+
+    >>> checkpointing_mode("none"), checkpointing_mode(True)
+    (<Checkpointing.NONE: 'none'>, <Checkpointing.FULL: 'full'>)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return Checkpointing.FULL if value else Checkpointing.NONE
+    if value is None:
+        return Checkpointing.NONE
+    return choice(Checkpointing, value, name)
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -269,7 +310,7 @@ def choice(kind: type[E], value: Any, name: str) -> E:
             if str(member.value).lower().replace("-", "_") == key:
                 return member
     allowed = ", ".join(repr(m.value) for m in kind)
-    raise ArgumentError(f"{name} must be one of {allowed}, got {value!r}")
+    raise ArgumentError(f"{name}={value!r} is not one of {allowed}")
 
 
 def divides(degree: int, total: int, name: str, what: str) -> None:
