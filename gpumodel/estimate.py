@@ -56,7 +56,7 @@ def model_for(gpu: Any, calibrated: bool = True, calibration: Any = None) -> tup
     else:
         cal = None
     if cal is None:
-        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet"),
+        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet", gpu=g),
                 "uncalibrated: datasheet peaks x default efficiencies")
     return cal.model(), f"calibrated on {cal.device_name}, {cal.date[:10]}"
 

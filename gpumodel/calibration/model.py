@@ -106,29 +106,37 @@ Multiplication on the GPU", PPoPP 2023. T. Dao, "FlashAttention-2", 2023.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .kernels import MAX_THREADS_PER_SM, softmax_plan, sum_plan
+from gpumodel.opcost import OpName
+
+from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK, softmax_plan, sum_plan
 from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, PARAMETERS, ROW_FAMILIES,
                          default_parameters)
 
 __all__ = [
     "CalibrationModel", "Prediction", "PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES",
-    "default_parameters", "predict",
+    "default_parameters", "predict", "predictor", "predicted_ops",
 ]
 
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
 STREAM_MAX_EDGE = 64  # a GEMM with m, n or k at most this (one tile edge) may run as a stream (GEMV, small k)
-ATTN_BLOCK = 128  # query rows per flash-attention tile
 
 
 @dataclass(frozen=True)
 class CalibrationModel:
-    """A GPU's named model parameters (see :data:`PARAMETERS`) and its SM count."""
+    """A GPU's named model parameters (see :data:`PARAMETERS`), its SM count and its record.
+
+    ``gpu`` is the :class:`~gpumodel.hardware.GPUSpec` (or its name) the model describes; the
+    launch limits the kernel plans need (resident threads per SM, shared memory per block) are
+    read from it and its architecture record. Without one, those of sm_70..sm_90 data-center
+    GPUs are used (:data:`~gpumodel.calibration.kernels.MAX_THREADS_PER_SM`,
+    :data:`~gpumodel.calibration.kernels.SMEM_PER_BLOCK`).
+    """
 
     params: Mapping[str, float]
     sm_count: int
@@ -137,6 +145,7 @@ class CalibrationModel:
     #: what the parameters were fitted to: op names, and ``"matmul:<dtype>"`` for GEMM dtypes;
     #: empty means "everything" for a calibrated model
     measured: frozenset = frozenset()
+    gpu: Any = None
 
     def __post_init__(self) -> None:
         bad = [k for k, v in self.params.items() if not (np.isfinite(v) and v > 0)]
@@ -144,9 +153,35 @@ class CalibrationModel:
             raise ValueError(f"model parameters must be finite and > 0: {', '.join(bad)}")
         if int(self.sm_count) < 1:
             raise ValueError(f"sm_count must be >= 1, got {self.sm_count!r}")
+        if isinstance(self.gpu, str):  # a name: the catalog's record, or none for a GPU the catalog lacks
+            from gpumodel.errors import GpumodelError
+            from gpumodel.vocabulary import resolve_gpu
+
+            try:
+                object.__setattr__(self, "gpu", resolve_gpu(self.gpu))
+            except GpumodelError:
+                object.__setattr__(self, "gpu", None)
 
     def replace(self, **params: float) -> "CalibrationModel":
-        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured)
+        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured,
+                                self.gpu)
+
+    @property
+    def threads_per_sm(self) -> int:
+        """Resident threads per SM (the GPU record's ``max_threads_per_sm``)."""
+        return int(self.gpu.max_threads_per_sm) if self.gpu is not None else MAX_THREADS_PER_SM
+
+    @property
+    def smem_per_block(self) -> int:
+        """Default shared memory per block [byte] (the architecture record's ``shared_memory_per_block``)."""
+        if self.gpu is None or not self.gpu.compute_capability:
+            return SMEM_PER_BLOCK
+        from gpumodel.arch import arch_limits
+
+        try:
+            return int(arch_limits(self.gpu).shared_memory_per_block)
+        except Exception:  # noqa: BLE001 - an architecture without a record keeps the common default
+            return SMEM_PER_BLOCK
 
     def covers(self, op: Any) -> bool:
         """Whether this op's family (and, for GEMMs, dtype) was among the measured kernels."""
@@ -276,32 +311,50 @@ def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
     return np.ceil(np.maximum(blocks, 1.0) / (P * per_sm))
 
 
-def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Time of softmax or sum beside the traffic: latency of the rows in flight and (softmax) the element rate.
+def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Softmax or sum beside the traffic: the latency of the rows in flight, the element rate and the waves.
 
-    For the sum the second value is the number of waves of resident blocks (its pipeline depth).
+    Returns ``(t_lat, t_rate, waves)``: the latency-bound time, the element-rate time (0 for the sum)
+    and the waves of resident blocks (or, for the warp softmax, of rows) the kernel goes through.
     """
     p, P = model.params, float(model.sm_count)
     rows, cols, e = _f(op.shape["rows"]), _f(op.shape["cols"]), _bpe(op)
     L, tau = p["mem_latency_s"], p["block_sync_s"]
     if op.name == "reduce_sum":
-        k = sum_plan(rows, cols, e, model.sm_count)
-        per_sm = np.minimum(4.0, np.floor(MAX_THREADS_PER_SM / k["threads"]))  # __launch_bounds__(nt, 4)
-        # an SM works through its blocks' reductions one after another; their loads overlap (per_sm blocks at once)
+        k = sum_plan(rows, cols, e, model.sm_count, model.threads_per_sm)
+        per_sm = np.minimum(4.0, np.floor(model.threads_per_sm / k["threads"]))  # __launch_bounds__(nt, 4)
         waves = _waves(k["blocks"], per_sm, P)
-        t_lat = (np.ceil(k["blocks"] / P) * p.get("sum_block_s", tau) + waves * k["steps"] * p.get("sum_step_s", L)
+        # warps sharing a row end in a block-wide reduction, and an SM works through those one after another
+        # while the loads of its resident blocks overlap; warps owning a row each reduce with shuffles, and
+        # a wave of such blocks costs one shuffle tree
+        serial = np.where(k["split"], np.ceil(k["blocks"] / P) * p.get("sum_block_s", tau),
+                          waves * p.get("sum_warp_s", 0.0))
+        t_lat = (serial + waves * k["steps"] * p.get("sum_step_s", L)
                  + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0))
-        return t_lat, waves  # for the sum: the waves of resident blocks, not an element-rate time
-    k = softmax_plan(rows, cols, e)
-    per_sm = MAX_THREADS_PER_SM / 1024.0
-    t_warp = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0) * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
-    t_reg = _waves(rows, per_sm, P) * (tau + k["regs"] * p["softmax_reg_step_s"])
-    t_block = _waves(rows, per_sm, P) * (tau + k["passes"] * k["steps"] * L)
+        return t_lat, 0.0 * t_lat, waves
+    k = softmax_plan(rows, cols, e, model.smem_per_block)
+    per_sm = model.threads_per_sm / 1024.0
+    warp_waves = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0)
+    block_waves = _waves(rows, per_sm, P)
+    t_warp = warp_waves * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
+    t_reg = block_waves * (tau + k["regs"] * p["softmax_reg_step_s"])
+    t_block = block_waves * (tau + k["passes"] * k["steps"] * L)
     t_lat = np.where(k["warp"], t_warp, np.where(k["reg"], t_reg, t_block))
     t_rate = np.where(k["warp"], rows * cols / p["elem_rate_softmax_warp"],
                       np.where(k["reg"], rows * k["regs"] * 1024.0 / p["elem_rate_softmax_reg"],
                                rows * cols / p["elem_rate_softmax_block"]))
-    return t_lat, t_rate
+    return t_lat, t_rate, np.where(k["warp"], warp_waves, block_waves)
+
+
+def _pipeline(a: np.ndarray, b: np.ndarray, q: float, waves: np.ndarray) -> np.ndarray:
+    """Traffic ``a`` and latency ``b`` of a kernel of ``waves`` waves of blocks.
+
+    Within one wave the two overlap partly (the soft maximum of sharpness ``q``); from wave to wave
+    the latency of one wave hides behind the streaming of the next, so only ``1/waves`` of that
+    partial overlap remains: ``max(a, b) + (softmax_q(a, b) - max(a, b)) / waves``.
+    """
+    hi = np.maximum(a, b)
+    return hi + (_soft_max(a, b, q) - hi) / np.maximum(waves, 1.0)
 
 
 def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
@@ -309,60 +362,62 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
     if fam in ("softmax", "reduce_sum") and "rows" in op.shape:
         t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
-        t_lat, t_rate = _row_kernel(model, op)
+        t_lat, t_rate, waves = _row_kernel(model, op)
         q = p["row_overlap_p"]
-        if fam == "reduce_sum" and "sum_step_s" in p:  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
-            waves, t_rate = t_rate, 0.0 * t_m  # (records fitted before it lack sum_step_s: soft maximum below)
+        if fam == "reduce_sum":  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
             body = np.maximum(t_m, t_lat) + np.minimum(t_m, t_lat) / waves
-        elif fam == "reduce_sum":
-            body = _soft_max(t_m, t_lat, q)
-            t_rate = 0.0 * t_m
         else:
-            body = _soft_max(_soft_max(t_m, t_rate, q), t_lat, q)
+            body = _pipeline(_soft_max(t_m, t_rate, q), t_lat, q, waves)
         launch = p["launch_s"] * np.ones_like(body)
         return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
     eff = p[f"bw_eff_{fam}"]
-    if "rows" in op.shape and "cols" in op.shape:  # rows of 16-byte multiples load vectorized
+    if "rows" in op.shape and "cols" in op.shape and f"unaligned_eff_{fam}" in p:  # 16-byte rows load vectorized
         eff = eff * np.where(np.mod(_f(op.shape["cols"]) * _bpe(op), 16.0) == 0, 1.0, p[f"unaligned_eff_{fam}"])
     t_m = _f(op.bytes) / (p["bandwidth"] * eff)
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
+    q = p["vector_overlap_p"]
     if "rows" in op.shape and f"rows_per_sm_{fam}" in p:
         rows, cols = _f(op.shape["rows"]), _f(op.shape["cols"])
         slots = P * p[f"rows_per_sm_{fam}"]
         waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
         t_rows = waves * (p["row_latency_s"] + cols / (p[f"row_rate_{fam}"] * eff / p[f"bw_eff_{fam}"]))
         par = rows / (waves * slots)
+        body = _pipeline(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q), waves)
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
-    q = p["vector_overlap_p"]
-    body = _soft_max(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q) if "rows" in op.shape else q)
+        body = _soft_max(t_m, t_c, q)
     launch = p["launch_s"] * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
 
 
-def _attention(model: CalibrationModel, op: Any) -> Prediction:
-    p, P = model.params, float(model.sm_count)
-    s = op.shape
-    if str(s.get("impl", "flash")) != "flash":
-        raise ValueError("the calibrated model covers flash attention only (impl='flash'); "
-                         "estimate a naive attention as its matmuls and softmax")
-    b, h, seq = _f(s["batch"]), _f(s["heads"]), _f(s["seq"])
-    causal = np.asarray(s.get("causal", False), dtype=bool)
-    bwd = bool(np.any(s.get("backward", False)))
-    tiles = b * h * np.ceil(seq / ATTN_BLOCK)
-    waves = np.ceil(tiles / P)
-    scores = b * h * seq * seq * np.where(causal, 0.5, 1.0)
-    d = "bwd" if bwd else "fwd"
-    per_sm = _soft_max(_f(op.flops) / p[f"attn_flops_{d}"], scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
-    t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
-    t_m = _f(op.bytes) / p["bandwidth"]
-    body = np.maximum(t_c, t_m)
-    launch = p["launch_s"] * (2.0 if bwd else 1.0) * np.ones_like(body)  # backward: preprocess + main kernel
-    return Prediction(launch + body, t_c, t_m, launch, tiles / (waves * P))
+#: op name -> the function that predicts its time (see :func:`predictor`)
+_PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}
+
+
+def predictor(*names: OpName) -> Callable:
+    """Decorator: the model of the ops named ``names`` (members of :class:`~gpumodel.opcost.OpName`)."""
+
+    def deco(func: Callable[[CalibrationModel, Any], Prediction]) -> Callable:
+        for name in names:
+            key = OpName(name).value
+            if key in _PREDICTORS:
+                raise ValueError(f"op {key!r} already has a time model ({_PREDICTORS[key].__qualname__})")
+            _PREDICTORS[key] = func
+        return func
+
+    return deco
+
+
+def predicted_ops() -> list[str]:
+    """Names of the ops with a time model of their own (others are charged as a memory-bound stream)."""
+    return sorted(_PREDICTORS)
 
 
 def predict(model: CalibrationModel, op: Any) -> Prediction:
     """Model time of ``op`` (an :class:`~gpumodel.ops.OpCost`) on the modelled GPU.
+
+    The op's name picks its model from the registry filled by :func:`predictor`; an op of another
+    name (a user's own :class:`~gpumodel.ops.OpCost`) is charged as a memory-bound stream.
 
     Examples
     --------
@@ -372,15 +427,27 @@ def predict(model: CalibrationModel, op: Any) -> Prediction:
     >>> round(float(t) * 1e3, 3)                                     # 2**30 B / (0.87 * 3.35 TB/s) + 4 us
     0.372
     """
-    if op.name in ("matmul", "bmm"):
-        return _gemm(model, op)
-    if op.name == "attention":
-        return _attention(model, op)
-    if op.name == "fused":
-        if op.unit == "tensor":
-            raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
-        return _fused(model, op)
-    return _memory_bound(model, op)
+    return _PREDICTORS.get(op.name, _memory_bound)(model, op)
+
+
+@predictor(OpName.MATMUL, OpName.BMM)
+def _matmul(model: CalibrationModel, op: Any) -> Prediction:
+    if op.shape.get("weight_dtype") is not None:
+        from .composite import weight_only_matmul
+
+        return weight_only_matmul(model, op)
+    return _gemm(model, op)
+
+
+predictor(OpName.ELEMENTWISE, OpName.SOFTMAX, OpName.LAYER_NORM, OpName.RMS_NORM, OpName.REDUCE_SUM)(
+    lambda model, op: _memory_bound(model, op))
+
+
+@predictor(OpName.FUSED)
+def _fused_op(model: CalibrationModel, op: Any) -> Prediction:
+    if op.unit == "tensor":
+        raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
+    return _fused(model, op)
 
 
 def _fused(model: CalibrationModel, op: Any) -> Prediction:
@@ -398,3 +465,6 @@ def _fused(model: CalibrationModel, op: Any) -> Prediction:
     par = np.min(np.stack(np.broadcast_arrays(*[_f(r.parallelism) for r in row_parts])), axis=0)
     return Prediction(whole.overhead_s + np.maximum(body, floor), whole.compute_s, np.maximum(whole.memory_s, floor),
                       whole.overhead_s, par, {"row_limited_s": floor})
+
+
+from . import attention as _attention_models, composite as _composite_models  # noqa: E402,F401  (register theirs)
