@@ -57,22 +57,25 @@ def _t(model: CalibrationModel, op: Any) -> np.ndarray:
     return _f(predict(model, op).time_s)
 
 
-def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, np.ndarray]:
-    """Total time of a list of ops (or times [s]) and the launch part of it."""
-    total, launch = 0.0, 0.0
+def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
+    """Total time of a list of ops and its compute, memory and launch parts [s]."""
+    total = compute = memory = launch = 0.0
     for part in parts:
-        if isinstance(part, (int, float, np.ndarray)):
-            total = total + part
-            continue
         pred = predict(model, part)
         total, launch = total + _f(pred.time_s), launch + _f(pred.overhead_s)
-    return np.asarray(total, dtype=float), np.asarray(launch, dtype=float)
+        compute, memory = compute + _f(pred.compute_s), memory + _f(pred.memory_s)
+    return tuple(np.asarray(x, dtype=float) for x in (total, compute, memory, launch))
 
 
-def _pred(total: Any, launch: Any, **extra: Any) -> Prediction:
-    total = np.asarray(total, dtype=float)
-    launch = np.broadcast_to(np.asarray(launch, dtype=float), total.shape) if total.shape else float(launch)
-    return Prediction(total, 0.0 * total, total - launch, launch, 1.0, extra)
+def _pred(total: Any, compute: Any, memory: Any, launch: Any, extra_s: Any = 0.0, extra_launch_s: Any = 0.0,
+          **extra: Any) -> Prediction:
+    """A composite's prediction: its kernels' totals plus ``extra_s`` of kernels priced on their own."""
+    total = np.asarray(total + extra_s, dtype=float)
+    launch = np.broadcast_to(np.asarray(launch + extra_launch_s, dtype=float), total.shape)
+    memory = np.broadcast_to(np.asarray(memory + extra_s - extra_launch_s, dtype=float), total.shape)
+    if not total.shape:
+        launch, memory = float(launch), float(memory)
+    return Prediction(total, compute, memory, launch, 1.0, extra)
 
 
 def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
@@ -105,9 +108,8 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
         parts.append(score_pass)
     if drop:
         parts.append(ops.elementwise(n, dt, inputs=1 + mask_bytes, outputs=1))
-    total, launch = _sum(model, parts)
     sm = _softmax_backward(model, bh * seq, skv, dt)
-    return _pred(total + sm, launch + model.params["launch_s"])
+    return _pred(*_sum(model, parts), sm, model.params["launch_s"])
 
 
 def _nll(model: CalibrationModel, tokens: np.ndarray) -> np.ndarray:
@@ -123,17 +125,15 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
     e = bytes_per_element(dt)
     up = bool(s.get("upcast", True)) and e < 4
     work = "fp32" if up else dt
-    ew = bytes_per_element(work)
     n = t * v
     cast = [ops.elementwise(n, "fp32", inputs=e / 4.0, outputs=1)] if up else []
+    launch = model.params["launch_s"]
     if not s.get("backward", False):
-        total, launch = _sum(model, [*cast, ops.softmax(t, v, work)])
-        return _pred(total + _nll(model, t), launch + model.params["launch_s"])
+        return _pred(*_sum(model, [*cast, ops.softmax(t, v, work)]), _nll(model, t), launch)
     back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast's backward
     zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
-    total, launch = _sum(model, [zero, *back])
     sm = _softmax_backward(model, t, v, work)
-    return _pred(total + sm + _nll(model, t), launch + 2 * model.params["launch_s"], working_bytes=ew)
+    return _pred(*_sum(model, [zero, *back]), sm + _nll(model, t), 2 * launch)
 
 
 @predictor(OpName.EMBEDDING)
@@ -151,7 +151,7 @@ def _embedding(model: CalibrationModel, op: Any) -> Prediction:
     rows = t * h * (2.0 * e + 8.0) + 16.0 * t
     sort = p["embedding_sort_s"] + rows / (p["bandwidth"] * p["bw_eff_embedding"])
     body = np.where(t <= EMBEDDING_SORT_MIN_TOKENS, feature, sort)
-    return _pred(zero + body, 2 * p["launch_s"])
+    return _pred(zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
 
 
 @predictor(OpName.ADAMW_STEP)
@@ -164,15 +164,14 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
     gpu = launches * p["launch_s"] + _f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"])
     host = p["adamw_host_s"] + tensors * p["adamw_host_tensor_s"]
     total = _soft_max(gpu, host, p["vector_overlap_p"])
-    return _pred(total, launches * p["launch_s"], host_s=host)
+    return _pred(total, 0.0 * total, total - launches * p["launch_s"], launches * p["launch_s"], host_s=host)
 
 
 @predictor(OpName.KV_CACHE_WRITE)
 def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
     s = op.shape
     half = ops.elementwise(_f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"]), op.dtype)
-    t = _t(model, half)
-    return _pred(2.0 * t, 2.0 * model.params["launch_s"])
+    return _pred(*_sum(model, [half, half]))
 
 
 def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
@@ -181,6 +180,8 @@ def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
     m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
     wdt = s["weight_dtype"]
     path = WEIGHT_ONLY_PATH[wdt]
+    if path == "scaled_mm_dynamic" and "flops_fp8" not in p:   # no fp8 tensor cores: dequantise instead
+        path = "dequant_linear"
     e = bytes_per_element(dt)
     linear = ops.matmul(m, n, k, dt)
     if path == "scaled_mm_dynamic":   # |x|, amax, to fp32, clamp, /448, x / scale, to fp8, then the fp8 GEMM
@@ -191,7 +192,7 @@ def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
         return _pred(*_sum(model, parts))
     if path == "dequant_linear":       # w.to(dtype) * scale, then the GEMM
         nk = n * k
-        wb = 0.5 if wdt == "int4" else 1.0
+        wb = 0.5 if wdt == "int4" else 1.0      # packed bytes per weight
         parts = [ops.elementwise(nk, dt, inputs=wb / e, outputs=1), ops.elementwise(nk, dt, inputs=1, outputs=1),
                  linear]
         return _pred(*_sum(model, parts))
