@@ -52,7 +52,7 @@ full rate takes longer. Memory-bound ops (elementwise, norms, cross entropy):
     t = t_{launch} + \\max_q\\left(\\frac{Q}{\\epsilon_f \\alpha B},\\ \\frac{F}{R_v},\\
         \\max\\left(1, \\frac{r}{P \\rho_f}\\right)\\left(\\tau + \\frac{c}{\\alpha v_f}\\right)\\right)
 
-(the row term joins with the sharpness :math:`q_n` for the norms) with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
+(for the norms the row term joins through the wave pipeline :math:`P_W` below, sharpness :math:`q_n`) with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
 rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
 FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
 :math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
@@ -64,17 +64,22 @@ memory latency of one load step, :math:`\\tau_b` the fixed time of a block (its 
 
 .. math::
 
-    t_{lat} = \\lceil n_b/P \\rceil \\tau_s + W_b s L_s + [\\text{split rows}]\\, t_{global}, \\quad
+    t_{lat} = [\\text{shared rows}]\\lceil n_b/P \\rceil \\tau_s + [\\text{own rows}]\\, W_b \\tau_w + W_b s L_s
+        + [\\text{split rows}]\\, t_{global}, \\quad
     W_b = \\lceil n_b / (P \\beta) \\rceil
 
     t_{sum} = t_{launch} + \\max\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
         + \\frac{1}{W_b} \\min\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
 
-    t_{softmax} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k},\\
-        W_k (\\tau_b + \\ell_k)\\right)
+    t_{softmax} = t_{launch} + P_{W_k}\\left(\\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k}\\right),\\
+        W_k (\\tau_b + \\ell_k)\\right), \\quad
+    P_W(a, b) = \\max(a, b) + \\frac{\\max_q(a, b) - \\max(a, b)}{W}
 
 with :math:`n_b` blocks, :math:`\\beta` blocks resident per SM, :math:`\\tau_s` and :math:`L_s` the
-sum's block time and load step. The sum is a two-stage pipeline over its :math:`W_b` waves of
+sum's block time and load step. Blocks whose warps share a row end in a block-wide reduction, and an
+SM works through those one after another (:math:`\\tau_s` per block); blocks whose warps each own a
+row (short rows, e.g. 128 columns) reduce with warp shuffles only, which overlap across the resident
+blocks: :math:`\\tau_w` per wave. The sum is a two-stage pipeline over its :math:`W_b` waves of
 blocks (:math:`W_b \\max(a, b) + \\min(a, b)` for per-wave times :math:`a, b`): within one wave a
 thread's dependent loads queue behind the stream (the two add up), while from wave to wave the
 latency of one wave hides behind the streaming of the next, so a sum of many waves streams at the
@@ -91,8 +96,15 @@ causal), per direction :math:`d \\in \\{fwd, bwd\\}`:
 
 .. math::
 
-    t = t_{launch} + \\max\\left(\\frac{\\lceil N/P \\rceil P}{N} \\max_{p_a}\\left(\\frac{F}{R_d},
+    t = n_k t_{launch} + \\max\\left(\\frac{\\lceil N/P \\rceil P}{N} \\max_{p_a}\\left(\\frac{F}{R_d},
         \\frac{S}{R_{s,d}}\\right) + \\lceil N/P \\rceil t_{0,d},\\ \\frac{Q}{B}\\right)
+
+with :math:`N` the tiles after FlashAttention's split of the keys (decode, short prefills) and
+:math:`B` capped by what the busy SMs can pull; see :mod:`gpumodel.calibration.attention`. Ops
+PyTorch runs as several kernels (naive attention, cross-entropy, embedding backward, the fused
+AdamW step, KV-cache writes, weight-only GEMMs) are the sums of their kernels' times
+(:mod:`gpumodel.calibration.composite`). Each op name has one model, registered with
+:func:`predictor`; :func:`predict` looks it up.
 
 References
 ----------
@@ -124,6 +136,8 @@ __all__ = [
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
+#: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
+WHOLE_WAVE_DTYPES = ("tf32", "fp32")
 STREAM_MAX_EDGE = 64  # a GEMM with m, n or k at most this (one tile edge) may run as a stream (GEMV, small k)
 
 
@@ -263,9 +277,14 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     feed = p["l2_bandwidth"] / P
     bytes_min = _f(op.bytes)
     best = best_c = best_m = best_par = None
+    # fp32-data GEMMs (tf32 on tensor cores, fp32 on CUDA cores) run as whole waves of output tiles:
+    # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
+    # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no split-K or stream-K evening them out
+    dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+    splits, stream_k = ((1,), False) if dt in WHOLE_WAVE_DTYPES else (SPLITS, True)
     for tm, tn in TILES:
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
-        for split in SPLITS:
+        for split in splits:
             if split > 1 and np.all(base_tiles >= P):
                 continue
             tiles = base_tiles * split
@@ -280,7 +299,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]
-            if split == 1:  # stream-K: the same tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+            if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
                 t_c2 = base_tiles / P * t_tile
                 t2 = _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"]
                 cands.append((t2, t_c2, t_m, np.ones_like(t2)))
