@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
