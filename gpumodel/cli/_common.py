@@ -176,7 +176,7 @@ def input_path(path: str, option: str) -> Path:
     """Check that ``path`` is a readable file."""
     p = Path(path)
     if not p.is_file():
-        raise ArgumentError(f"{option} {path}: " + ("is a folder, not a file" if p.is_dir() else "no such file"))
+        raise ArgumentError(f"{option} {path}: cannot read: " + ("a folder, not a file" if p.is_dir() else "no such file"))
     return p
 
 
