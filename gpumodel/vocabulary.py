@@ -33,12 +33,12 @@ from typing import Any, Mapping, TypeVar
 import numpy as np
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
-    "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides",
+    "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides", "parallel_degrees",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -197,7 +197,7 @@ def resolve_gpu(gpu: Any, name: str = "gpu"):
         from .gpus import gpu as lookup
 
         return lookup(gpu)
-    raise ArgumentError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
+    raise ArgumentTypeError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
 
 
 def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
@@ -213,7 +213,7 @@ def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
             raise
     if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
-    raise ArgumentError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+    raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
                         f"got {type(value).__name__}")
 
 
@@ -230,7 +230,7 @@ def resolve_model(model: Any, name: str = "model"):
         return lookup(model)
     if isinstance(model, Mapping):
         return TransformerConfig.from_hf(model)
-    raise ArgumentError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
+    raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
 
 
@@ -313,10 +313,45 @@ def choice(kind: type[E], value: Any, name: str) -> E:
     raise ArgumentError(f"{name}={value!r} is not one of {allowed}")
 
 
-def divides(degree: int, total: int, name: str, what: str) -> None:
-    """Refuse a parallel degree that does not divide what it splits (``tp`` must divide the heads...)."""
-    if total % degree:
-        raise ArgumentError(f"{name}={degree} must divide {what} ({total})")
+def divides(degree: Any, total: int, name: str, what: str) -> None:
+    """Refuse a parallel degree (or array of them) that does not divide what it splits."""
+    bad = np.asarray(total) % np.asarray(degree) != 0
+    if np.any(bad):
+        first = np.asarray(degree)[bad].flat[0] if np.ndim(degree) else degree
+        raise ArgumentError(f"{name}={first} must divide {what} ({total})")
+
+
+def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero_stage: Any = 0, cp: Any = 1,
+                     ep: Any = 1) -> tuple:
+    """Check the parallel degrees of a run of model ``cfg``; returns ``(dp, tp, pp, zero_stage)``.
+
+    ``tp`` must divide the attention heads, the KV heads and the MLP width (Megatron-LM splits each
+    across the tensor-parallel group); ``pp`` may not exceed the layers; ``cp`` must divide nothing here
+    but be positive; ``ep`` must divide the experts; a ZeRO stage shards over ``dp`` and so needs ``dp > 1``.
+    Each may be an integer array (a sweep); scalars come back as ``int``.
+
+    >>> import gpumodel as gm
+    >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero_stage=3)
+    (8, 2, 1, 3)
+    """
+    dp, tp, pp = positive_int(dp, "dp"), positive_int(tp, "tp"), positive_int(pp, "pp")
+    positive_int(cp, "cp")
+    ep = positive_int(ep, "ep")
+    zero_stage = nonnegative_int(zero_stage, "zero_stage")
+    if np.any(np.asarray(zero_stage) > 3):
+        raise ArgumentError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    divides(tp, cfg.num_heads, "tp", "num_heads")
+    divides(tp, cfg.num_kv_heads, "tp", "num_kv_heads")
+    divides(tp, cfg.intermediate_size, "tp", "intermediate_size")
+    if np.any(np.asarray(pp) > cfg.num_layers):
+        raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers")
+    if cfg.num_experts:
+        divides(ep, cfg.num_experts, "ep", "num_experts")
+    elif np.any(np.asarray(ep) > 1):
+        raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts")
+    if np.any((np.asarray(zero_stage) > 0) & (np.asarray(dp) == 1)):
+        raise ArgumentError("zero_stage > 0 shards over data-parallel ranks and needs dp > 1")
+    return dp, tp, pp, zero_stage
 
 
 # ---------------------------------------------------------------------------------------------- results
