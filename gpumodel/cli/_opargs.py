@@ -48,7 +48,7 @@ def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = 
     attn.add_argument("--kv-heads", type=_count(1), help="key/value heads (grouped-query attention)")
     ew = p.add_argument_group("elementwise")
     ew.add_argument("--inputs", type=_count(0), help="input tensors (default 1)")
-    ew.add_argument("--outputs", type=_count(0), help="output tensors (default 1)")
+    ew.add_argument("--outputs", type=_count(1), help="output tensors (default 1)")
     ew.add_argument("--flops-per-element", type=lambda t: parse_number(t), metavar="N",
                     help="FLOPs per output element (default 1)")
 

@@ -39,6 +39,17 @@ def _count(text: str) -> int:
     return parse_count(text)
 
 
+def _cc(text: str) -> str:
+    """A compute capability ``MAJOR.MINOR`` (``9.0``, ``8.6``), kept as the text the library reads."""
+    import re
+
+    from ._common import _OptionError
+
+    if not re.fullmatch(r"\d{1,2}\.\d", text.strip()):
+        raise _OptionError(f"{text!r}: expected a compute capability MAJOR.MINOR such as 9.0, 8.6 or 12.0")
+    return text.strip()
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("occupancy", help="blocks per SM, occupancy and its limiter for one kernel launch",
                        description="Occupancy of one kernel launch (cudaOccupancyMaxActiveBlocksPerMultiprocessor), "
@@ -46,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU name (default: h100)")
-    where.add_argument("--cc", default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")
+    where.add_argument("--cc", type=_cc, default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")
     p.add_argument("--threads", type=_count, required=True, help="threads per block (1..1024)")
     p.add_argument("--regs", type=_count, required=True, help="registers per thread (numRegs, 0..255)")
     p.add_argument("--smem", type=_smem, default=0,
