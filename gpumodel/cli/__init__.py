@@ -31,10 +31,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+EPILOG = """\
+Every command takes --json: strict JSON (no NaN; null where a number is undefined) in SI units
+(bytes, seconds, FLOP/s, bytes/s); `gpumodel COMMAND --help` lists its keys. Counts take 4096, 1e6,
+8Ki or 1T; sizes in bytes 80GiB, 48KiB or 80GB; durations 50ms or 1s.
+Exit codes: 0 done; 2 the input was refused (one line on stderr says why); 1 an internal error.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpumodel",
         description="Analytical GPU performance modeling: specs, rooflines, memory budgets, occupancy.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from gpumodel import __version__
 

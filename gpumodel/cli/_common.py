@@ -17,7 +17,8 @@ Examples
 >>> parse_bytes("32KB", "--smem", binary_only=True)
 Traceback (most recent call last):
 ...
-gpumodel.cli._common._OptionError: --smem='32KB': shared-memory sizes are binary: write 32KiB (or 32768) for 32 x 1024 bytes; decimal kB/MB/GB are not accepted here
+gpumodel.cli._common._OptionError: --smem='32KB': shared-memory sizes are binary:
+write 32KiB (or 32768) for 32 x 1024 bytes; decimal kB/MB/GB are not accepted here
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from gpumodel.errors import ArgumentError
 
 __all__ = [
     "parse_count", "parse_bytes", "parse_seconds", "parse_number", "output_path", "input_path",
-    "read_json_object", "refuse", "print_table", "print_json", "to_jsonable",
+    "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable",
 ]
 
 _NUMBER = re.compile(r"^\s*(?P<num>[+-]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-zµ]*)\s*$")
@@ -176,7 +177,8 @@ def input_path(path: str, option: str) -> Path:
     """Check that ``path`` is a readable file."""
     p = Path(path)
     if not p.is_file():
-        raise ArgumentError(f"{option} {path}: cannot read: " + ("a folder, not a file" if p.is_dir() else "no such file"))
+        why = "a folder, not a file" if p.is_dir() else "no such file"
+        raise ArgumentError(f"{option} {path}: cannot read: {why}")
     return p
 
 
@@ -200,6 +202,13 @@ def refuse(given: Iterable[str], needs: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- output
+def fill(text: str, width: int = 88) -> str:
+    """A paragraph wrapped for ``--help`` (the parsers keep their epilogs' lines as written)."""
+    import textwrap
+
+    return textwrap.fill(" ".join(text.split()), width)
+
+
 def to_jsonable(value: Any) -> Any:
     """Numbers, numpy scalars and arrays, records and enums as plain JSON values (NaN/inf -> null)."""
     if hasattr(value, "model_dump"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import input_path, print_json, print_table, refuse
+from ._common import fill, input_path, print_json, print_table, refuse
 from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
 
 EPILOG = SIZES_HELP + """
@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     usage = op_usage()
     p = sub.add_parser(
         "estimate", help="estimated kernel time of one op (calibrated where a calibration exists)",
-        description="Estimated time of one op on one or more GPUs, with what decided it. Ops and their sizes: "
-                    + usage,
+        description=fill("Estimated time of one op on one or more GPUs, with what decided it. Ops and their sizes: "
+                    + usage),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_op_arguments(p, default_gpu="h200", impl=False)

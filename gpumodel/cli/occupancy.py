@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ._common import output_path, parse_bytes, parse_count, print_json, print_table
+from ._common import fill, output_path, parse_bytes, parse_count, print_json, print_table
 
 EPILOG = """\
 Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary
@@ -51,10 +51,11 @@ def _cc(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("occupancy", help="blocks per SM, occupancy and its limiter for one kernel launch",
-                       description="Occupancy of one kernel launch (cudaOccupancyMaxActiveBlocksPerMultiprocessor), "
-                                   "the resource that limits it and the change that buys the next step.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "occupancy", help="blocks per SM, occupancy and its limiter for one kernel launch",
+        description=fill("Occupancy of one kernel launch (cudaOccupancyMaxActiveBlocksPerMultiprocessor), "
+                         "the resource that limits it and the change that buys the next step."),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU name (default: h100)")
     where.add_argument("--cc", type=_cc, default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")

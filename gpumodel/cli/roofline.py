@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import output_path, print_json, print_table
+from ._common import fill, output_path, print_json, print_table
 from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
 
 _LEVELS = ("hbm", "l2", "shared")
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     usage = op_usage()
     p = sub.add_parser(
         "roofline", help="roofline bound (intensity, ridge point, bound, time) of one op",
-        description="Roofline bound of one op on one or more GPUs. Ops and their sizes: " + usage,
+        description=fill("Roofline bound of one op on one or more GPUs. Ops and their sizes: " + usage),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_op_arguments(p, default_gpu="h100", impl=True)
