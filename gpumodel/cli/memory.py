@@ -73,9 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_memory)
 
 
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse options the mode ignores; then fill in the defaults."""
-    flag = lambda key: "--" + key.replace("_", "-")  # noqa: E731
+    flag = _flag
     if args.inference:
         refuse([flag(k) for k in _TRAINING if getattr(args, k) is not None]
                + [flag(k) for k in _TRAINING_SWITCHES if getattr(args, k)],
