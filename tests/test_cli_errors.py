@@ -224,6 +224,7 @@ LIBRARY_BARE_ERRORS = [
     (["occupancy", "--threads", "256", "--regs", "32", "--carveout", "150"], "carveout"),
     (["occupancy", "--gpu", "mi300x", "--threads", "256", "--regs", "32"], "mi300x"),
     (["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", "c.yaml"], "calibration is for"),
+    (["memory", "--hf-config", "heads0.json"], "num_heads"),  # TransformerConfig.from_hf: pydantic ValidationError
 ]
 
 
@@ -234,6 +235,9 @@ def test_bad_input_the_library_refuses_with_a_bare_error(argv, needle, tmp_path,
 
     monkeypatch.chdir(tmp_path)
     calibration_for("h200").save(tmp_path / "c.yaml")
+    (tmp_path / "heads0.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 0, "num_hidden_layers": 2,
+        "intermediate_size": 11008, "vocab_size": 32000}))
     refused(argv, capsys, needle)
 
 
