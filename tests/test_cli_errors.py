@@ -307,3 +307,26 @@ def test_exit_codes_of_a_real_process(tmp_path):
     missing = _gpumodel("calibrate", "--from-points", str(tmp_path / "missing.jsonl"), "--out",
                         str(tmp_path / "c.yaml"), stdout=subprocess.PIPE, timeout=60)
     assert missing.returncode == 2 and b"no such file" in missing.stderr and b"Traceback" not in missing.stderr
+
+
+# ---------------------------------------------------------------------------------------------- any text
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_TEXT = st.one_of(
+    st.text(max_size=12),
+    st.from_regex(r"-?[0-9_.]{0,6}(e-?[0-9]{1,3})?\s?(k|K|Ki|M|Mi|G|GiB|GB|KiB|kB|B|T|s|ms|us|nan|inf)?", fullmatch=True),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(smem=_TEXT, size=_TEXT)
+def test_any_text_is_answered_or_refused_in_one_line(smem, size, capsys):
+    for argv in (["occupancy", "--threads", "256", "--regs", "32", f"--smem={smem}", "--json"],
+                 ["roofline", "matmul", "8", "8", f"{size}", "--json"] if not size.startswith("-") else ["gpus", "--json"]):
+        code, out, err = run(argv, capsys)
+        assert code in (0, 2), (argv, err)
+        if code == 2:
+            assert len(err) == 1 and "internal error" not in err[0], (argv, err)
+        else:
+            strict_json = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+            assert strict_json is not None
