@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from decimal import Decimal, InvalidOperation
@@ -170,6 +171,8 @@ def output_path(path: str, option: str) -> Path:
         raise ArgumentError(f"{option} {path}: is a folder; give a file name")
     if not folder.is_dir():
         raise ArgumentError(f"{option} {path}: folder {str(folder)!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ArgumentError(f"{option} {path}: not writable (permission denied)")
     return p
 
 
