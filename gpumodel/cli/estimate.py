@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     usage = op_usage()
     p = sub.add_parser(
         "estimate", help="estimated kernel time of one op (calibrated where a calibration exists)",
-        description=fill("Estimated time of one op on one or more GPUs, with what decided it. Ops and their sizes: "
-                    + usage),
+        description=fill("Estimated time of one op on one or more GPUs, with what decided it. "
+                         "Ops and their sizes: " + usage),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_op_arguments(p, default_gpu="h200", impl=False)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
-from ._common import fill, output_path, parse_bytes, parse_count, print_json, print_table
+from ._common import _OptionError, fill, output_path, parse_bytes, parse_count, print_json, print_table
 
 EPILOG = """\
 Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary
@@ -41,10 +42,6 @@ def _count(text: str) -> int:
 
 def _cc(text: str) -> str:
     """A compute capability ``MAJOR.MINOR`` (``9.0``, ``8.6``), kept as the text the library reads."""
-    import re
-
-    from ._common import _OptionError
-
     if not re.fullmatch(r"\d{1,2}\.\d", text.strip()):
         raise _OptionError(f"{text!r}: expected a compute capability MAJOR.MINOR such as 9.0, 8.6 or 12.0")
     return text.strip()
