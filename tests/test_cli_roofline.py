@@ -45,11 +45,11 @@ def test_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["matmul", "1", "2"], "matmul takes 3 sizes"),
-    (["matmul", "1", "2", "-3"], "k must be"),
+    (["matmul", "1", "2", "-3"], "k='-3': must be >= 1"),
     (["matmal", "1", "2", "3"], "unknown op"),
     (["--gpu", "a100", "matmul", "8", "8", "8", "--dtype", "fp8"], "dtype 'fp8'"),
     (["matmul", "8", "8", "8", "--dtype", "fp9"], "unknown dtype"),
 ])
 def test_errors(argv, message, capsys):
-    assert main(["roofline", *argv]) == 1
+    assert main(["roofline", *argv]) == 2
     assert message in capsys.readouterr().err

@@ -12,21 +12,31 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import print_json, print_table
-from ._opargs import add_op_arguments, build_op, op_usage, selected_gpus
+from ._common import fill, input_path, print_json, print_table, refuse
+from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
+
+EPILOG = SIZES_HELP + """
+JSON output (--json), SI units:
+  op: name, dtype, shape {size name: count}, flops [FLOP], bytes [B]
+  results: one object per GPU: gpu, time_s, compute_s, memory_s, overhead_s, roofline_time_s [s],
+      bound (what decided the time), parallelism (fraction of the GPU kept busy), calibrated
+      (true/false), source (where the parameters came from), achieved_flops [FLOP/s],
+      achieved_bandwidth [B/s]
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     usage = op_usage()
     p = sub.add_parser(
         "estimate", help="estimated kernel time of one op (calibrated where a calibration exists)",
-        description="Estimated time of one op on one or more GPUs, with what decided it. Ops and their sizes: "
-                    + usage,
+        description=fill("Estimated time of one op on one or more GPUs, with what decided it. "
+                         "Ops and their sizes: " + usage),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_op_arguments(p, default_gpu="h200", impl=False)
     p.add_argument("--calibration", metavar="FILE", help="calibration YAML to use (from `gpumodel calibrate`)")
     p.add_argument("--uncalibrated", action="store_true", help="ignore shipped calibrations: datasheet x defaults")
-    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_run)
 
 
@@ -35,6 +45,9 @@ def _run(args: argparse.Namespace) -> int:
     from gpumodel.roofline import roofline
     from gpumodel.units import format_quantity as fq
 
+    if args.calibration:
+        refuse(["--uncalibrated"] if args.uncalibrated else [], "cannot be given with --calibration")
+        input_path(args.calibration, "--calibration")
     op, gpus = build_op(args), selected_gpus(args)
     results = []
     for g in gpus:
