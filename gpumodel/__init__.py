@@ -24,7 +24,7 @@ _EXPORTS: dict[str, str] = {
     "GPUSpec": "hardware", "UnsupportedDTypeError": "hardware",
     "gpu": "gpus", "list_gpus": "gpus", "load_gpus": "gpus", "all_gpus": "gpus",
     "SpecError": "errors", "UnknownGPUError": "specs", "UnknownNameError": "errors",
-    "GpumodelError": "errors", "ArgumentError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
+    "GpumodelError": "errors", "ArgumentError": "errors", "ArgumentTypeError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
     "GpumodelWarning": "errors", "DoesNotFitWarning": "errors", "Precision": "vocabulary",
     "DType": "dtypes", "dtype": "dtypes", "UnknownDTypeError": "dtypes",
     "compare": "comparison", "Comparison": "comparison",

@@ -33,7 +33,7 @@ from typing import Any, Mapping, TypeVar
 import numpy as np
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
@@ -197,7 +197,7 @@ def resolve_gpu(gpu: Any, name: str = "gpu"):
         from .gpus import gpu as lookup
 
         return lookup(gpu)
-    raise ArgumentError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
+    raise ArgumentTypeError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
 
 
 def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
@@ -213,7 +213,7 @@ def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
             raise
     if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
-    raise ArgumentError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+    raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
                         f"got {type(value).__name__}")
 
 
@@ -230,7 +230,7 @@ def resolve_model(model: Any, name: str = "model"):
         return lookup(model)
     if isinstance(model, Mapping):
         return TransformerConfig.from_hf(model)
-    raise ArgumentError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
+    raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
 
 
