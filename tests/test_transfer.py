@@ -46,8 +46,9 @@ def test_transferring_the_h200_to_itself_reproduces_its_calibration():
 def test_every_reference_parameter_is_carried_or_dropped_for_a_reason():
     cal = calibration_for("h200")
     t = transfer("a100")
-    assert set(t.model.params) | set(t.dropped) == set(cal.parameters)
-    assert t.dropped == ("flops_fp8",)  # the A100 has no fp8 tensor cores
+    assert set(t.model.params) | set(t.dropped) >= set(cal.parameters)
+    assert "flops_fp8" in t.dropped and "flops_fp8" not in t.model.params  # the A100 has no fp8 tensor cores
+    assert all(n.startswith("flops_") for n in t.dropped)
     assert {classify(n) for n in PARAMETERS} <= set(ParameterKind)
 
 
@@ -92,7 +93,23 @@ def test_a_reference_with_fewer_parameters_still_transfers():
     cal = calibration_for("h200")
     slim = cal.model_copy(update={"parameters": {k: v for k, v in cal.parameters.items() if k != "flops_tf32"}})
     t = transfer("a100", reference=slim)
-    assert "flops_tf32" not in t.model.params and t.model.params["flops_bf16"] == transfer("a100").model.params["flops_bf16"]
+    assert t.model.params["flops_bf16"] == transfer("a100").model.params["flops_bf16"]
+    # what the reference never measured takes the target's datasheet default
+    assert t.parameters["flops_tf32"]["kind"] == "default"
+    assert t.model.params["flops_tf32"] == pytest.approx(0.72 * 156e12)
+
+
+def test_a_new_parameter_is_classified_by_its_unit(monkeypatch):
+    # a refit may add parameters: their unit says how they carry (here an L2 working set scales with the L2 size)
+    from gpumodel.calibration import transfer as tr
+
+    monkeypatch.setitem(tr.PARAMETERS, "l2_working_set_bytes", ("bytes", "bytes an L2-resident kernel keeps"))
+    monkeypatch.setitem(tr.PARAMETERS, "adamw_step_s", ("s", "fixed time of a fused optimizer block"))
+    assert classify("l2_working_set_bytes") is ParameterKind.CAPACITY
+    assert classify("adamw_step_s") is ParameterKind.CYCLES
+    a100, h200 = gm.gpu("a100"), gm.gpu("h200")
+    ratio = tr._ratios(ParameterKind.CAPACITY, "l2_working_set_bytes", a100, h200, prior_for(a100), prior_for(h200))
+    assert ratio == (pytest.approx(40 / 60), 1.0)  # 40 MiB / 60 MiB of L2
 
 
 _GPUS = st.sampled_from(["h100", "a100", "rtx-4090", "l40s", "b200", "a10"])

@@ -33,14 +33,19 @@ kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
                    cycles: memory latency is ~400 cycles
                    on V100, A100 and H100 alike)
 ``residency``      resident threads per SM                 1
+``capacity``       L2 size (a byte count naming the L2),   1
+                   else shared memory per SM
 ``launch``         1 (host and driver, not the GPU)        1
 ``dimensionless``  1 (overlap sharpness, efficiencies)     1
 =================  ======================================  ==========================================
 
 Wave and tile quantisation need no parameter: the transferred model keeps the target's SM count,
-so :math:`\\lceil N/P \\rceil` is evaluated on the target. The L2 size enters no term: the
-reference kernels were timed with the L2 flushed, as the model's times are. Transferring the
-reference to itself gives every ratio 1 and returns its parameters unchanged.
+so :math:`\\lceil N/P \\rceil` is evaluated on the target. The L2 size scales any byte-count
+parameter that names the L2 (the present model has none: its kernels were timed with the L2
+flushed). A GEMM rate of a CUDA-core dtype (fp32, fp64) has no tensor-core prior (ratio 1). A
+parameter the target's datasheet model has and the reference lacks (a dtype the reference never
+measured) takes its datasheet default (kind ``default``). Transferring the reference to itself
+gives every ratio 1 and returns its parameters unchanged.
 
 The expected error of a transferred estimate of op family :math:`f` combines the reference's own
 validation error with the uncertainty of the prior ratio it used,
@@ -56,7 +61,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .model import PARAMETERS, CalibrationModel
+from .model import PARAMETERS, CalibrationModel, default_parameters
 from .priors import ArchPrior, prior_for
 
 __all__ = ["ParameterKind", "Transfer", "classify", "transfer", "transfer_for", "REFERENCE"]
@@ -78,6 +83,7 @@ class ParameterKind(str, enum.Enum):
     SM_RATE = "sm_rate"
     CYCLES = "cycles"
     RESIDENCY = "residency"
+    CAPACITY = "capacity"
     LAUNCH = "launch"
     DIMENSIONLESS = "dimensionless"
 
@@ -104,6 +110,8 @@ def classify(name: str) -> ParameterKind:
         return K.OPERAND_FEED if "l2" in name else K.BANDWIDTH
     if unit == "s":
         return K.CYCLES
+    if unit in ("bytes", "B"):
+        return K.CAPACITY
     if unit in ("elements/s", "1/s"):
         return K.SM_RATE if name.startswith("row_rate") else K.CHIP_RATE
     return K.RESIDENCY if name.startswith("rows_per_sm") else K.DIMENSIONLESS
@@ -218,6 +226,10 @@ def _ratios(kind: ParameterKind, name: str, t: Any, r: Any, pt: ArchPrior, pr: A
         return 1.0 / clock, 1.0
     if kind is K.RESIDENCY:
         return t.max_threads_per_sm / r.max_threads_per_sm, 1.0
+    if kind is K.CAPACITY:
+        if "l2" in name:
+            return t.l2_bytes / r.l2_bytes, 1.0
+        return t.shared_memory_per_sm / r.shared_memory_per_sm, 1.0
     return 1.0, 1.0
 
 
@@ -275,6 +287,11 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
         params[name] = new
         table[name] = {"kind": kind.value, "reference": value, "value": new,
                        "datasheet_ratio": ratios[0], "prior_ratio": ratios[1]}
+    for name, value in default_parameters(target).items():
+        if name not in params and name not in dropped:
+            params[name] = value
+            table[name] = {"kind": "default", "reference": float("nan"), "value": value,
+                           "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
     sm = target.sm_count if target.name != ref.name else cal.sm_count
     model = CalibrationModel(params, sm, calibrated=False, name=f"{target.name} transferred from {cal.gpu}")
     err = {k: v.median for k, v in cal.validation_error.items()}
