@@ -10,20 +10,28 @@ done bar (transferred median <= 15% and better than the datasheet's).
 Sources
 -------
 * Figure: ``assets/flash2_a100_fwd_bwd_benchmark.png`` in github.com/Dao-AILab/flash-attention, added
-  by commit 4f285b354796fb17df8636485b9a04df3ebbb7dc ("FlashAttention-2 release", 2023-07-17), unchanged
-  at commit 0251105a2fb19d2957484b7f023cd8c115286ced; README: "Head dimension 64 or 128, hidden
-  dimension 2048 (i.e. either 32 or 16 heads). Sequence length 512, 1k, 2k, 4k, 8k, 16k. Batch size
-  set to 16k / seqlen." Panels (a) non-causal d=64, (b) non-causal d=128, (c) causal d=64, (d) causal
-  d=128; bar labels in TFLOP/s. Three labels are hidden behind the legend: (a) 1k "153" is partly
-  legible, (b) 1k "173" is partly legible, (b) 512 is read from the bar's height (top at 151 on the
-  axis scale fitted through the labelled bars of that panel, +-1).
-* FLOP convention: ``benchmarks/benchmark_flash_attention.py`` (same repository, commit 0251105a),
-  ``flops()``: ``4 * batch * seqlen**2 * nheads * headdim``, halved when causal, times 3.5 for
-  forward + backward (backward = 2.5x forward); the fwd+bwd speed divides that by the sum of the
-  forward and backward times. Sizes in that script: ``bs_seqlen_vals = [(32, 512), (16, 1024),
-  (8, 2048), (4, 4096), (2, 8192), (1, 16384)]``, ``dim = 2048``, ``nheads = dim // headdim``,
-  ``dtype = torch.float16``. This is the convention of :func:`gpumodel.ops.attention`
-  (forward 4 b h s^2 d, backward 2.5x), so published TFLOP/s convert to seconds exactly.
+  by commit 4f285b354796fb17df8636485b9a04df3ebbb7dc ("FlashAttention-2 release", 2023-07-17) and
+  unchanged at commit 0251105a2fb19d2957484b7f023cd8c115286ced. The README of that release (section
+  "A100") states the sizes: "Head dimension 64 or 128, hidden dimension 2048 (i.e. either 32 or 16
+  heads). Sequence length 512, 1k, 2k, 4k, 8k, 16k. Batch size set to 16k / seqlen." Panels: (a)
+  non-causal d=64, (b) non-causal d=128, (c) causal d=64, (d) causal d=128; bar labels in TFLOP/s.
+  Three labels sit behind the legend: (a) 1k "153" and (b) 1k "173" are partly legible and agree with
+  the bars' heights; (b) 512 is read from its bar's height alone (151 on the axis scale fitted through
+  the labelled bars of that panel, +-1). Every other value is its printed label, and each agrees with
+  its bar's height within 0.7 TFLOP/s.
+* FLOP convention and sizes: ``benchmarks/benchmark_flash_attention.py`` of the same repository, as
+  added by commit 60499abcfda1fabd48e1b97341f4f888c66991a3 ("[Benchmark] Add script to benchmark
+  FlashAttention", 2023-07-28) and unchanged in substance at 0251105a: ``flops()`` is
+  ``4 * batch * seqlen**2 * nheads * headdim``, halved when causal, times 3.5 for forward + backward
+  (backward = 2.5x forward), and the fwd+bwd speed divides it by the sum of the forward and backward
+  times; ``bs_seqlen_vals = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]``,
+  ``dim = 2048``, ``nheads = dim // headdim``, ``dtype = torch.float16``. The same convention is
+  :func:`gpumodel.ops.attention`'s (forward 4 b h s^2 d, backward 2.5x; T. Dao, "FlashAttention-2",
+  2023, Sec. 4.1), so a published TFLOP/s converts to seconds exactly.
+
+Nothing here was fitted: the transferred model is the H200 calibration carried by
+:func:`gpumodel.calibration.transfer.transfer`, whose priors cite other sources (no attention
+measurement of any Ampere GPU among them).
 
 Run: ``python bench/published_kernels.py`` (CPU only, a second).
 """
