@@ -18,7 +18,7 @@ Sources
   Three labels sit behind the legend: (a) 1k "153" and (b) 1k "173" are partly legible and agree with
   the bars' heights; (b) 512 is read from its bar's height alone (151 on the axis scale fitted through
   the labelled bars of that panel, +-1). Every other value is its printed label, and each agrees with
-  its bar's height within 0.7 TFLOP/s.
+  its bar's height within 1 TFLOP/s.
 * FLOP convention and sizes: ``benchmarks/benchmark_flash_attention.py`` of the same repository, as
   added by commit 60499abcfda1fabd48e1b97341f4f888c66991a3 ("[Benchmark] Add script to benchmark
   FlashAttention", 2023-07-28) and unchanged in substance at 0251105a: ``flops()`` is
