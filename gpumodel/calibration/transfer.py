@@ -51,6 +51,28 @@ The expected error of a transferred estimate of op family :math:`f` combines the
 validation error with the uncertainty of the prior ratio it used,
 :math:`\\epsilon = \\sqrt{\\epsilon_{r,f}^2 + u_t^2 + u_r^2}` (the :math:`u` are zero when both GPUs
 share the architecture, where the priors cancel).
+
+The attention rate carries over as the reference's ratio of attention to GEMM rate: it assumes the
+target's attention kernel is as efficient, relative to cuBLAS, as the one PyTorch's
+``scaled_dot_product_attention`` ran on the reference. That holds for FlashAttention-2 on the A100
+(``bench/published_kernels.py``), not for a library whose kernel on the target is of another kind
+(FlashAttention-2 on the H100 uses no wgmma and reaches about 35% of the peak, FlashAttention-3
+about 75%: Shah et al. 2024).
+
+References
+----------
+S. Bekman, "Machine Learning Engineering", Maximum Achievable Matmul FLOPS table,
+github.com/stas00/ml-engineering (the GEMM priors). NVIDIA, "Matrix Multiplication Background
+User's Guide" (tile and wave quantization), docs.nvidia.com/deeplearning/performance, 2023.
+T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023.
+J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision", 2024.
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> t = transfer("h100")                     # same architecture as the H200: priors cancel
+>>> round(t.model.params["bandwidth"] / t.parameters["bandwidth"]["reference"], 4)   # 3.35 / 4.8
+0.6979
 """
 
 from __future__ import annotations
