@@ -80,6 +80,17 @@ def test_named_gpus_get_transferred_estimates_with_an_expected_error(gpu):
     assert gm.estimate(gm.ops.matmul(4096, 4096, 4096), gpu, calibrated=False).source == "datasheet"
 
 
+def test_no_expected_error_where_the_reference_measured_nothing():
+    # a family without validation points in the reference: a transferred time of it has no error figure
+    cal = calibration_for("h200")
+    blind = cal.model_copy(update={"validation_error": {k: v for k, v in cal.validation_error.items() if k != "softmax"}})
+    assert transfer("a100", reference=blind).expected_error(gm.ops.softmax(4096, 4096)) is None
+    # a family it did measure: its validation median, widened by the two architectures' bandwidth priors
+    err = calibration_for("h200").validation_error["softmax"].median
+    u = (0.04**2 + 0.03**2) ** 0.5  # sm80 and sm90 copy-fraction uncertainties
+    assert gm.estimate(gm.ops.softmax(4096, 4096), "a100").expected_error == pytest.approx((err**2 + u**2) ** 0.5)
+
+
 def test_transfer_refuses_what_it_cannot_do():
     assert transfer_for("mi300x") is None and transfer_for("t4") is None
     with pytest.raises(UnsupportedError, match="no architecture prior"):

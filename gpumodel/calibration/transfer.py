@@ -183,8 +183,11 @@ class Transfer:
             return math.hypot(self._prior_u("gemm"), self.prior.attention.uncertainty)
         return math.hypot(self.prior.bandwidth.uncertainty, self.reference_prior.bandwidth.uncertainty)
 
-    def expected_error(self, op: Any) -> float:
+    def expected_error(self, op: Any) -> float | None:
         """Expected median relative error of this model's time for ``op`` [1] (see the module Notes).
+
+        ``None`` for an op family the reference calibration has no validation error for (its
+        parameters there are defaults, not measurements: nothing backs a figure).
 
         Examples
         --------
@@ -194,17 +197,16 @@ class Transfer:
         >>> bool(t.expected_error(op) > t.reference_error["matmul"])    # the H200's own error, plus the priors'
         True
         """
-        name = op.name
         dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
-        err = self.reference_error
-        if name == "attention":
-            d = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
-            base, u = err.get(d, err.get("overall", 0.1)), self._prior_u("attention")
-        elif name in ("matmul", "bmm"):
-            base, u = err.get(name, err.get("overall", 0.1)), self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
+        if op.name == "attention":
+            key = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
+            u = self._prior_u("attention")
+        elif op.name in ("matmul", "bmm"):
+            key, u = op.name, self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
         else:
-            base, u = err.get(name, err.get("overall", 0.1)), self._prior_u("bandwidth")
-        return float(math.hypot(base, u))
+            key, u = op.name, self._prior_u("bandwidth")
+        base = self.reference_error.get(key)
+        return None if base is None else float(math.hypot(base, u))
 
     def to_dict(self) -> dict:
         return {"gpu": self.gpu, "reference": self.reference, "prior": self.prior.name,
