@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ._callable import make_callable
+
 from .calibration.model import CalibrationModel, Prediction, default_parameters, predict
 
 __all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
@@ -248,3 +250,6 @@ def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any =
     g = _gpu(gpu)
     model, _ = model_for(g, calibrated, calibration)
     return _scalar(predict(model, op).time_s)
+
+
+make_callable(__name__, estimate)

@@ -37,7 +37,7 @@ from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
-    "resolve_gpu_or_cc", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
+    "resolve_gpu_or_cc", "resolve_op", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
     "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides", "parallel_degrees",
 ]
 
@@ -232,6 +232,17 @@ def resolve_model(model: Any, name: str = "model"):
         return TransformerConfig.from_hf(model)
     raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
+
+
+def resolve_op(op: Any, name: str = "op"):
+    """An :class:`~gpumodel.opcost.OpCost` (the record ``gm.ops.<op>(...)`` returns); anything else is refused."""
+    from .opcost import OpCost
+
+    if isinstance(op, OpCost):
+        return op
+    hint = f"; build one with gm.ops.{op}(...)" if isinstance(op, str) else ""
+    raise ArgumentTypeError(f"{name} must be an OpCost from gm.ops, e.g. gm.ops.matmul(4096, 4096, 4096), "
+                            f"got {type(op).__name__}{hint}")
 
 
 # ---------------------------------------------------------------------------------------------- numbers

@@ -10,7 +10,7 @@ from gpumodel.cli import main
 def test_matmul_text(capsys):
     assert main(["roofline", "--gpu", "h100", "matmul", "4096", "4096", "4096", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
-    assert "compute" in out and "295.3" in out and "2048 over bytes read" in out and "138.9 µs" in out
+    assert "compute" in out and "295.3" in out and "2048 over bytes read" in out and "138.9 us" in out
 
 
 def test_json_every_level(capsys):

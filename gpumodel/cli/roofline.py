@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         print()
         headers = ["GPU", "level", "peak", "bandwidth", "ridge [FLOP/B]", "intensity/ridge", "bound", "time",
                    "compute floor", "memory floor"]
-        from gpumodel.roofline import _fmt_time
+        from gpumodel.vocabulary import format_seconds as _fmt_time
 
         rows = [[r.gpu, r.level, fq(r.peak_flops, "FLOP/s"), fq(r.bandwidth, "B/s"), f"{r.ridge_point:.4g}",
                  f"{r.arithmetic_intensity / r.ridge_point:.3g}x", r.bound, _fmt_time(r.time_s),
