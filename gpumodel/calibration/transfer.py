@@ -329,16 +329,21 @@ def _all_priors() -> list[ArchPrior]:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached(name: str) -> Transfer | None:
-    from .record import calibration_for
-
-    if calibration_for(REFERENCE) is None or prior_for(name) is None:
-        return None
+def _cached(name: str, reference_id: int, prior_id: int) -> Transfer:
     return transfer(name)
 
 
 def transfer_for(gpu: Any) -> Transfer | None:
-    """The transfer of the shipped reference calibration to ``gpu`` (cached), or ``None`` where no prior applies."""
-    from ..vocabulary import resolve_gpu
+    """The transfer of the shipped reference calibration to ``gpu``, or ``None`` where no prior applies.
 
-    return _cached(resolve_gpu(gpu).name)
+    Cached per GPU and per loaded reference calibration and prior record (reloading either, e.g.
+    with another ``GPUMODEL_SPEC_PATH``, gives a fresh transfer).
+    """
+    from ..vocabulary import resolve_gpu
+    from .record import calibration_for
+
+    g = resolve_gpu(gpu)
+    cal, prior = calibration_for(REFERENCE), prior_for(g)
+    if cal is None or prior is None or prior_for(cal.gpu) is None:
+        return None
+    return _cached(g.name, id(cal), id(prior))
