@@ -59,7 +59,8 @@ def _run(args: argparse.Namespace) -> int:
                    "bytes": op.bytes},
             "results": [{"gpu": e.gpu, "time_s": e.time_s, "bound": e.bound, "compute_s": e.compute_s,
                          "memory_s": e.memory_s, "overhead_s": e.overhead_s, "parallelism": e.parallelism,
-                         "calibrated": e.calibrated, "source": e.source, "roofline_time_s": r,
+                         "calibrated": e.calibrated, "source": e.source, "detail": e.detail,
+                         "expected_error": e.expected_error, "roofline_time_s": r,
                          "achieved_flops": op.flops / e.time_s, "achieved_bandwidth": op.bytes / e.time_s}
                         for e, r in results],
         })
@@ -71,6 +72,6 @@ def _run(args: argparse.Namespace) -> int:
     for e, r in results:
         achieved = (fq(op.flops / e.time_s, "FLOP/s") if op.unit == "tensor" else fq(op.bytes / e.time_s, "B/s"))
         rows.append([e.gpu, _fmt(e.time_s), e.bound, _fmt(e.compute_s), _fmt(e.memory_s),
-                     _fmt(e.overhead_s), _fmt(r), achieved, e.source])
+                     _fmt(e.overhead_s), _fmt(r), achieved, e.detail or e.source])
     print_table(headers, rows)
     return 0
