@@ -155,7 +155,7 @@ def collective_time(collective: Any, nbytes: Any, n: Any, bus_bandwidth: Any, st
 
     >>> t = collective_time("all_reduce", 1e9, 8, 360e9)
     >>> round(t * 1e3, 3)   # 8.4 us + 14 x 3.4 us + 1.75e9 / 360e9 s
-    4.918
+    4.917
     """
     nbytes = nonnegative_number(nbytes, "nbytes")
     bw = positive_number(bus_bandwidth, "bus_bandwidth")
@@ -243,7 +243,7 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     >>> import gpumodel as gm
     >>> t = gm.cluster.collectives.system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
     >>> round(1e9 * 1.75 / t / 1e9)   # busbw [GB/s] inside one DGX H100
-    358
+    356
     """
     s = resolve_system(system)
     alg = choice(Algorithm, algorithm, "algorithm")

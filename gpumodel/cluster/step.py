@@ -38,9 +38,10 @@ S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Para
 from __future__ import annotations
 
 import enum
-import math
 import warnings
 from typing import Any
+
+import numpy as np
 
 from ..errors import ArgumentError, DoesNotFitWarning
 from ..memory import training_memory
@@ -51,7 +52,12 @@ from .collectives import system_collective_time as _coll
 from .parallelism import Parallelism
 from .shard import shard_config, shard_times
 
-__all__ = ["Framework", "parallel_training_step_time", "model_flops_per_token"]
+__all__ = ["Framework", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
+
+#: Phases of the step breakdown [s].
+PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
+#: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 class Framework(str, enum.Enum):
@@ -143,75 +149,15 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if attention not in ("flash", "naive"):
         raise ArgumentError(f"attention={attention!r} is not one of 'flash', 'naive'")
     st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention)
-    layers = math.ceil(cfg.num_layers / pp)
-    c = prec.compute_bytes
-    act_bytes = b * s_loc * cfg.hidden_size * c
-
-    # ---- per micro-batch, slowest stage
-    f_l, b_l = st.layer_forward, st.layer_backward
-    r_l = f_l if ckpt == Checkpointing.FULL else (st.attention_forward if ckpt == Checkpointing.SELECTIVE else 0.0)
-    n_fwd = 2 if ckpt == Checkpointing.NONE else 3      # forward passes' worth of TP collectives (fwd, recompute, bwd)
-    tp_coll = _coll("all_reduce", act_bytes, sysm, tp, 1) if tp > 1 else 0.0
-    tp_layer = 2 * tp_coll * (n_fwd if ckpt == Checkpointing.FULL else 2)
-    cp_layer = 0.0
-    if cp > 1:
-        kv_bytes = 2 * b * s * max(1, cfg.kv_heads // tp) * cfg.dim_head * c
-        gather = _coll("all_gather", kv_bytes, sysm, cp, par.stride("cp"))
-        scatter = _coll("reduce_scatter", kv_bytes, sysm, cp, par.stride("cp"))
-        passes = 2 if ckpt == Checkpointing.FULL else 1
-        attn = st.attention_forward
-        cp_layer = passes * max(0.0, gather - attn) + max(0.0, scatter - 2.5 * attn)
-    ep_layer = 0.0
-    if par.ep > 1:
-        routed = act_bytes * max(cfg.experts_per_token, 1)
-        ep_layer = 4 * _coll("all_to_all", routed, sysm, par.ep, par.stride("ep")) * (1.5 if ckpt == Checkpointing.FULL else 1)
-    p2p = 0.0
-    if pp > 1:
-        p2p_bytes = act_bytes / (tp if par.sequence_parallel else 1)
-        p2p = 2 * v * _coll("send_recv", p2p_bytes, sysm, 2, par.stride("pp"))
-    head_comm = 2 * tp_coll
-    compute_mb = layers * (f_l + b_l + r_l) + st.head_forward + st.head_backward
-    comm_mb = layers * (tp_layer + cp_layer + ep_layer) + head_comm + p2p
-
-    # ---- data parallel: gradients, ZeRO
-    n_stage = (cfg.layer_parameters() * layers + cfg.embedding_parameters()) / tp
-    if cfg.is_moe and par.ep > 1:
-        n_stage = n_stage * (1 - 0.9 * (1 - 1 / par.ep))  # expert weights are not replicated over ep
-    grad_bytes = prec.param_bytes if fw != Framework.MEGATRON else c
-    dp_group, dp_stride = dp * cp, par.stride("dp") if cp == 1 else par.stride("cp")
-    zero3_mb = 0.0
-    dp_comm = 0.0
-    if dp_group > 1:
-        g_bytes = n_stage * grad_bytes
-        if par.zero == 0:
-            dp_comm = _coll("all_reduce", g_bytes, sysm, dp_group, dp_stride)
-        else:
-            dp_comm = _coll("reduce_scatter", g_bytes, sysm, dp_group, dp_stride)
-            if par.zero < 3:
-                dp_comm += _coll("all_gather", n_stage * c, sysm, dp_group, dp_stride)
-            else:  # gather each layer's weights for the forward and again for the backward, under compute
-                gather_layer = _coll("all_gather", cfg.layer_parameters() / tp * c, sysm, dp_group, dp_stride)
-                zero3_mb = layers * (max(0.0, gather_layer - f_l) + max(0.0, gather_layer - b_l))
-        if fw != Framework.MEGATRON:  # bucketed reduction under the last micro-batch's backward
-            dp_comm = max(0.0, dp_comm - layers * b_l) + 0.02 * dp_comm
-    t_mb = compute_mb + comm_mb + zero3_mb
-    bubble = (pp - 1) / v * t_mb if pp > 1 else 0.0
-    n_opt = n_stage / (dp_group if par.zero >= 1 else 1)
-    t_opt = st.optimizer_per_param * n_opt
-
-    breakdown = {
-        "forward": m * (layers * f_l + st.head_forward),
-        "backward": m * (layers * b_l + st.head_backward),
-        "recompute": m * layers * r_l,
-        "optimizer": t_opt,
-        "communication": m * (comm_mb + zero3_mb) + dp_comm,
-        "pipeline_bubble": bubble,
-    }
+    code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
+    out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
+                  sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
+                  micro_batches=m, checkpointing=code)
+    breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
     model_flops = model_flops_per_token(cfg, s) * tokens
-    rec_flops = (st.layer_flops / 3.5 if ckpt == Checkpointing.FULL else 0.0)  # forward share of fwd+bwd flops
-    hardware_flops = (cfg.num_layers * (st.layer_flops + rec_flops) * tp + st.head_flops * tp) * m * dp * cp
+    hardware_flops = float(out["hardware_flops"])
     peak = g.peak_flops(prec.compute_dtype.value)
     n = par.num_gpus
     mem = training_memory(cfg, b, s_loc, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
@@ -226,3 +172,72 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=hardware_flops / seconds / (n * peak), num_gpus=n,
                     fits=fits, peak_bytes=float(mem.peak_bytes))
+
+
+def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
+            micro_batches, checkpointing) -> dict:
+    """The step of a layout from its shard's kernel times: a pure function that broadcasts.
+
+    ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
+    same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
+    (0 none, 1 selective, 2 full) may be arrays of one shape. Returns the breakdown by :data:`PHASES` [s],
+    ``"hardware_flops"`` [FLOP] and ``"stage_parameters"`` (parameters per GPU before ZeRO).
+    """
+    A = np.asarray
+    tp, pp, cp, dp, v, b, m, ckpt, zero = (A(x) for x in (tp, pp, cp, dp, virtual_stages, batch_size, micro_batches,
+                                                         checkpointing, zero))
+    sp = A(sequence_parallel)
+    full, sel = ckpt == 2, ckpt == 1
+    s = seq_len
+    s_loc = s // cp
+    layers = np.ceil(cfg.num_layers / pp)
+    c = prec.compute_bytes
+    act_bytes = b * s_loc * cfg.hidden_size * c
+    f_l, b_l, attn = A(st.layer_forward), A(st.layer_backward), A(st.attention_forward)
+
+    # ---- per micro-batch on the slowest stage
+    r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
+    tp_coll = A(_coll("all_reduce", act_bytes, sysm, tp, 1))         # = all-gather + reduce-scatter with SP
+    tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
+    kv_bytes = 2 * b * s * np.maximum(1, cfg.kv_heads // tp) * cfg.dim_head * c
+    gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
+    scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
+    cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
+    routed = act_bytes * max(cfg.experts_per_token, 1)
+    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * np.where(full, 1.5, 1.0)
+    p2p_bytes = act_bytes / np.where(sp, tp, 1)
+    p2p = np.where(pp > 1, 2 * v * A(_coll("send_recv", p2p_bytes, sysm, 2, tp * cp * dp)), 0.0)
+    compute_mb = layers * (f_l + b_l + r_l) + A(st.head_forward) + A(st.head_backward)
+    comm_mb = layers * (tp_layer + cp_layer + ep_layer) + 2 * tp_coll + p2p
+
+    # ---- data parallel: gradients over dp * cp ranks (stride tp), ZeRO
+    n_stage = (cfg.layer_parameters() * layers + cfg.embedding_parameters()) / tp
+    if cfg.is_moe:
+        n_stage = n_stage * (1 - 0.9 * (1 - 1 / A(ep)))                 # expert weights are split over ep
+    grad_bytes = c if fw == Framework.MEGATRON else prec.param_bytes
+    group = dp * cp
+    g_bytes = n_stage * grad_bytes
+    all_reduce = A(_coll("all_reduce", g_bytes, sysm, group, tp))
+    reduce_scatter = A(_coll("reduce_scatter", g_bytes, sysm, group, tp))
+    gather_params = A(_coll("all_gather", n_stage * c, sysm, group, tp))
+    gather_layer = A(_coll("all_gather", cfg.layer_parameters() / tp * c, sysm, group, tp))
+    dp_comm = np.where(zero == 0, all_reduce, reduce_scatter + np.where(zero < 3, gather_params, 0.0))
+    zero3_mb = np.where(zero == 3, layers * (np.maximum(0.0, gather_layer - f_l) + np.maximum(0.0, gather_layer - b_l)), 0.0)
+    if fw != Framework.MEGATRON:  # buckets reduced under the last micro-batch's backward; the last one exposed
+        last = A(_coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes), sysm, group, tp))
+        dp_comm = np.where(group > 1, np.maximum(dp_comm - layers * b_l, last), 0.0)
+    t_mb = compute_mb + comm_mb + zero3_mb
+    bubble = (pp - 1) / v * t_mb
+    n_opt = n_stage / np.where(zero >= 1, group, 1)
+    layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
+    rec_flops = np.where(full, layer_flops / 3.5, 0.0)  # the forward's share of forward + backward FLOPs (1 : 2.5)
+    return {
+        "forward": m * (layers * f_l + A(st.head_forward)),
+        "backward": m * (layers * b_l + A(st.head_backward)),
+        "recompute": m * layers * r_l,
+        "optimizer": A(st.optimizer_per_param) * n_opt,
+        "communication": m * (comm_mb + zero3_mb) + dp_comm,
+        "pipeline_bubble": bubble,
+        "hardware_flops": (cfg.num_layers * (layer_flops + rec_flops) + head_flops) * tp * m * dp * cp,
+        "stage_parameters": n_stage,
+    }
