@@ -194,31 +194,19 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
            if cfg.intermediate_size % t == 0 and (cfg.kv_heads % t == 0 or t % cfg.kv_heads == 0)]
     cps = [c for c in _divisors_pow2(s, 64) if s // c >= 2048 or c == 1]
     pps = [p for p in (2 ** k for k in range(0, 8)) if p <= cfg.num_layers]
-    grid = []
-    for n in counts:
-        for tp in tps:
-            for cp in cps:
-                for pp in pps:
-                    if n % (tp * cp * pp):
-                        continue
-                    dp = n // (tp * cp * pp)
-                    for mb in micro_batches:
-                        if B % (dp * mb):
-                            continue
-                        m = B // (dp * mb)
-                        for v in virtual_stages:
-                            if v > 1 and (pp == 1 or cfg.num_layers % (pp * v)):
-                                continue
-                            for z in zero_stages:
-                                if (z > 0 and dp * cp == 1) or (z == 3 and pp > 1):
-                                    continue
-                                for ck in range(len(_CKPT)):
-                                    if _CKPT[ck] in checkpointing:
-                                        grid.append((n, tp, cp, pp, dp, mb, m, v, z, ck))
-    if not grid:
+    P = np.array(np.meshgrid(counts, tps, cps, pps, list(micro_batches), list(virtual_stages), list(zero_stages),
+                             [i for i, c in enumerate(_CKPT) if c in checkpointing], indexing="ij")).reshape(8, -1)
+    n, tp, cp, pp, mb, v, z, ck = P
+    keep = (n % (tp * cp * pp) == 0)
+    dp = np.maximum(n // (tp * cp * pp), 1)
+    keep &= B % (dp * mb) == 0
+    keep &= (v == 1) | ((pp > 1) & (cfg.num_layers % (pp * v) == 0))
+    keep &= ~((z > 0) & (dp * cp == 1)) & ~((z == 3) & (pp > 1))
+    if not keep.any():
         raise ArgumentError(f"no layout divides {cfg.name}, {counts} GPUs and global_batch={B}")
-    G = np.array(grid, dtype=np.int64)
-    n, tp, cp, pp, dp, mb, m, v, z, ck = G.T
+    n, tp, cp, pp, mb, v, z, ck, dp = (x[keep] for x in (n, tp, cp, pp, mb, v, z, ck, dp))
+    m = B // (dp * mb)
+    G = n
 
     # ---- shard times: once per (tp, cp) at micro-batches 1 and 8, linear in the micro-batch
     keys = sorted(set(zip(tp.tolist(), cp.tolist())))
@@ -248,7 +236,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     # ---- memory per GPU, broadcast over the candidates sharing (pp, zero, checkpointing, accumulation)
     total = np.full(len(G), np.inf)
     peak = np.full(len(G), np.nan)
-    gas = np.where(pp > 1, np.minimum(pp, m), np.where(m > 1, 2, 1))
+    gas = np.where(pp > 1, pp, np.where(m > 1, 2, 1))  # 1F1B holds pp micro-batches (m >= pp assumed)
     for key in sorted(set(zip(pp.tolist(), z.tolist(), ck.tolist(), gas.tolist()))):
         sel = (pp == key[0]) & (z == key[1]) & (ck == key[2]) & (gas == key[3])
         dps = [None] if key[1] < 3 else sorted(set((dp * cp)[sel].tolist()))

@@ -85,11 +85,15 @@ def _with_impl(op, impl: str, dtype: str):
             (ops.bmm(bh, s, d, s, dtype), 1), (ops.bmm(bh, d, s, s, dtype), 1)]       # dQ, dK
 
 
-def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16"):
+def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16", memo=None):
     comp = mem = attn = flops = mem_bytes = 0.0
     used = False
+    memo = {} if memo is None else memo
     for op, n, is_attn in ((o, n * k, op.name == "attention") for op, n in kernels for o, k in _with_impl(op, impl, dtype)):
-        est = estimate(op, g, calibrated=calibrated, calibration=calibration)
+        key = repr(op)  # the same kernel recurs across phases and layer counts
+        if key not in memo:
+            memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration)
+        est = memo[key]
         t = n * float(est.time_s)
         used = used or bool(est.calibrated)
         flops += n * float(op.flops)
@@ -115,11 +119,11 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     probabilities written to device memory by batched matmuls and a fused softmax), see
     :func:`gpumodel.ops.attention`.
     """
-    phases = {}
+    phases, memo = {}, {}
     for layers in (1, 2):
         k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), micro_batch, seq_local, precision,
                          optimizer, False)
-        phases[layers] = {ph: _phase_times(ks, gpu, calibrated, calibration, attention, COMPUTE_DTYPE[precision])
+        phases[layers] = {ph: _phase_times(ks, gpu, calibrated, calibration, attention, COMPUTE_DTYPE[precision], memo)
                           for ph, ks in k.items()}
     fused = framework == "megatron"
 

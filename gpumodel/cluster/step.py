@@ -115,11 +115,11 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     Examples
     --------
     >>> import gpumodel as gm
-    >>> par = gm.Parallelism(dp=8, tp=8)
+    >>> par = gm.Parallelism(dp=4, tp=8, pp=2, zero=1, sequence_parallel=True)
     >>> st = gm.training_step_time("llama-3-70b", "dgx-h100", batch_size=1, seq_len=4096, checkpointing=True,
     ...                            gradient_accumulation_steps=16, parallelism=par, framework="megatron")
-    >>> st.num_gpus, 0.2 < st.mfu < 0.7, sorted(st.breakdown)[:2]
-    (64, True, ['backward', 'communication'])
+    >>> st.num_gpus, st.fits, 0.2 < st.mfu < 0.7, sorted(st.breakdown)[:2]
+    (64, True, True, ['backward', 'communication'])
     """
     cfg = resolve_model(model)
     sysm = resolve_system(system)
