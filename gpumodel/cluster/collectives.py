@@ -240,8 +240,8 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
 
     Examples
     --------
-    >>> import gpumodel as gm
-    >>> t = gm.cluster.collectives.system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
+    >>> from gpumodel.cluster.collectives import system_collective_time
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
     >>> round(1e9 * 1.75 / t / 1e9)   # busbw [GB/s] inside one DGX H100
     356
     """

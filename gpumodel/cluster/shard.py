@@ -135,7 +135,7 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
             c = 2 if precision != "fp32" else 4
             scale = min(1.0, (1 if phase == "forward" else 2) * _fused_bytes(cfg, micro_batch * seq_local, c) / bytes_l)
             mem_l *= scale
-        return comp_l + mem_l + attn_l * cp, comp_h + mem_h + one[2], attn_l * cp, flops_l, flops_h
+        return comp_l + mem_l + attn_l * cp, comp_h + mem_h + (one[2] - attn_l), attn_l * cp, flops_l, flops_h
 
     lf, hf, attn, flf, fhf = layer_and_head("forward")
     lb, hb, _, flb, fhb = layer_and_head("backward")

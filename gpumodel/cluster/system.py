@@ -157,6 +157,20 @@ class SystemSpec(_Record):
         """Node power per GPU [W]: what one GPU of a job costs in energy, hosts and network included."""
         return self.node_power_watts / self.gpus_per_node
 
+    def to_dict(self) -> dict:
+        """Plain fields in SI units (bytes/s, W)."""
+        return self.model_dump(mode="json")
+
+    def _repr_html_(self) -> str:
+        from .._repr import html_table
+
+        rows = [("GPUs per node", f"{self.gpus_per_node} x {self.gpu_name}"),
+                ("intra-node", f"{self.intra_node.fabric}, {self.intra_node.bandwidth / 1e9:g} GB/s per GPU each way"),
+                ("network", f"{self.inter_node.fabric}, {self.inter_node.bandwidth * 8 / 1e9:g} Gb/s per GPU each way"
+                 if self.inter_node else "none"),
+                ("node power", f"{self.node_power_watts / 1e3:g} kW"), ("source", self.source)]
+        return html_table(self.display_name, rows)
+
     def __repr__(self) -> str:
         net = (f"{self.inter_node.fabric} {self.inter_node.bandwidth * 8 / 1e9:.0f} Gb/s per GPU"
                if self.inter_node else "no network")
