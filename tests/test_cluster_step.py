@@ -101,3 +101,14 @@ def test_to_dict_and_repr():
     st = step(gm.Parallelism(dp=2, tp=2))
     assert "on 4 GPUs" in repr(st) and st.to_dict()["num_gpus"] == 4
     assert np.isfinite(st.to_dict()["tokens_per_s_per_gpu"])
+
+
+def test_expert_parallel_adds_all_to_all_and_moe_compute_counts_top_k():
+    kw = dict(batch_size=1, seq_len=2048, gradient_accumulation_steps=2, framework="megatron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        ep = gm.training_step_time("mixtral-8x7b", "dgx-h100", parallelism=gm.Parallelism(dp=8, ep=8, zero=1), **kw)
+        dense = gm.training_step_time("mixtral-8x7b", "dgx-h100", parallelism=gm.Parallelism(dp=8, zero=1), **kw)
+    assert ep.breakdown["forward"] == pytest.approx(dense.breakdown["forward"])  # same work per token
+    assert ep.breakdown["optimizer"] < dense.breakdown["optimizer"]              # experts split over ep
+    assert 0 < ep.mfu < 0.8

@@ -48,12 +48,16 @@ class ShardTimes:
 
 
 def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> TransformerConfig:
-    """One tensor-parallel rank's slice of ``cfg`` (one layer; heads, MLP width, vocabulary ``/ tp``)."""
+    """One tensor-parallel rank's slice of ``cfg`` (one layer; heads, MLP width, vocabulary ``/ tp``).
+
+    A mixture of experts becomes the dense MLP of the same work per token: width
+    ``experts_per_token * intermediate_size / tp`` (with balanced routing each GPU of an expert-parallel
+    group runs the experts' GEMMs for as many tokens as it holds, whatever ``ep``).
+    """
     kv = max(1, cfg.kv_heads // tp)
+    width = cfg.intermediate_size * (cfg.experts_per_token if cfg.is_moe else 1)
     update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.dim_head,
-                  intermediate_size=cfg.intermediate_size // tp, vocab_size=-(-cfg.vocab_size // tp))
-    if cfg.is_moe:
-        update["num_experts"] = max(cfg.num_experts // ep, cfg.experts_per_token)
+                  intermediate_size=width // tp, vocab_size=-(-cfg.vocab_size // tp), num_experts=0, experts_per_token=0)
     return cfg.model_copy(update=update)
 
 
