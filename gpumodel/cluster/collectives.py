@@ -81,10 +81,12 @@ BASE_LATENCY_S = 8.4e-6
 #: Latency of one algorithm step per link kind, NCCL's Simple protocol (tuning.cc ``hwLat``, ring) [s].
 STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 
-#: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: DGX A100
-#: all_reduce busbw ~230-240 GB/s of 300 GB/s and DGX H100 ~360-370 GB/s of 450 GB/s (ring, no NVLS),
-#: as NVIDIA's and cloud providers' published nccl-tests runs show; InfiniBand/RoCE 8 x 400 Gb/s
-#: nodes reach ~90 % of line rate. PCIe without peer-to-peer goes through host memory.
+#: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: NCCL's
+#: protocol overhead is ~20 %, so an H100's 450 GB/s line rate gives ~370 GB/s busbw with the ring
+#: algorithm (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024); the same fraction is used for other
+#: NVLink generations. NVLink SHARP (NVLS, ~480 GB/s all-reduce busbw on 8 H100s, same source) is not
+#: modelled, so intra-node all-reduces on H100/H200 nodes come out up to ~25 % slow. Networks: ~90 % of
+#: line rate (InfiniBand), a little less for RoCE and EFA; PCIe without peer-to-peer goes through host memory.
 BUS_EFFICIENCY = {
     Fabric.NVSWITCH: 0.80, Fabric.NVLINK: 0.80, Fabric.INFINITY_FABRIC: 0.70, Fabric.PCIE: 0.60,
     Fabric.INFINIBAND: 0.90, Fabric.ROCE: 0.88, Fabric.EFA: 0.85, Fabric.ETHERNET: 0.80,
