@@ -46,7 +46,7 @@ from .system import Fabric, SystemSpec
 
 __all__ = ["Collective", "Algorithm", "bus_factor", "latency_steps", "collective_time", "algbw", "busbw",
            "link_bus_bandwidth", "group_bus_bandwidth", "system_collective_time", "BASE_LATENCY_S",
-           "STEP_LATENCY_S", "BUS_EFFICIENCY"]
+           "STEP_LATENCY_S", "BUS_EFFICIENCY", "PROTOCOLS"]
 
 
 class Collective(str, enum.Enum):
@@ -80,6 +80,14 @@ class Algorithm(str, enum.Enum):
 BASE_LATENCY_S = 8.4e-6
 #: Latency of one algorithm step per link kind, NCCL's Simple protocol (tuning.cc ``hwLat``, ring) [s].
 STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
+#: NCCL's protocols as its tuner sees them (tuning.cc, ring): base latency [s], per-step latency by link
+#: kind [s], and the fraction of the Simple protocol's bandwidth they reach (LL sends a 4-byte flag with
+#: every 4 bytes of data; LL128 one 8-byte flag per 128-byte line). NCCL picks the fastest per call.
+PROTOCOLS = {
+    "ll": (6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "net": 2.7e-6}, 0.5),
+    "ll128": (14.0e-6, {"nvlink": 1.9e-6, "pcie": 2.5e-6, "net": 4.0e-6}, 120 / 128),
+    "simple": (BASE_LATENCY_S, STEP_LATENCY_S, 1.0),
+}
 
 #: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: NCCL's
 #: protocol overhead is ~20 %, so an H100's 450 GB/s line rate gives ~370 GB/s busbw with the ring
@@ -260,8 +268,7 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     k, nodes = _split(s, n, stride)
     nbytes = np.asarray(nonnegative_number(nbytes, "nbytes"), float)
     intra_bw = link_bus_bandwidth(s.intra_node)
-    intra_alpha = STEP_LATENCY_S[_STEP_KIND.get(s.intra_node.fabric, "nvlink")]
-    net_alpha = STEP_LATENCY_S["net"]
+    kind = _STEP_KIND.get(s.intra_node.fabric, "nvlink")
     if s.inter_node is None:
         net_bw = np.nan
     else:
@@ -269,20 +276,26 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     multi = nodes > 1
     nn = np.asarray(n, float)
     f = np.asarray(bus_factor(op, np.asarray(n)), float)
-    if alg == Algorithm.HIERARCHICAL and op == Collective.ALL_REDUCE:
-        inner = np.where(k > 1, (k - 1) / k * nbytes / intra_bw + (k - 1) * intra_alpha, 0.0)
-        outer = np.where(multi, 2 * (nodes - 1) / nodes * nbytes / k / net_bw + 2 * (nodes - 1) * net_alpha, 0.0)
-        t = BASE_LATENCY_S + 2 * inner + outer
-    else:
-        bw = np.minimum(np.where(k > 1, intra_bw, np.inf), np.where(multi, k * net_bw, np.inf))
-        if alg == Algorithm.TREE and op == Collective.ALL_REDUCE:
-            steps_net = 2 * np.ceil(np.log2(np.maximum(nodes, 1)))
-            steps_intra = 2 * (k - 1)
+    best = np.inf
+    for base, alphas, share in PROTOCOLS.values():  # NCCL's tuner takes the fastest protocol
+        intra_alpha, net_alpha = alphas[kind], alphas["net"]
+        ib, nb = intra_bw * share, net_bw * share
+        if alg == Algorithm.HIERARCHICAL and op == Collective.ALL_REDUCE:
+            inner = np.where(k > 1, (k - 1) / k * nbytes / ib + (k - 1) * intra_alpha, 0.0)
+            outer = np.where(multi, 2 * (nodes - 1) / nodes * nbytes / k / nb + 2 * (nodes - 1) * net_alpha, 0.0)
+            t = base + 2 * inner + outer
         else:
-            steps = np.asarray(latency_steps(op, np.asarray(n)), float)
-            frac_net = np.where(multi, nodes / np.maximum(nn, 1), 0.0)  # hops of the ring that leave a node
-            steps_net = steps * frac_net
-            steps_intra = steps - steps_net
-        t = BASE_LATENCY_S + steps_intra * intra_alpha + steps_net * net_alpha + f * nbytes / bw
+            bw = np.minimum(np.where(k > 1, ib, np.inf), np.where(multi, k * nb, np.inf))
+            if alg == Algorithm.TREE and op == Collective.ALL_REDUCE:
+                steps_net = 2 * np.ceil(np.log2(np.maximum(nodes, 1)))
+                steps_intra = 2 * (k - 1)
+            else:
+                steps = np.asarray(latency_steps(op, np.asarray(n)), float)
+                frac_net = np.where(multi, nodes / np.maximum(nn, 1), 0.0)  # hops of the ring that leave a node
+                steps_net = steps * frac_net
+                steps_intra = steps - steps_net
+            t = base + steps_intra * intra_alpha + steps_net * net_alpha + f * nbytes / bw
+        best = np.minimum(best, t)  # NaN (no network) propagates
+    t = best
     t = np.where(f > 0, t, 0.0)
     return scalar_or_array(t)
