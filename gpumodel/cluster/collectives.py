@@ -21,7 +21,8 @@ algorithm (a ring all-reduce moves ``2(n-1)/n`` of the data), so a collective ta
 
 with ``k`` latency steps (``2(n-1)`` for a ring all-reduce, ``n-1`` for all-gather and
 reduce-scatter, ``2 \\lceil \\log_2 n \\rceil`` for a tree), per-step latencies ``alpha`` of the
-link kind and ``B_bus`` the bus bandwidth the link sustains. On a system the bus bandwidth of a
+link kind and ``B_bus`` the bus bandwidth the link sustains. On a system each call takes the fastest
+of NCCL's three protocols (LL, LL128, Simple: lower latency for less bandwidth, :data:`PROTOCOLS`). On a system the bus bandwidth of a
 group that spans nodes is that of its slowest hop: a ring through ``k`` GPUs of each node can use
 ``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``.
 
