@@ -46,10 +46,16 @@ _EXPORTS: dict[str, str] = {
     "estimate_time": "estimate", "TimeEstimate": "estimate",
     "training_step_time": "steptime", "StepTime": "steptime",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
+    # clusters (multi-GPU times are modelled, not measured)
+    "SystemSpec": "cluster.system", "system": "cluster.system", "list_systems": "cluster.system",
+    "load_systems": "cluster.system", "Parallelism": "cluster.parallelism",
+    "training_time": "cluster.trainingtime", "TrainingTime": "cluster.trainingtime",
+    "plan_training": "cluster.plan", "TrainingPlan": "cluster.plan",
 }
 # ``roofline`` and ``estimate`` are modules that call their main function (see ``_callable``):
 # ``gm.roofline(op, gpu)`` and ``gm.roofline.levels(...)`` both work, whatever was imported first.
-_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary", "roofline", "estimate"}
+_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary", "roofline", "estimate",
+               "cluster"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 

@@ -220,8 +220,6 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     foreach, fused = flag(foreach, "foreach"), flag(fused, "fused")
     dp, tp, pp, zero_stage = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
-    if sequence_parallel and np.all(np.asarray(tp) == 1):
-        raise ArgumentError("sequence_parallel=True needs tp > 1 (it splits activations over the tensor-parallel group)")
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
     if np.any(np.asarray(reserve_factor) < 1):
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")

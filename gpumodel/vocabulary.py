@@ -37,8 +37,9 @@ from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
-    "resolve_gpu_or_cc", "resolve_op", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
-    "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides", "parallel_degrees",
+    "resolve_gpu_or_cc", "resolve_op", "resolve_system", "positive_int", "nonnegative_int", "positive_number",
+    "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode",
+    "format_seconds", "deprecated_alias", "divides", "parallel_degrees",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -214,6 +215,31 @@ def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
     if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
     raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+                        f"got {type(value).__name__}")
+
+
+def resolve_system(value: Any, name: str = "system"):
+    """The :class:`~gpumodel.cluster.system.SystemSpec` a system argument names.
+
+    A system name or alias (``"dgx-h100"``, ``"p5.48xlarge"``), a record, or a GPU (name or
+    :class:`~gpumodel.hardware.GPUSpec`): a bare GPU means one node of that GPU.
+    """
+    from .cluster.system import SYSTEM_CATALOG, SystemSpec, node_system
+    from .hardware import GPUSpec
+
+    if isinstance(value, SystemSpec):
+        return value
+    if isinstance(value, GPUSpec):
+        return node_system(value)
+    if isinstance(value, str):
+        if value in SYSTEM_CATALOG:
+            return SYSTEM_CATALOG.get(value)
+        from .gpus import GPU_CATALOG
+
+        if value in GPU_CATALOG:
+            return node_system(value)
+        return SYSTEM_CATALOG.get(value)  # raises UnknownSystemError listing close names
+    raise ArgumentError(f"{name} must be a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec, "
                         f"got {type(value).__name__}")
 
 

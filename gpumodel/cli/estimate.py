@@ -20,7 +20,8 @@ JSON output (--json), SI units:
   op: name, dtype, shape {size name: count}, flops [FLOP], bytes [B]
   results: one object per GPU: gpu, time_s, compute_s, memory_s, overhead_s, roofline_time_s [s],
       bound (what decided the time), parallelism (fraction of the GPU kept busy), calibrated
-      (true/false), source (where the parameters came from), achieved_flops [FLOP/s],
+      (true/false), source ("calibrated", "transferred" or "datasheet"), detail (where the parameters came from),
+      expected_error (typical relative error of the source, or null), achieved_flops [FLOP/s],
       achieved_bandwidth [B/s]
 """
 
