@@ -18,6 +18,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ._repr import ResultRecord
 from .gpus import all_gpus, gpu
 from .hardware import GPUSpec
 
@@ -47,7 +48,7 @@ def _ridge(g: GPUSpec) -> float | None:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(ResultRecord):
     """A table of GPUs (rows) by metric (columns) with text and HTML reprs.
 
     ``table[column]`` is a list of that column's values; ``table.rows`` the rows as dicts.

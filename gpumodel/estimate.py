@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ._repr import ResultRecord
+
 from ._callable import make_callable
 
 from .calibration.model import CalibrationModel, Prediction, default_parameters, predict
@@ -108,7 +110,7 @@ def _fmt(t: float) -> str:
 
 
 @dataclass(frozen=True, repr=False)
-class TimeEstimate:
+class TimeEstimate(ResultRecord):
     """Estimated time of an op (or a broadcast array of ops) on one GPU.
 
     Attributes
@@ -154,6 +156,10 @@ class TimeEstimate:
     gpu: str
     detail: str = ""
     expected_error: Any = None
+
+    def __float__(self) -> float:
+        """Seconds (scalar results only)."""
+        return float(self.time_s)
 
     def __repr__(self) -> str:
         if np.ndim(self.time_s) == 0:

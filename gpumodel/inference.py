@@ -30,7 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._repr import breakdown_html
+from ._repr import ResultRecord, breakdown_html
 from .dtypes import DType, bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
@@ -75,7 +75,7 @@ def kv_cache_bytes(cfg: TransformerConfig, batch_size, tokens, kv_dtype: str = "
 
 
 @dataclass(frozen=True)
-class InferenceMemory:
+class InferenceMemory(ResultRecord):
     """Inference memory on one GPU [bytes]; arrays when inputs were arrays.
 
     ``peak_bytes`` is comparable to ``torch.cuda.max_memory_allocated``; ``breakdown`` says what is

@@ -45,7 +45,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._repr import breakdown_html
+from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
 from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, nonnegative_number, parallel_degrees,
                          positive_int, positive_number, precision as _precision, resolve_model)
@@ -116,7 +116,7 @@ def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes
 
 
 @dataclass(frozen=True)
-class TrainingMemory:
+class TrainingMemory(ResultRecord):
     """Memory of one training step on one GPU [bytes]; arrays when inputs were arrays.
 
     Attributes

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._repr import ResultRecord
+
 from .occupancy_model import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
 
 __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared_memory", "next_occupancy_step",
@@ -35,7 +37,7 @@ __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared
 
 
 @dataclass(frozen=True)
-class PotentialBlockSize:
+class PotentialBlockSize(ResultRecord):
     """The block size with the most resident threads per SM (the largest such size on a tie)."""
 
     block_size: Any  #: threads per block; 0 when no block size can launch
@@ -170,7 +172,7 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
 
 
 @dataclass(frozen=True)
-class NextStep:
+class NextStep(ResultRecord):
     """What one more resident block per SM needs, resource by resource.
 
     ``registers_per_thread`` / ``dynamic_shared_bytes``: the most a block may use for ``target_blocks``
@@ -247,7 +249,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
 
 
 @dataclass(frozen=True)
-class OccupancyCurve:
+class OccupancyCurve(ResultRecord):
     """Occupancy as one input varies, the others held (one chart of the classic calculator)."""
 
     variable: str  #: "threads_per_block" | "registers_per_thread" | "shared_memory_per_block"

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from ._repr import ResultRecord, plain
+
 from .arch import ArchLimits, arch_limits
 
 __all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes"]
@@ -117,7 +119,7 @@ def _round_up(x: np.ndarray, unit: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class Occupancy:
+class Occupancy(ResultRecord):
     """Result of :func:`occupancy`: resident blocks per SM and the limit that decided them.
 
     Array-valued fields broadcast over the inputs. Per-resource limits are blocks per SM;
@@ -160,8 +162,8 @@ class Occupancy:
                 "barriers": self.blocks_by_barriers}
 
     def to_dict(self) -> dict[str, Any]:
-        keys = [k for k in self.__dataclass_fields__ if not k.startswith("_")]
-        return {k: getattr(self, k) for k in keys}
+        """The fields as plain Python (arrays as lists)."""
+        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__ if not k.startswith("_")}
 
     def _describe_limit(self, value: int) -> str:
         return "unlimited" if value >= UNLIMITED else str(value)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._callable import make_callable
 
-from ._repr import html_table
+from ._repr import ResultRecord, html_table
 from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op, scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
@@ -193,7 +193,7 @@ def levels(gpu: GPUSpec | str) -> dict[str, float]:
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class RooflineResult:
+class RooflineResult(ResultRecord):
     """Roofline bound of an op (or an array of ops) on one GPU at one memory level.
 
     Attributes
@@ -233,6 +233,10 @@ class RooflineResult:
     memory_time_s: Any
     peak_flops: float
     bandwidth: float
+
+    def __float__(self) -> float:
+        """Seconds (scalar results only)."""
+        return float(self.time_s)
 
     def _lines(self) -> tuple[str, list[tuple[str, str]]]:
         from .units import format_quantity as fq
