@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._repr import ResultRecord
+from .errors import ArgumentError
 
 from ._callable import make_callable
 
@@ -51,7 +52,7 @@ def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationMod
     if calibration is not None:
         cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(calibration))
         if cal.gpu != g.name:
-            raise ValueError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
+            raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
     elif calibrated:
         cal = calibration_for(g)
         if cal is None:

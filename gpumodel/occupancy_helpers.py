@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
 from ._repr import ResultRecord
 
 from .occupancy_model import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
@@ -217,7 +218,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
     now = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
                     carveout, **kw)
     if np.ndim(now.blocks_per_sm):
-        raise ValueError("next_occupancy_step takes one configuration (scalars), not arrays")
+        raise ArgumentError("next_occupancy_step takes one configuration (scalars), not arrays")
     target = now.blocks_per_sm + 1
     fixed_cap = min(now.blocks_by_warps, now.blocks_by_block_cap, now.blocks_by_barriers)
     reachable = target <= fixed_cap

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from ._repr import ResultRecord, plain
+from .errors import ArgumentError
+from .vocabulary import bounded_int
 
 from .arch import ArchLimits, arch_limits
 
@@ -69,21 +71,8 @@ def resolve_arch(gpu_or_cc: Any) -> tuple[ArchLimits, Any]:
 
 
 def _int_array(name: str, value: Any, low: int, high: int | None, allowed: str) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-                                   or arr.dtype == bool):
-        raise ValueError(f"{name} must be a number or an array of numbers ({allowed}), got {value!r}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if np.isnan(arr).any():
-            raise ValueError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
-            raise ValueError(f"{name} must be whole numbers ({allowed}), got {value!r}")
-    arr = arr.astype(np.int64)
-    bad = arr < low if high is None else (arr < low) | (arr > high)
-    if bad.any():
-        first = arr[bad].flat[0]
-        raise ValueError(f"{name} = {first} is out of range; allowed: {allowed}")
-    return arr
+    """See :func:`gpumodel.vocabulary.bounded_int` (the one check of whole numbers in a range)."""
+    return bounded_int(value, name, low, high, allowed)
 
 
 def _carveout_array(carveout: Any) -> np.ndarray:
@@ -261,7 +250,7 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
     else:
         M = _int_array("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, None, ">= 0 bytes")
     if int(block_barriers) < 0:
-        raise ValueError(f"block_barriers = {block_barriers} is out of range; allowed: >= 0")
+        raise ArgumentError(f"block_barriers = {block_barriers} is out of range; allowed: >= 0")
     scalar = all(np.ndim(a) == 0 for a in (T, R, S, D, C, M))
     T, R, S, D, C, M = np.broadcast_arrays(T, R, S, D, C, M)
     raw = _limits(limits, T, R, S, D, C, M, int(block_barriers))

@@ -37,7 +37,7 @@ from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
-    "resolve_gpu_or_cc", "resolve_op", "resolve_system", "positive_int", "nonnegative_int", "positive_number",
+    "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode",
     "format_seconds", "deprecated_alias", "divides", "parallel_degrees",
 ]
@@ -272,14 +272,14 @@ def resolve_op(op: Any, name: str = "op"):
 
 
 # ---------------------------------------------------------------------------------------------- numbers
-def _numeric_array(value: Any, name: str, what: str) -> np.ndarray:
+def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) -> np.ndarray:
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
         raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError):
         arr = None
-    if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0:
+    if arr is None or (arr.size == 0 and not allow_empty) or (arr.size and arr.dtype.kind not in "iuf"):
         raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     return arr
 
@@ -295,6 +295,28 @@ def _integers(value: Any, name: str, lowest: int, what: str):
     if arr.ndim == 0:
         return int(arr)
     return arr.astype(np.int64)
+
+
+def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowed: str | None = None) -> np.ndarray:
+    """Whole numbers in ``[low, high]`` as an ``int64`` array (0-d for a scalar); ``allowed`` describes the range.
+
+    >>> int(bounded_int(64, "registers_per_thread", 0, 255))
+    64
+    """
+    allowed = allowed or (f">= {low}" if high is None else f"{low}..{high}")
+    arr = _numeric_array(value, name, f"whole numbers ({allowed})", allow_empty=True)
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        if np.isnan(arr).any():
+            raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
+        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
+            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
+    arr = arr.astype(np.int64)
+    bad = arr < low if high is None else (arr < low) | (arr > high)
+    if bad.any():
+        raise ArgumentError(f"{name} = {arr[bad].flat[0]} is out of range; allowed: {allowed}")
+    return arr
 
 
 def positive_int(value: Any, name: str):

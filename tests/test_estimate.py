@@ -113,7 +113,7 @@ def test_cli_estimate_json(capsys, tmp_path):
     path = calibration_for("h200").save(tmp_path / "c.yaml")
     assert main(["estimate", "--gpu", "h200", "softmax", "4096", "32000", "--calibration", str(path)]) == 0
     assert "calibrated on" in capsys.readouterr().out
-    assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 1
+    assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 2
 
 
 def test_fused_chain_with_a_norm_is_no_faster_than_the_norm():
