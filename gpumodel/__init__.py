@@ -45,9 +45,13 @@ _EXPORTS: dict[str, str] = {
     # time estimates
     "estimate_time": "estimate", "TimeEstimate": "estimate", "estimate": "estimate",
     "training_step_time": "steptime", "StepTime": "steptime",
+    # serving
+    "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
+    "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",
+    "ServingCapacity": "serving",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
 }
-_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary"}
+_SUBMODULES = {"serving", "ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
