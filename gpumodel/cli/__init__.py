@@ -14,7 +14,7 @@ import sys
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: sub-command modules, in the order ``gpumodel --help`` lists them
-COMMANDS = ("gpus", "roofline", "memory", "occupancy", "estimate", "calibrate")
+COMMANDS = ("gpus", "roofline", "memory", "occupancy", "estimate", "calibrate", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ import numpy as np
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..inference import inference_memory
-from ..vocabulary import format_seconds, positive_int, positive_number
+from ..vocabulary import duration, format_seconds, positive_int, positive_number
 from .timing import resolve_serving_args, step_time
 
 __all__ = ["ServingCapacity", "serving_capacity", "MAX_NUM_TOKENS", "KV_MEMORY_FRACTION"]
@@ -169,9 +169,9 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
         As for :func:`gpumodel.serving.decode_step_time`.
     prompt_len, output_len : int
         Tokens in and out per request [token].
-    ttft_slo, tpot_slo : float, optional
-        Targets for time to first token and time per output token [s]; None: no target (the
-        maximum throughput).
+    ttft_slo, tpot_slo : float or str, optional
+        Targets for time to first token and time per output token [s] (or ``"50ms"``); None: no
+        target (the maximum throughput).
     max_batch_size : int, optional
         The engine's largest decode batch (default: no limit beyond memory).
     max_num_tokens : int
@@ -199,8 +199,8 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
     if np.ndim(s) or np.ndim(n) or np.ndim(chunk) or np.ndim(frac) or frac > 1:
         raise ArgumentError("prompt_len, output_len and max_num_tokens must be single integers and "
                             "kv_memory_fraction a number in (0, 1]")
-    slo_t = None if ttft_slo is None else positive_number(ttft_slo, "ttft_slo")
-    slo_p = None if tpot_slo is None else positive_number(tpot_slo, "tpot_slo")
+    slo_t = None if ttft_slo is None else duration(ttft_slo, "ttft_slo")
+    slo_p = None if tpot_slo is None else duration(tpot_slo, "tpot_slo")
     per_req, budget = kv_budget(cfg, g, s, n, dt, kv, tp, max(chunk, s), frac)
     limit = int(budget // per_req) if per_req > 0 else 0
     cap_batch = None if max_batch_size is None else positive_int(max_batch_size, "max_batch_size")
