@@ -116,7 +116,7 @@ def gpt_fast_section(show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
     with open(DATA / "gpt_fast_a100.csv") as f:
         for r in csv.DictReader(f):
             g = generation_time(MODELS[r["model"]], "a100-sxm4-80gb", batch_size=1, prompt_len=5, new_tokens=200,
-                                dtype=r["dtype"], tp=int(r["tp"]))
+                                dtype=r["dtype"], tp=int(r["tp"]), group_size=int(r["group_size"] or 128))
             pred.append(g.tokens_per_s), ref.append(float(r["tokens_per_s"]))
             if show_rows:
                 print(f"  {r['model']:15s} {r['dtype']:5s} tp={r['tp']}: published {ref[-1]:7.2f} tok/s, "

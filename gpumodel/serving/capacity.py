@@ -145,27 +145,27 @@ def _concurrencies(limit: int) -> np.ndarray:
     return np.unique(np.concatenate([grid, [limit]])) if limit >= 1 else np.array([], dtype=int)
 
 
-def kv_budget(cfg, g, prompt_len: int, output_len: int, dt, kv, tp: int, chunk: int,
-              fraction: float) -> tuple[float, float]:
+def kv_budget(setup, prompt_len: int, output_len: int, chunk: int, fraction: float) -> tuple[float, float]:
     """(KV bytes one request reserves on each GPU, KV bytes each GPU can give the cache)."""
-    kvname = kv.value if kv is not None else None
-    one = inference_memory(cfg, 1, prompt_len, dt.value, kvname, new_tokens=output_len, tp=tp)
-    work = inference_memory(cfg, 1, chunk, dt.value, kvname, new_tokens=0, tp=tp)
+    kvname = setup.kv_dtype.value if setup.kv_dtype is not None else None
+    kw = dict(dtype=setup.dtype.value, kv_dtype=kvname, tp=setup.tp, group_size=setup.group_size)
+    one = inference_memory(setup.cfg, 1, prompt_len, new_tokens=output_len, **kw)
+    work = inference_memory(setup.cfg, 1, chunk, new_tokens=0, **kw)
     workspace = float(work.peak_bytes) - float(work.weights_bytes) - float(work.breakdown["kv_cache"])
-    free = g.usable_memory_bytes - float(one.weights_bytes) - workspace
+    free = setup.gpu.usable_memory_bytes - float(one.weights_bytes) - workspace
     return float(one.kv_cache_bytes), max(free, 0.0) * fraction
 
 
 def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: int = 128, dtype: str = "bf16",
                      kv_dtype: Any = None, tp: int = 1, ttft_slo: Any = None, tpot_slo: Any = None,
                      engine: str = "graph", *, max_batch_size: int | None = None,
-                     max_num_tokens: int = MAX_NUM_TOKENS,
-                     kv_memory_fraction: float = KV_MEMORY_FRACTION) -> ServingCapacity:
+                     max_num_tokens: int = MAX_NUM_TOKENS, kv_memory_fraction: float = KV_MEMORY_FRACTION,
+                     group_size: int = 128) -> ServingCapacity:
     """Throughput of one replica of ``tp`` GPUs serving requests of ``prompt_len`` + ``output_len`` tokens.
 
     Parameters
     ----------
-    model, gpu, dtype, kv_dtype, tp, engine :
+    model, gpu, dtype, kv_dtype, tp, engine, group_size :
         As for :func:`gpumodel.serving.decode_step_time`.
     prompt_len, output_len : int
         Tokens in and out per request [token].
@@ -192,7 +192,8 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
     >>> cap.gpus_for(10 * cap.requests_per_s)
     10
     """
-    cfg, g, dt, kv, tp, eng = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
     s, n = positive_int(prompt_len, "prompt_len"), positive_int(output_len, "output_len")
     chunk = positive_int(max_num_tokens, "max_num_tokens")
     frac = positive_number(kv_memory_fraction, "kv_memory_fraction")
@@ -201,7 +202,7 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
                             "kv_memory_fraction a number in (0, 1]")
     slo_t = None if ttft_slo is None else duration(ttft_slo, "ttft_slo")
     slo_p = None if tpot_slo is None else duration(tpot_slo, "tpot_slo")
-    per_req, budget = kv_budget(cfg, g, s, n, dt, kv, tp, max(chunk, s), frac)
+    per_req, budget = kv_budget(setup, s, n, max(chunk, s), frac)
     limit = int(budget // per_req) if per_req > 0 else 0
     cap_batch = None if max_batch_size is None else positive_int(max_batch_size, "max_batch_size")
     max_conc = limit
@@ -215,9 +216,9 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
         return ServingCapacity(max_conc, 0, 0.0, 0.0, float("nan"), float("nan"), "memory", {}, **common)
     B = _concurrencies(limit)
     k = max(1, chunk // s)
-    t_p = float(step_time(cfg, g, k, s, 0, dt, kv, tp, eng, "prefill").seconds) / k
-    t_first = float(step_time(cfg, g, 1, s, 0, dt, kv, tp, eng, "prefill").seconds)
-    t_d = np.asarray(step_time(cfg, g, B, 1, s + n // 2, dt, kv, tp, eng, "decode").seconds, dtype=float)
+    t_p = float(step_time(setup, k, s, 0, "prefill").seconds) / k
+    t_first = float(step_time(setup, 1, s, 0, "prefill").seconds)
+    t_d = np.asarray(step_time(setup, B, 1, s + n // 2, "decode").seconds, dtype=float)
     rate = 1.0 / (t_p + max(n - 1, 0) * t_d / B)
     tpot = t_d / np.maximum(1.0 - rate * t_p, 1e-9)
     ttft = t_first + t_d

@@ -89,7 +89,7 @@ class Generation:
                           rows)
 
 
-def decode_total(cfg, g, batch, first_context: int, steps: int, dt, kv, tp, eng) -> tuple[float, Any, Any]:
+def decode_total(setup, batch, first_context: int, steps: int) -> tuple[float, Any, Any]:
     """Sum of ``steps`` decode-step times at contexts ``first_context, first_context + 1, ...`` [s],
     with the first and last steps' records."""
     if steps <= EXACT_STEPS:
@@ -98,19 +98,20 @@ def decode_total(cfg, g, batch, first_context: int, steps: int, dt, kv, tp, eng)
     else:
         ctx = np.unique(np.linspace(first_context, first_context + steps - 1, 65).round().astype(int))
         weights = np.full(ctx.size, steps / ctx.size)
-    t = step_time(cfg, g, batch, 1, ctx, dt, kv, tp, eng, "decode")
-    first = step_time(cfg, g, batch, 1, int(ctx[0]), dt, kv, tp, eng, "decode")
-    last = step_time(cfg, g, batch, 1, int(ctx[-1]), dt, kv, tp, eng, "decode")
+    t = step_time(setup, batch, 1, ctx, "decode")
+    first = step_time(setup, batch, 1, int(ctx[0]), "decode")
+    last = step_time(setup, batch, 1, int(ctx[-1]), "decode")
     return float(np.sum(np.asarray(t.seconds) * weights)), first, last
 
 
 def generation_time(model: Any, gpu: Any, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
-                    dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph") -> Generation:
+                    dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *,
+                    group_size: int = 128) -> Generation:
     """Time to generate ``new_tokens`` tokens for ``batch_size`` prompts of ``prompt_len`` tokens.
 
     Parameters
     ----------
-    model, gpu, dtype, kv_dtype, tp, engine :
+    model, gpu, dtype, kv_dtype, tp, engine, group_size :
         As for :func:`gpumodel.serving.decode_step_time`.
     batch_size : int
         Sequences generated together (static batch).
@@ -134,14 +135,14 @@ def generation_time(model: Any, gpu: Any, batch_size: int = 1, prompt_len: int =
     >>> 100 < g.tokens_per_s < 300, g.ttft_s < g.seconds
     (True, True)
     """
-    cfg, g, dt, kv, tp, eng = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     b, s, n = (positive_int(v, name) for v, name in ((batch_size, "batch_size"), (prompt_len, "prompt_len"),
                                                        (new_tokens, "new_tokens")))
     if np.ndim(b) or np.ndim(s) or np.ndim(n):
         raise ArgumentError("batch_size, prompt_len and new_tokens must be scalars here; loop over a sweep")
-    prefill = step_time(cfg, g, b, s, 0, dt, kv, tp, eng, "prefill")
+    prefill = step_time(setup, b, s, 0, "prefill")
     if n > 1:
-        decode_s, first, last = decode_total(cfg, g, b, s, n - 1, dt, kv, tp, eng)
+        decode_s, first, last = decode_total(setup, b, s, n - 1)
         tpot = decode_s / (n - 1)
     else:
         decode_s, first, last, tpot = 0.0, None, None, float("nan")

@@ -25,12 +25,18 @@ import numpy as np
 from .. import ops
 from ..dtypes import DType, bytes_per_element
 
-__all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "HOST_OP_S",
+__all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
            "HOST_STEP_S", "ALLREDUCE_LATENCY_S", "ALLREDUCE_STEP_S"]
 
 _ATTN_HAS_KV_SEQ = "kv_seq" in inspect.signature(ops.attention).parameters
 _MATMUL_HAS_WEIGHT_DTYPE = "weight_dtype" in inspect.signature(ops.matmul).parameters
 
+#: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
+#: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
+#: (the calibration's ``launch_s``, about 4.7 us on the H200): a graph submits its kernels back to
+#: back. Order of magnitude: NVIDIA's "Getting Started with CUDA Graphs" (A. Gray, 2019) measures
+#: about 3.4 us per short kernel with graphs against about 3.8 us without (kernel included).
+GRAPH_LAUNCH_S = 2.0e-6
 #: Host time to dispatch one eager PyTorch op from Python (module call, dispatcher, launch) [s].
 #: An assumption, not a fit: PyTorch's eager overhead is "on the order of 10 us per op" on a modern
 #: x86 host (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022, section

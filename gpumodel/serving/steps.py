@@ -50,7 +50,7 @@ def _act_dtype(dtype: DType) -> str:
 
 
 def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: int, dtype: DType,
-                 kv_dtype: DType | None, tp: int = 1, engine: str = "graph") -> list[Kernel]:
+                 kv_dtype: DType | None, tp: int = 1, engine: str = "graph", group_size: int = 128) -> list[Kernel]:
     """Kernels of one step that feeds ``new_tokens`` tokens per sequence on top of ``cached`` ones.
 
     A prefill is ``new_tokens = prompt_len, cached = 0``; a decode step ``new_tokens = 1,
@@ -74,7 +74,7 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
         out.append(Kernel(family, op, n))
 
     def mm(m: float, n: float, k: float, family: str = "matmul", count: int = L) -> None:
-        add(family, K.matmul(m, n, k, gemm_dt, wdt), count)
+        add(family, K.matmul(m, n, k, gemm_dt, wdt, group_size), count)
 
     def norm(rows: float, count: int = L) -> None:
         if cfg.norm != NormType.rmsnorm:

@@ -24,7 +24,7 @@ from ..vocabulary import choice, divides, format_seconds, positive_int, resolve_
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
 
-__all__ = ["Engine", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args"]
+__all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args", "step_time"]
 
 
 class Engine(str, enum.Enum):
@@ -130,7 +130,21 @@ class ServingTime:
         return html_table(f"ServingTime: {self.phase} of {self.model} on {self.gpu}", rows)
 
 
-def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: Any, engine: Any):
+@dataclass(frozen=True)
+class Setup:
+    """The resolved arguments every serving function shares."""
+
+    cfg: Any
+    gpu: Any
+    dtype: Any
+    kv_dtype: Any
+    tp: int
+    engine: Engine
+    group_size: int = 128
+
+
+def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: Any, engine: Any,
+                         group_size: Any = 128) -> Setup:
     """Resolve and check the arguments every serving function shares."""
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     dt = weight_dtype(dtype, "dtype")
@@ -142,7 +156,10 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     if cfg.kv_heads >= tp:
         divides(tp, cfg.kv_heads, "tp", "the key/value heads")
     eng = choice(Engine, engine, "engine")
-    return cfg, g, dt, kv, tp, eng
+    group = positive_int(group_size, "group_size")
+    if np.ndim(group):
+        raise ArgumentError("group_size must be a single positive integer")
+    return Setup(cfg, g, dt, kv, tp, eng, group)
 
 
 def _kv_dtypes():
@@ -158,9 +175,10 @@ def _bound_of(est) -> np.ndarray:
     return np.asarray(est.bound)
 
 
-def step_time(cfg, g, batch, new_tokens, cached, dt, kv, tp, eng, phase: str) -> ServingTime:
+def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str) -> ServingTime:
     """One step, arguments already resolved (see :func:`prefill_time`)."""
-    kerns = step_kernels(cfg, batch, new_tokens, cached, dt, kv, tp, eng.value)
+    cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
+    kerns = step_kernels(cfg, batch, new_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
     shape = np.broadcast_shapes(np.shape(batch), np.shape(new_tokens), np.shape(cached))
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
@@ -168,7 +186,10 @@ def step_time(cfg, g, batch, new_tokens, cached, dt, kv, tp, eng, phase: str) ->
     count, calibrated, wbytes = 0, False, 0.0
     for fam, op, n in kerns:
         est = _estimate(op, g)
-        t = n * np.asarray(est.time_s, dtype=float) + zeros
+        t = np.asarray(est.time_s, dtype=float)
+        if eng == Engine.GRAPH:
+            t = t - np.asarray(est.overhead_s, dtype=float) + K.GRAPH_LAUNCH_S
+        t = n * t + zeros
         times[fam] = times.get(fam, zeros) + t
         b = np.broadcast_to(_bound_of(est), shape)
         fam_bounds = by_bound.setdefault(fam, {})
@@ -211,7 +232,7 @@ def step_time(cfg, g, batch, new_tokens, cached, dt, kv, tp, eng, phase: str) ->
 
 
 def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
-                 tp: int = 1, engine: str = "graph", *, kv_dtype: Any = None) -> ServingTime:
+                 tp: int = 1, engine: str = "graph", *, kv_dtype: Any = None, group_size: int = 128) -> ServingTime:
     """Time of the prefill: ``batch_size`` prompts of ``prompt_len`` tokens through the model at once,
     writing their keys and values to the cache and producing the first token's logits.
 
@@ -232,6 +253,8 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
         ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``hf``: eager HF ``generate``.
     kv_dtype : {None, "bf16", "fp16", "fp8"}
         KV-cache format (default: the activation format).
+    group_size : int
+        Weights per 16-bit scale of int8/int4 weights.
 
     Returns
     -------
@@ -251,13 +274,13 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
     >>> t.bounds["matmul"], 0.05 < float(t) < 0.5
     ('compute', True)
     """
-    cfg, g, dt, kv, tp, eng = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     b, s = positive_int(batch_size, "batch_size"), positive_int(prompt_len, "prompt_len")
-    return step_time(cfg, g, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, dt, kv, tp, eng, "prefill")
+    return step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
 
 
 def decode_step_time(model: Any, gpu: Any, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
-                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph") -> ServingTime:
+                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *, group_size: int = 128) -> ServingTime:
     """Time of one decode step: one new token for each of ``batch_size`` sequences, each attending over
     ``context_len`` cached tokens (and itself).
 
@@ -279,7 +302,7 @@ def decode_step_time(model: Any, gpu: Any, batch_size: Any = 1, context_len: Any
     >>> float(t) / float(tp8) < 8                           # the all-reduces do not shrink with tp
     True
     """
-    cfg, g, dt, kv, tp, eng = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     b = positive_int(batch_size, "batch_size")
     c = positive_int(context_len, "context_len")
-    return step_time(cfg, g, b, 1, c, dt, kv, tp, eng, "decode")
+    return step_time(setup, b, 1, c, "decode")
