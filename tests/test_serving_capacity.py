@@ -48,7 +48,7 @@ def test_model_that_does_not_fit_has_no_concurrency():
     assert cap.max_concurrency == 0 and cap.limiter == "memory" and cap.output_tokens_per_s == 0
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(slo_ms=st.floats(8, 200))
 def test_tighter_tpot_never_raises_throughput(slo_ms):
     a = gm.serving_capacity("llama-3.2-1b", "h100", prompt_len=512, output_len=128, tpot_slo=slo_ms / 1e3)

@@ -33,9 +33,14 @@ def test_tables_are_committed_with_their_sources():
 def test_gpt_fast_rows_within_the_bar():
     model = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "llama-3.1-8b": "llama-3-8b",
              "llama-3.1-70b": "llama-3-70b", "llama-3.1-405b": "llama-3-405b"}
-    err = np.abs([gm.generation_time(model[r["model"]], "a100-sxm4-80gb", 1, 5, 200, dtype=r["dtype"], tp=int(r["tp"]),
-                                     group_size=int(r["group_size"] or 128)).tokens_per_s / float(r["tokens_per_s"]) - 1
-                  for r in _rows("gpt_fast_a100.csv")])
+    cache = {}
+    err = []
+    for r in _rows("gpt_fast_a100.csv"):
+        key = (model[r["model"]], r["dtype"], int(r["tp"]), int(r["group_size"] or 128))
+        if key not in cache:
+            cache[key] = gm.generation_time(key[0], "a100-sxm4-80gb", 1, 5, 200, dtype=key[1], tp=key[2],
+                                            group_size=key[3]).tokens_per_s
+        err.append(abs(cache[key] / float(r["tokens_per_s"]) - 1))
     assert np.median(err) <= 0.20 and np.percentile(err, 90) <= 0.40
 
 

@@ -20,7 +20,7 @@ __all__ = ["Generation", "generation_time", "decode_total"]
 
 #: Decode steps summed one by one up to this many; beyond, the sum is taken over evenly spaced
 #: context lengths (the step time is close to linear in the context) and scaled.
-EXACT_STEPS = 256
+EXACT_STEPS = 32
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,10 @@ def decode_total(setup, batch, first_context: int, steps: int) -> tuple[float, A
         ctx = first_context + np.arange(steps)
         weights = np.ones(steps)
     else:
-        ctx = np.unique(np.linspace(first_context, first_context + steps - 1, 65).round().astype(int))
+        ctx = np.unique(np.linspace(first_context, first_context + steps - 1, 17).round().astype(int))
         weights = np.full(ctx.size, steps / ctx.size)
     t = step_time(setup, batch, 1, ctx, "decode")
-    first = step_time(setup, batch, 1, int(ctx[0]), "decode")
-    last = step_time(setup, batch, 1, int(ctx[-1]), "decode")
-    return float(np.sum(np.asarray(t.seconds) * weights)), first, last
+    return float(np.sum(np.asarray(t.seconds) * weights)), t.pick(0), t.pick(-1)
 
 
 def generation_time(model: Any, gpu: Any, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,

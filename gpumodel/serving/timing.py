@@ -98,6 +98,23 @@ class ServingTime:
     def __float__(self) -> float:
         return float(self.seconds)
 
+    def pick(self, i: int) -> "ServingTime":
+        """The ``i``-th configuration of an array result, as a scalar record."""
+        if np.ndim(self.seconds) == 0:
+            return self
+
+        def one(x: Any) -> Any:
+            if np.ndim(x) == 0:
+                return x
+            v = np.asarray(x)[i]
+            return v.item() if hasattr(v, "item") else v
+
+        values = {f.name: one(getattr(self, f.name)) for f in fields(self)}
+        values["breakdown"] = {k: float(one(v)) for k, v in self.breakdown.items()}
+        values["bounds"] = {k: str(one(v)) for k, v in self.bounds.items()}
+        values["host_bound"] = bool(values["host_bound"])
+        return ServingTime(**values)
+
     def to_dict(self) -> dict:
         """Plain fields (SI units) for JSON or a DataFrame row."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
