@@ -96,8 +96,9 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
         mm(t, q + 2 * kv, h)
     if cfg.position == PositionType.rope:
         for width in (q, kv):
-            for numel, rd, wr in ((t * width, 2 * a, a), (t * width / 2, a, a), (t * width, a, a),
-                                  (t * width, 2 * a, a), (t * width, 2 * a, a)):
+            # -x2, cat, q*cos, rot*sin (cos/sin: one row per position, broadcast over batch and heads), add
+            for numel, rd, wr in ((t * width / 2, a, a), (t * width, a, a), (t * width, a, a),
+                                  (t * width, a, a), (t * width, 2 * a, a)):
                 add("elementwise", _mem(numel, rd, wr))
     if hf:  # DynamicCache.update: torch.cat([cache, new]) for keys and values, the whole cache copied
         cache_numel = b * nkv * (c + s) * hd
