@@ -134,7 +134,7 @@ def trtllm_section(show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
             for col, (gpu, dt) in TRT_GPUS.items():
                 if not r[col]:
                     continue
-                if gpu is None or model is None or gm.model(model).is_moe:
+                if gpu is None or model is None:
                     skipped += 1
                     continue
                 cap = serving_capacity(model, gpu, prompt_len=int(r["input_len"]), output_len=int(r["output_len"]),

@@ -22,7 +22,9 @@ Families: ``"matmul"``, ``"attention"``, ``"kv_write"``, ``"norm"``, ``"elementw
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from .. import ops
 from ..dtypes import DType
@@ -35,7 +37,7 @@ __all__ = ["Kernel", "step_kernels", "host_ops", "allreduces_per_step"]
 class Kernel(NamedTuple):
     family: str
     op: ops.OpCost
-    launches: int
+    launches: Any          # launches per step (an array where it depends on the batch: MoE experts reached)
 
 
 def _mem(numel: float, read: float, write: float, flops: float = 1.0) -> ops.OpCost:
@@ -73,8 +75,11 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     def add(family: str, op: ops.OpCost, n: int = L) -> None:
         out.append(Kernel(family, op, n))
 
+    def gemm(m: float, n: float, k: float) -> ops.OpCost:
+        return K.matmul(m, n, k, gemm_dt, wdt, group_size)
+
     def mm(m: float, n: float, k: float, family: str = "matmul", count: int = L) -> None:
-        add(family, K.matmul(m, n, k, gemm_dt, wdt, group_size), count)
+        add(family, gemm(m, n, k), count)
 
     def norm(rows: float, count: int = L) -> None:
         if cfg.norm != NormType.rmsnorm:
@@ -113,7 +118,9 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     mm(t, h, q)
     add("elementwise", _mem(t * h, 2 * a, a))                # residual add
     norm(t)
-    if cfg.mlp == MLPType.gated:
+    if cfg.is_moe:
+        _experts(add, gemm, cfg, t, tp, a)
+    elif cfg.mlp == MLPType.gated:
         if hf:
             mm(t, i // tp, h)
             mm(t, i // tp, h)
@@ -132,6 +139,25 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     norm(t if hf else b, count=1)                            # HF normalises every position
     mm(b, V // tp, h, family="logits", count=1)              # logits of the last position only
     return out
+
+
+def _experts(add, gemm, cfg: TransformerConfig, t, tp: int, a: float) -> None:
+    """A mixture-of-experts MLP: router, the experts the step's tokens reach, and the weighted sum.
+
+    With uniform routing of ``t`` tokens to ``k`` of ``E`` experts, :math:`E_t = E (1 - (1 - k/E)^t)`
+    experts are reached, each by :math:`t k / E_t` tokens; each reached expert reads its weights once
+    (one gate/up and one down GEMM of :math:`t k / E_t` rows).
+    """
+    E, k, h, i = cfg.num_experts, cfg.experts_per_token, cfg.hidden_size, cfg.intermediate_size // tp
+    reached = E * (1.0 - (1.0 - k / E) ** np.asarray(t, dtype=float))
+    rows = t * k / reached
+    L = cfg.num_layers
+    add("matmul", ops.matmul(t, E, h, "bf16"), L)              # router logits (kept in 16 bits)
+    add("elementwise", _mem(t * E, a, a, 4))                 # softmax + top-k over E (one small kernel)
+    add("matmul", gemm(rows, 2 * i, h), L * reached)
+    add("matmul", gemm(rows, h, i), L * reached)
+    add("elementwise", _mem(t * k * i, 2 * a, a, 4))         # silu(gate) * up
+    add("elementwise", _mem(t * k * h, 2 * a, a, 2))         # weighted sum of the k expert outputs
 
 
 def allreduces_per_step(cfg: TransformerConfig) -> int:

@@ -212,10 +212,10 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         fam_bounds = by_bound.setdefault(fam, {})
         for label in np.unique(b):
             fam_bounds[str(label)] = fam_bounds.get(str(label), zeros) + np.where(b == label, t, 0.0)
-        count += n
+        count += int(round(float(np.max(n))))
         calibrated = calibrated or bool(est.calibrated)
         if fam in ("matmul", "logits"):
-            wbytes += n * float(np.max(op.breakdown.get("b", 0.0)))
+            wbytes += float(np.max(n * np.asarray(op.breakdown.get("b", 0.0))))
     if tp > 1:
         nbytes = batch * new_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
         ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
