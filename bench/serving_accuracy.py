@@ -144,7 +144,7 @@ def trtllm_section(show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
                     print(f"  {r['model']:14s} tp={r['tp']} {r['input_len']:>5}/{r['output_len']:<5} {gpu:15s} "
                           f"published {ref[-1]:9.0f}, model {pred[-1]:9.0f} ({pred[-1] / ref[-1] - 1:+6.1%}) "
                           f"conc {cap.concurrency} ({cap.limiter})")
-    print(f"{'TensorRT-LLM':>16}: {stats(pred, ref)} ({skipped} cells skipped: MoE models or a GPU not in the catalog)")
+    print(f"{'TensorRT-LLM':>16}: {stats(pred, ref)} ({skipped} cells skipped: a model (Mixtral 8x22B) or GPU (GH200) not in the catalog)")
     return np.asarray(pred), np.asarray(ref)
 
 
