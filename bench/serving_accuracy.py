@@ -11,7 +11,7 @@
 
 Usage::
 
-    python bench/serving_accuracy.py [--measured PATH] [--rows]
+    python bench/serving_accuracy.py [--measured PATH] [--rows] [--fit]
 """
 
 from __future__ import annotations
@@ -109,6 +109,44 @@ def measured_section(path: Path, show_rows: bool) -> None:
         print(f"{'hf TPOT':>16}: {stats(pp, mp)}")
 
 
+def fit_constants(path: Path) -> None:
+    """Least-squares (relative error) values of the two per-kernel/per-op constants on the FIT rows only.
+
+    The graph engine's step is linear in ``GRAPH_LAUNCH_S``: ``t = body + n_kernels * g`` (+ all-reduces),
+    so ``g = sum(n/m (1 - body/m)) / sum((n/m)^2)``. The HF engine's host-bound TPOT is
+    ``n_ops * HOST_OP_S + HOST_STEP_S``; both are fitted the same way on the HF rows of the fit split.
+    """
+    from gpumodel.serving import kernels as K
+    from gpumodel.serving.steps import host_ops
+
+    gpu = gm.gpu("h200")
+    rows = [r for r in load_measured(path) if r["split"] == "fit"]
+    lean = [r for r in rows if r["engine"] == "graph"]
+    saved = K.GRAPH_LAUNCH_S
+    K.GRAPH_LAUNCH_S = 0.0
+    num = den = 0.0
+    try:
+        for r in lean:
+            cfg = lean_config(r)
+            t = (decode_step_time(cfg, gpu, r["batch"], r["context_len"]) if r["kind"] == "decode"
+                 else prefill_time(cfg, gpu, r["batch"], r["prompt_len"]))
+            m, body, n = r["seconds"], float(t), t.kernels
+            num += n / m * (1 - body / m)
+            den += (n / m) ** 2
+    finally:
+        K.GRAPH_LAUNCH_S = saved
+    if den:
+        print(f"GRAPH_LAUNCH_S fitted on {len(lean)} fit rows: {num / den * 1e6:.3f} us (now {saved * 1e6:.3f} us)")
+    hf = [r for r in rows if r["engine"] == "hf"]
+    if hf:
+        n_ops = np.array([host_ops(hf_config(r), prefill=False) for r in hf], dtype=float)
+        tpot = np.array([r["tpot_s"] for r in hf])
+        A = np.stack([n_ops / tpot, 1.0 / tpot], axis=1)
+        (op_s, step_s), *_ = np.linalg.lstsq(A, np.ones_like(tpot), rcond=None)
+        print(f"HOST_OP_S, HOST_STEP_S fitted on {len(hf)} HF fit rows (TPOT): {op_s * 1e6:.2f} us, "
+              f"{step_s * 1e3:.3f} ms (now {K.HOST_OP_S * 1e6:.2f} us, {K.HOST_STEP_S * 1e3:.3f} ms)")
+
+
 # ------------------------------------------------------------------------------------------ published
 def gpt_fast_section(show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
     print("== gpt-fast README, batch-1 decode on 8x A100-80GB (330 W), prompt 5, 200 new tokens ==")
@@ -152,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measured", type=Path, default=DATA / "measured.jsonl")
     ap.add_argument("--rows", action="store_true", help="print every row, not only the summaries")
+    ap.add_argument("--fit", action="store_true", help="print the launch and host constants fitted on the fit rows")
     args = ap.parse_args(argv)
+    if args.fit and args.measured.exists():
+        fit_constants(args.measured)
     if args.measured.exists():
         measured_section(args.measured, args.rows)
     else:
