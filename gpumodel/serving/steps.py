@@ -13,9 +13,8 @@ add; then the final norm and the LM head on the last position of each sequence o
 
 ``engine="hf"`` is Hugging Face ``generate`` in eager mode: separate q/k/v and gate/up projections, the
 RMSNorm of ``modeling_llama`` (fp32 cast, ``pow``, ``mean``, ``rsqrt``, two multiplies, cast back),
-a dynamic cache that concatenates each step's keys and values onto the cache (``torch.cat``
-copies the whole cache per layer and step), and, for grouped KV heads, ``repeat_kv`` expanding the
-keys and values to every query head before SDPA (HF does so whenever an attention mask is passed).
+and a dynamic cache that concatenates each step's keys and values onto the cache (``torch.cat``
+copies the whole cache per layer and step).
 
 Families: ``"matmul"``, ``"attention"``, ``"kv_write"``, ``"norm"``, ``"elementwise"``, ``"embedding"``,
 ``"logits"``. The all-reduce is not a kernel here (see :func:`gpumodel.serving.kernels.allreduce_time`).
@@ -106,17 +105,13 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
             for numel, rd, wr in ((t * width / 2, a, a), (t * width, a, a), (t * width, a, a),
                                   (t * width, a, a), (t * width, 2 * a, a)):
                 add("elementwise", _mem(numel, rd, wr))
-    attn_kv = nkv
     if hf:  # DynamicCache.update: torch.cat([cache, new]) for keys and values, the whole cache copied
         cache_numel = b * nkv * (c + s) * hd
         add("kv_write", _mem(cache_numel, a, a, 0), 2 * L)
-        if nkv < nh:  # with an attention mask, HF's SDPA path expands K and V to every head (repeat_kv)
-            add("kv_write", _mem(b * nh * (c + s) * hd, a * nkv / nh, a, 0), 2 * L)
-            attn_kv = nh
     else:
         for op in K.kv_cache_write(b, nkv, s, hd, act, kv_dt.value):
             add("kv_write", op)
-    add("attention", K.attention(b, nh, s, hd, act, causal=s > 1, kv_heads=attn_kv, kv_seq=c + s,
+    add("attention", K.attention(b, nh, s, hd, act, causal=s > 1, kv_heads=nkv, kv_seq=c + s,
                                  kv_dtype=None if hf else kv_dt.value))
     if hf and s > 1:
         add("elementwise", _mem(t * q, a, a, 0))          # transpose(1, 2).contiguous()
