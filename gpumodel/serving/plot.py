@@ -53,11 +53,11 @@ def plot_serving_curve(capacities, ax=None, per_gpu: bool = True):
     for slo in sorted(slos):
         ax.axvline(slo * 1e3, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fmt = FuncFormatter(lambda x, _: f"{x:g}")
-    ax.xaxis.set_major_formatter(fmt)
-    ax.xaxis.set_minor_formatter(fmt)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("time per output token [ms]")
     ax.set_ylabel("output tokens/s" + (" per GPU" if per_gpu else ""))
     ax.grid(True, which="both", alpha=0.3)
