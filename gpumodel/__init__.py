@@ -45,6 +45,10 @@ _EXPORTS: dict[str, str] = {
     # time estimates
     "estimate_time": "estimate", "TimeEstimate": "estimate",
     "training_step_time": "steptime", "StepTime": "steptime",
+    # serving
+    "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
+    "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",
+    "ServingCapacity": "serving",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
     # clusters (multi-GPU times are modelled, not measured)
     "SystemSpec": "cluster.system", "system": "cluster.system", "list_systems": "cluster.system",
@@ -55,7 +59,7 @@ _EXPORTS: dict[str, str] = {
 # ``roofline`` and ``estimate`` are modules that call their main function (see ``_callable``):
 # ``gm.roofline(op, gpu)`` and ``gm.roofline.levels(...)`` both work, whatever was imported first.
 _SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary", "roofline", "estimate",
-               "cluster"}
+               "cluster", "serving"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 

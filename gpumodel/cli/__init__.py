@@ -21,7 +21,7 @@ import warnings
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: sub-command modules, in the order ``gpumodel --help`` lists them
-COMMANDS = ("gpus", "systems", "roofline", "memory", "occupancy", "estimate", "plan", "calibrate")
+COMMANDS = ("gpus", "systems", "roofline", "memory", "occupancy", "estimate", "plan", "serve", "calibrate")
 
 
 class _Parser(argparse.ArgumentParser):
