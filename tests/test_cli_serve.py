@@ -30,7 +30,7 @@ def test_serve_json_matches_the_api(capsys):
 
 
 def test_serve_bad_target_is_a_clear_error(capsys):
-    assert main(["serve", "llama-3-8b", "--tpot", "soon"]) == 1
+    assert main(["serve", "llama-3-8b", "--tpot", "soon"]) == 2
     assert "tpot_slo='soon' is not a time" in capsys.readouterr().err
 
 
