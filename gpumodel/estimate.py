@@ -26,6 +26,7 @@ import numpy as np
 
 from ._repr import ResultRecord
 from .errors import ArgumentError
+from .vocabulary import format_seconds
 
 from ._callable import make_callable
 
@@ -102,12 +103,7 @@ def _expected_error(record: Any, op: Any) -> Any:
     return None if hit is None else hit.median
 
 
-def _fmt(t: float) -> str:
-    t = float(t)
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
-        if abs(t) >= scale or unit == "ns":
-            return f"{t / scale:.4g} {unit}"
-    return f"{t:.3g} s"  # pragma: no cover
+_fmt = format_seconds  # the package's one time formatter (kept under this name for the command line)
 
 
 @dataclass(frozen=True, repr=False)
