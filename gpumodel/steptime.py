@@ -132,7 +132,8 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                        precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
-                       calibrated: bool = True, calibration: Any = None) -> StepTime:
+                       calibrated: bool = True, calibration: Any = None, gradient_accumulation_steps: int = 1,
+                       parallelism: Any = None, framework: str = "hf") -> StepTime:
     """Estimate the time of one training step of a decoder-only transformer on one GPU.
 
     Parameters
@@ -149,6 +150,9 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         the backward).
     calibrated, calibration :
         Passed to :func:`gpumodel.estimate.estimate_time`.
+    gradient_accumulation_steps, parallelism, framework :
+        With a ``gm.Parallelism`` or a system (``gm.system``), the step of a parallel layout:
+        see :func:`gpumodel.cluster.step.parallel_training_step_time` (modelled, not measured).
 
     Returns
     -------
@@ -170,6 +174,12 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0, st.fits
     (True, True)
     """
+    from .cluster.system import SYSTEM_CATALOG, SystemSpec  # a layout or a system: the cluster composition
+    if parallelism is not None or isinstance(gpu, SystemSpec) or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG):
+        from .cluster.step import parallel_training_step_time as _parallel
+        return _parallel(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, calibrated=calibrated,
+                         calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
+                         parallelism=parallelism, framework=framework)
     cfg = resolve_model(model)
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")

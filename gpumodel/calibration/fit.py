@@ -128,6 +128,21 @@ def family_of(point: Mapping[str, Any]) -> str:
     return point["op"]
 
 
+def op_family(op: Any) -> str:
+    """The reporting family (:func:`family_of`) of an op record, e.g. to look up its validation error.
+
+    >>> from gpumodel import ops
+    >>> op_family(ops.attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096))
+    'attention_decode'
+    """
+    shape = {k: (v if isinstance(v, (bool, str)) or v is None else
+                 (float(np.ravel(v)[0]) if np.size(v) else None)) for k, v in op.shape.items()}
+    if op.name == "attention" and "kv_seq" in op.shape:
+        differ = np.any(np.asarray(op.shape["kv_seq"]) != np.asarray(op.shape["seq"]))
+        shape["kv_seq"], shape["seq"] = (1.0, 0.0) if differ else (0.0, 0.0)
+    return family_of({"op": op.name, "shape": shape})
+
+
 def point_set(points: Iterable[Mapping[str, Any]]) -> PointSet:
     """Group points into broadcast ops (one per op, dtype, flags and set of arguments)."""
     points = tuple(p for p in points if p.get("time_s"))
