@@ -85,7 +85,7 @@ def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
         return parallel_training_step_time(cfg, row["system"], batch_size=row["micro_batch"], seq_len=row["seq_len"],
                                            precision=row["precision"], checkpointing=ckpt,
                                            gradient_accumulation_steps=m, parallelism=par, framework="megatron",
-                                           attention=row["attention"])
+                                           attention=row["attention"], comm_overlap=bool(row["comm_overlap"]))
 
 
 def table(rows: list[dict]) -> list[dict]:
