@@ -43,6 +43,41 @@ def stats(pred, ref) -> str:
             f"over {err.size} rows")
 
 
+def summary(pred, ref) -> dict:
+    """Median, p90 and worst absolute relative error and the signed median (model / measured - 1)."""
+    e = np.asarray(pred, dtype=float) / np.asarray(ref, dtype=float) - 1
+    if e.size == 0:
+        return {"n": 0, "median": np.nan, "p90": np.nan, "worst": np.nan, "signed": np.nan}
+    a = np.abs(e)
+    return {"n": int(e.size), "median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
+            "worst": float(a.max()), "signed": float(np.median(e))}
+
+
+def _cells(s: dict) -> str:
+    if not s["n"]:
+        return f"{0:>3d} {'':>7s} {'':>7s} {'':>7s} {'':>7s}"
+    return f"{s['n']:>3d} {s['median']:7.1%} {s['p90']:7.1%} {s['worst']:7.1%} {s['signed']:+7.1%}"
+
+
+def group_table(title: str, keys: list, pred, meas, split) -> None:
+    """One line per group: n, median, p90, worst |error| and signed median, held-out rows then all rows."""
+    pred, meas, split, keys = map(np.asarray, (pred, meas, split, keys))
+    print(f"  {title:<16s} |  held out: n  median     p90   worst  signed |  all rows: n  median     p90   worst  signed")
+    for k in sorted(set(keys.tolist()), key=lambda x: (len(x), x) if x.startswith("b=") else (0, x)):
+        m = keys == k
+        h = m & (split == "holdout")
+        print(f"  {k:<16s} |        {_cells(summary(pred[h], meas[h]))} |        {_cells(summary(pred[m], meas[m]))}")
+
+
+def batch_regime(kind: str, b: int) -> str:
+    """Batch regimes: one sequence; a few (weights dominate); many (attention and the matmuls' rows grow)."""
+    if b == 1:
+        return "b=1"
+    if kind == "decode":
+        return "b=2-16" if b <= 16 else ("b=32-64" if b <= 64 else "b=128-256")
+    return "b=2-8" if b <= 8 else "b=16-32"
+
+
 # ------------------------------------------------------------------------------------------ measured
 def lean_config(r: dict) -> gm.TransformerConfig:
     """The config the measuring script's lean decoder has (its ``layers``, not the full model's)."""
@@ -92,8 +127,11 @@ def measured_section(path: Path, show_rows: bool) -> None:
         pred, base, meas, split = map(np.asarray, (pred, base, meas, split))
         for part in ("holdout", "fit"):
             m = split == part
-            print(f"{kind:>8} {part:>7}: model    {stats(pred[m], meas[m])}")
+            print(f"{kind:>8} {part:>7}: model    {stats(pred[m], meas[m])}, signed median "
+                  f"{summary(pred[m], meas[m])['signed']:+.1%}")
             print(f"{'':>8} {'':>7}  shortcut {stats(base[m], meas[m])}")
+        group_table(f"{kind} by model", [r["shape"] for r in sel], pred, meas, split)
+        group_table(f"{kind} by batch", [batch_regime(kind, r["batch"]) for r in sel], pred, meas, split)
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
         pt, pp, mt, mp = [], [], [], []
@@ -105,8 +143,10 @@ def measured_section(path: Path, show_rows: bool) -> None:
                 print(f"  hf {r['shape']:13s} b={r['batch']:<3d} prompt {r['prompt_len']:<5d} TTFT measured "
                       f"{r['ttft_s'] * 1e3:7.2f} ms model {pt[-1] / mt[-1] - 1:+7.1%}; TPOT measured "
                       f"{r['tpot_s'] * 1e3:7.2f} ms model {pp[-1] / mp[-1] - 1:+7.1%}")
-        print(f"{'hf TTFT':>16}: {stats(pt, mt)}")
-        print(f"{'hf TPOT':>16}: {stats(pp, mp)}")
+        split = [r["split"] for r in hf]
+        for name, p_, m_ in (("hf TTFT", pt, mt), ("hf TPOT", pp, mp)):
+            print(f"{name:>16}: {stats(p_, m_)}, signed median {summary(p_, m_)['signed']:+.1%}")
+            group_table(f"{name} by model", [r["shape"] for r in hf], p_, m_, split)
 
 
 def fit_constants(path: Path) -> None:
