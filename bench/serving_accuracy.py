@@ -105,25 +105,41 @@ def shortcut(cfg: gm.TransformerConfig, r: dict, gpu) -> float:
     return t
 
 
-def measured_section(path: Path, show_rows: bool) -> None:
+def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Model and shortcut times [s] of the lean-decoder rows of ``kind`` ("decode" or "prefill"), in order.
+
+    Rows of one shape go through the model as one array call (the serving functions broadcast).
+    """
     gpu = gm.gpu("h200")
+    pred, base = np.zeros(len(rows)), np.zeros(len(rows))
+    by_shape: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_shape.setdefault(r["shape"], []).append(i)
+    for idx in by_shape.values():
+        cfg = lean_config(rows[idx[0]])
+        b = np.array([rows[i]["batch"] for i in idx])
+        if kind == "decode":
+            t = decode_step_time(cfg, gpu, batch_size=b, context_len=np.array([rows[i]["context_len"] for i in idx]))
+        else:
+            t = prefill_time(cfg, gpu, batch_size=b, prompt_len=np.array([rows[i]["prompt_len"] for i in idx]))
+        pred[idx] = np.asarray(t.seconds, dtype=float)
+        base[idx] = [shortcut(cfg, rows[i], gpu) for i in idx]
+    return pred, base
+
+
+def measured_section(path: Path, show_rows: bool) -> None:
     rows = load_measured(path)
     print(f"== measured on the H200 ({path.name}, {len(rows)} rows) ==")
     for kind in ("decode", "prefill"):
         sel = [r for r in rows if r["engine"] == "graph" and r["kind"] == kind]
-        pred, base, meas, split = [], [], [], []
-        for r in sel:
-            cfg = lean_config(r)
-            if kind == "decode":
-                t = decode_step_time(cfg, gpu, batch_size=r["batch"], context_len=r["context_len"])
-            else:
-                t = prefill_time(cfg, gpu, batch_size=r["batch"], prompt_len=r["prompt_len"])
-            pred.append(float(t)), base.append(shortcut(cfg, r, gpu)), meas.append(r["seconds"]), split.append(r["split"])
-            if show_rows:
+        pred, base = predict_steps(sel, kind)
+        meas, split = [r["seconds"] for r in sel], [r["split"] for r in sel]
+        if show_rows:
+            for r, p_, b_ in zip(sel, pred, base):
                 n = r.get("context_len", r.get("prompt_len"))
                 print(f"  {kind:7s} {r['shape']:13s} b={r['batch']:<4d} {n:>6d} {r['split']:7s} measured "
-                      f"{r['seconds'] * 1e3:9.3f} ms  model {pred[-1] / meas[-1] - 1:+7.1%}  shortcut "
-                      f"{base[-1] / meas[-1] - 1:+7.1%}")
+                      f"{r['seconds'] * 1e3:9.3f} ms  model {p_ / r['seconds'] - 1:+7.1%}  shortcut "
+                      f"{b_ / r['seconds'] - 1:+7.1%}")
         pred, base, meas, split = map(np.asarray, (pred, base, meas, split))
         for part in ("holdout", "fit"):
             m = split == part
@@ -136,16 +152,20 @@ def measured_section(path: Path, show_rows: bool) -> None:
     if hf:
         pt, pp, mt, mp = [], [], [], []
         for r in hf:
-            g = generation_time(hf_config(r), gpu, batch_size=r["batch"], prompt_len=r["prompt_len"],
+            g = generation_time(hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
                                 new_tokens=r["new_tokens"], engine="hf")
             pt.append(g.ttft_s), pp.append(g.tpot_s), mt.append(r["ttft_s"]), mp.append(r["tpot_s"])
             if show_rows:
                 print(f"  hf {r['shape']:13s} b={r['batch']:<3d} prompt {r['prompt_len']:<5d} TTFT measured "
                       f"{r['ttft_s'] * 1e3:7.2f} ms model {pt[-1] / mt[-1] - 1:+7.1%}; TPOT measured "
                       f"{r['tpot_s'] * 1e3:7.2f} ms model {pp[-1] / mp[-1] - 1:+7.1%}")
-        split = [r["split"] for r in hf]
+        split = np.asarray([r["split"] for r in hf])
         for name, p_, m_ in (("hf TTFT", pt, mt), ("hf TPOT", pp, mp)):
-            print(f"{name:>16}: {stats(p_, m_)}, signed median {summary(p_, m_)['signed']:+.1%}")
+            p_, m_ = np.asarray(p_), np.asarray(m_)
+            for part in ("holdout", "fit"):
+                m = split == part
+                print(f"{name:>8} {part:>7}: model    {stats(p_[m], m_[m])}, signed median "
+                      f"{summary(p_[m], m_[m])['signed']:+.1%}")
             group_table(f"{name} by model", [r["shape"] for r in hf], p_, m_, split)
 
 
