@@ -123,7 +123,11 @@ def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
         else:
             t = prefill_time(cfg, gpu, batch_size=b, prompt_len=np.array([rows[i]["prompt_len"] for i in idx]))
         pred[idx] = np.asarray(t.seconds, dtype=float)
-        base[idx] = [shortcut(cfg, rows[i], gpu) for i in idx]
+        w = gm.inference_memory(cfg, 1, 1).weights_bytes / gpu.memory_bandwidth
+        if kind == "decode":
+            base[idx] = w
+        else:
+            base[idx] = [max(w, shortcut(cfg, rows[i], gpu)) for i in idx]
     return pred, base
 
 
