@@ -51,8 +51,8 @@ def test_decode_held_out(steps):
     _, pred, base, meas, split = steps["decode"]
     h = split == "holdout"
     err = np.abs(pred[h] / meas[h] - 1)
-    assert np.median(err) < 0.05                        # measured 3.0% (issue's bar: 8%)
-    assert np.percentile(err, 90) < 0.15                # measured 11.7% (issue's bar: 20%)
+    assert np.median(err) < 0.05                        # measured 3.4% (issue's bar: 8%)
+    assert np.percentile(err, 90) < 0.10                # measured 6.7% (issue's bar: 20%)
     assert abs(np.median(pred[h] / meas[h] - 1)) < 0.04  # signed median +1.0%: no overall bias
     # the weights-over-bandwidth shortcut misses by half (median 50.0%)
     assert np.median(np.abs(base[h] / meas[h] - 1)) > 0.4
@@ -62,14 +62,14 @@ def test_decode_at_batch_one_is_weights_plus_a_floor_per_kernel(steps):
     rows, pred, _, meas, _ = steps["decode"]
     one = np.array([r["batch"] == 1 for r in rows])
     err = np.abs(pred[one] / meas[one] - 1)
-    assert np.median(err) < 0.04 and err.max() < 0.07   # all 30 rows: median 2.3%, worst 4.8%
+    assert np.median(err) < 0.05 and err.max() < 0.08   # all 30 rows: median 3.1%, worst 5.8%
 
 
 def test_prefill_held_out(steps):
     _, pred, base, meas, split = steps["prefill"]
     h = split == "holdout"
     err = np.abs(pred[h] / meas[h] - 1)
-    # measured 10.5% / 12.8%, every row too fast (signed -10.5%): the kernels of a long prefill run
+    # measured 10.6% / 12.1%, every row too fast (signed -10.6%): the kernels of a long prefill run
     # slower inside the graph than the calibration's isolated kernels (issue's bar: 8% / 20%)
     assert np.median(err) < 0.12
     assert np.percentile(err, 90) < 0.15
