@@ -216,6 +216,8 @@ def hf_config(transformers, name: str, tiny_layers: int | None = None):
                     keys[k] = 4
             keys["num_experts_per_tok"] = 2
         keys["n_layer" if mtype == "gpt2" else "num_hidden_layers"] = tiny_layers
+        if mtype != "gpt2":
+            keys["pad_token_id"] = 0  # inside the tiny vocabulary
     cfg = transformers.AutoConfig.for_model(mtype, **keys)
     cfg._attn_implementation = "sdpa"
     return cfg, {"model_type": mtype, **keys}
