@@ -1,0 +1,201 @@
+"""The host side of an eager PyTorch training step: per-op CPU costs and a host/device timeline.
+
+Eager PyTorch runs every op on the CPU first (the Python call, the ATen dispatcher, autograd's
+bookkeeping, the launch) and only then on the GPU. Kernels queue up, so the GPU runs ahead of
+nothing and waits whenever its kernels are shorter than their dispatch. With ``h_i`` the time the
+host has finished launching kernel ``i`` (cumulative host cost) and ``d_i`` the kernel's time, the
+device finishes kernel ``n`` at
+
+.. math::  e_n = \\max(e_{n-1}, h_n) + d_n = D_n + \\max_{j \\le n} (h_j - D_{j-1}),
+
+with ``D`` the cumulative device time; a synchronisation (``loss.item()``, a data-dependent
+``nonzero``) makes the host wait for ``e`` and pay a round trip. :func:`timeline` evaluates this
+over a whole step in a few numpy calls.
+
+The per-op costs are properties of the host (CPU, Python, torch and transformers versions), not of
+the GPU: :class:`HostCosts` holds them, measured on the machine by ``bench/measure_step_time.py`` or
+:func:`gpumodel.calibration.host.measure_host` and shipped for the H200 machine in
+``specs/calibrations/h200-sxm-host.yaml``. Without such a file, :data:`DEFAULT_HOST` is used and the
+step time is labelled uncalibrated.
+
+References
+----------
+H. He, "Making Deep Learning Go Brrrr From First Principles", 2022 (overhead-bound eager PyTorch:
+a few microseconds per op). PyTorch ``torch/optim/adamw.py`` (``_multi_tensor_adamw``,
+``_fused_adamw``), ``torch/nn/utils/clip_grad.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .errors import ArgumentError, SpecError
+
+__all__ = ["HostCosts", "DEFAULT_HOST", "host_costs_for", "load_host_costs", "timeline", "Timeline"]
+
+_SPECS = Path(__file__).resolve().parent.parent / "specs" / "calibrations"
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Per-op CPU costs of eager PyTorch on one host [s].
+
+    Attributes
+    ----------
+    op_s : float
+        One forward op under autograd recording (Python call, dispatch, graph node, launch).
+    op_nograd_s : float
+        One op without autograd (optimizer for-loops, ``no_grad`` routing).
+    view_s : float
+        A view / reshape / transpose (no kernel), and Python glue per op of the model code.
+    module_s : float
+        ``nn.Module.__call__`` overhead per module call.
+    autocast_s : float
+        Extra dispatch per op under ``torch.autocast``.
+    backward_op_s : float
+        One backward node run by the autograd engine (per backward kernel).
+    launch_s : float
+        Launch of one kernel of a compiled (torch.compile) graph.
+    item_s : float
+        A synchronisation round trip on an idle GPU (``.item()``).
+    kernel_floor_s : float
+        The device's minimum time per kernel launched back to back (launch gap included).
+    optimizer : dict
+        ``"<optimizer>_<impl>"`` -> (seconds per step, seconds per parameter tensor) of ``opt.step()``,
+        impl in {"foreach", "fused", "forloop"}.
+    clip_s, clip_tensor_s : float
+        ``clip_grad_norm_``: per call and per parameter tensor.
+    zero_grad_tensor_s : float
+        ``zero_grad(set_to_none=True)`` per parameter tensor.
+    layers : dict
+        Optional, per Hugging Face ``model_type``: measured host seconds per decoder layer
+        ``{"forward": s, "backward": s}`` and per model outside the layers (``"fixed_forward"``,
+        ``"fixed_backward"``); used instead of per-op counts where present.
+    calibrated : bool
+        Whether these were measured on the host (else defaults).
+    source : str
+        Where the numbers come from.
+    """
+
+    op_s: float = 9e-6
+    op_nograd_s: float = 6e-6
+    view_s: float = 3e-6
+    module_s: float = 4e-6
+    autocast_s: float = 2e-6
+    backward_op_s: float = 9e-6
+    launch_s: float = 6e-6
+    item_s: float = 2e-5
+    kernel_floor_s: float = 2.5e-6
+    optimizer: dict = field(default_factory=lambda: {
+        "adamw_foreach": (3e-4, 1.5e-6), "adamw_fused": (1e-4, 1.5e-6), "adamw_forloop": (1e-4, 9e-5),
+        "sgd_foreach": (1e-4, 0.6e-6), "sgd_fused": (1e-4, 1.5e-6), "sgd_forloop": (5e-5, 1e-5)})
+    clip_s: float = 2e-4
+    clip_tensor_s: float = 0.5e-6
+    zero_grad_tensor_s: float = 0.3e-6
+    layers: dict = field(default_factory=dict)
+    calibrated: bool = False
+    source: str = "defaults: order of magnitude of eager PyTorch on a server CPU (He 2022)"
+
+    def optimizer_cost(self, optimizer: str, impl: str, tensors: int) -> float:
+        """Host seconds of one ``opt.step()`` over ``tensors`` parameter tensors."""
+        key = f"{'adamw' if optimizer in ('adamw', 'adam') else 'sgd'}_{impl}"
+        base, per = self.optimizer.get(key, self.optimizer["adamw_foreach"])
+        return base + per * tensors
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["optimizer"] = {k: list(v) for k, v in self.optimizer.items()}
+        return out
+
+
+#: Host costs used where no measured file exists (labelled uncalibrated).
+DEFAULT_HOST = HostCosts()
+
+
+def load_host_costs(path: str | os.PathLike) -> HostCosts:
+    """Read a host-cost YAML file (``host:`` mapping of :class:`HostCosts` fields)."""
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    data = data.get("host", data)
+    known = {f.name for f in fields(HostCosts)}
+    unknown = set(data) - known
+    if unknown:
+        raise SpecError(f"{path}: unknown host-cost fields {sorted(unknown)}; known: {sorted(known)}")
+    if "optimizer" in data:
+        data["optimizer"] = {**DEFAULT_HOST.optimizer, **{k: tuple(v) for k, v in data["optimizer"].items()}}
+    return replace(DEFAULT_HOST, **data)
+
+
+def host_costs_for(gpu_name: str, host: Any = None) -> HostCosts:
+    """The host costs to use with ``gpu_name``: ``host`` if given (record or YAML path), else the shipped
+    ``specs/calibrations/<gpu>-host.yaml``, else :data:`DEFAULT_HOST`."""
+    if isinstance(host, HostCosts):
+        return host
+    if host is not None:
+        if not isinstance(host, (str, os.PathLike)):
+            raise ArgumentError(f"host must be a HostCosts record or a path to a host-cost YAML file, got "
+                                f"{type(host).__name__}")
+        return load_host_costs(host)
+    path = _SPECS / f"{gpu_name}-host.yaml"
+    return load_host_costs(path) if path.exists() else DEFAULT_HOST
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Result of :func:`timeline`: end time [s], kernel time [s], device idle time waiting on the host [s]."""
+
+    seconds: float
+    kernel_s: float
+    host_wait_s: float
+    sync_s: float
+    host_s: float
+
+
+def timeline(host: np.ndarray, device: np.ndarray, sync_after: np.ndarray, item_s: float) -> Timeline:
+    """Evaluate the two-resource timeline of a sequence of kernels.
+
+    Parameters
+    ----------
+    host : array
+        Host seconds spent before each kernel is launched (its dispatch).
+    device : array
+        Each kernel's device time [s].
+    sync_after : array of bool
+        Whether the host waits for the device after this kernel (and pays ``item_s``).
+    item_s : float
+        Cost of one synchronisation round trip [s].
+
+    Returns
+    -------
+    Timeline
+        The step ends when the last kernel ends and the host has synchronised on it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = timeline(np.array([1.0, 1.0, 1.0]), np.array([0.5, 3.0, 0.5]), np.zeros(3, bool), 0.0)
+    >>> t.seconds, t.host_wait_s   # kernels start at 1, 2 and 5 (the long one hides the third dispatch)
+    (5.5, 1.5)
+    """
+    host, device = np.asarray(host, float), np.asarray(device, float)
+    sync_after = np.asarray(sync_after, bool)
+    cuts = np.flatnonzero(sync_after[:-1]) + 1
+    t_host, t_dev = 0.0, 0.0
+    for h, d in zip(np.split(host, cuts), np.split(device, cuts)):
+        launched = t_host + np.cumsum(h)
+        d_cum = np.cumsum(d)
+        d_prev = np.concatenate(([0.0], d_cum[:-1]))
+        start_lag = np.maximum.accumulate(np.maximum(launched - d_prev, t_dev))
+        end = float(d_cum[-1] + start_lag[-1]) if len(d) else t_dev
+        t_dev = end
+        t_host = max(float(launched[-1]) if len(h) else t_host, end) + item_s
+    kernel = float(device.sum())
+    seconds = t_host
+    return Timeline(seconds=seconds, kernel_s=kernel, host_wait_s=max(t_dev - kernel, 0.0),
+                    sync_s=seconds - t_dev, host_s=float(host.sum()))

@@ -1,0 +1,186 @@
+"""One training step as the ordered list of what the host dispatches and the device runs.
+
+A step (one optimizer update) is ``gradient_accumulation_steps`` forward and backward passes, then
+``clip_grad_norm_`` (optional), ``opt.step()``, ``zero_grad(set_to_none=True)`` and a
+synchronisation (``loss.item()``). Each :class:`Block` is a run of kernels repeated ``repeat``
+times (a decoder layer), each kernel with the host seconds spent dispatching it
+(:class:`gpumodel.hostcost.HostCosts`) and whether the host then waits for the device.
+
+* Forward: embedding, the decoder layers, final norm, LM head, fp32 loss. Backward in reverse
+  order; with activation checkpointing each layer's forward is recomputed just before its
+  backward. Every parameter tensor's ``AccumulateGrad`` node runs in each backward; from the
+  second micro-batch on it adds into ``.grad`` (one kernel per tensor).
+* Optimizer: the foreach passes of :data:`~gpumodel.stepkernels.OPTIMIZER_PASSES` (one
+  multi-tensor kernel per pass), a per-tensor loop of the same passes (``foreach=False``), or one
+  fused kernel (``fused=True``); host cost per step and per tensor from the host record.
+* ``torch.compile``: the model's forward and backward become graphs whose chains of memory-bound
+  kernels between two matmuls or attentions are one fused kernel (reading the chain's first
+  input, writing its last output), each launched for ``launch_s`` with no per-op dispatch; the
+  optimizer stays eager.
+
+References
+----------
+PyTorch ``torch/nn/utils/clip_grad.py`` (``_get_total_norm``, ``_clip_grads_with_norm_``),
+``torch/optim/adamw.py``; Ansel et al., "PyTorch 2", ASPLOS 2024 (TorchInductor fuses pointwise and
+reduction chains).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import ops
+from .hostcost import DEFAULT_HOST, HostCosts
+from .stepkernels import (COMPUTE_DTYPE, FUSED_PASSES, OPTIMIZER_PASSES, PARAM_DTYPE, _SIZE, _Layer, _cast_for_matmul,
+                          _layer, _norm, memory_kernel, parameter_tensors)
+from .transformer import PositionType, TransformerConfig
+
+__all__ = ["Block", "step_plan"]
+
+Entry = tuple  # (OpCost or None, host seconds, sync after)
+
+
+@dataclass
+class Block:
+    """Kernels run in order, ``repeat`` times; ``phase`` names the part of the step."""
+
+    phase: str
+    kernels: list = field(default_factory=list)
+    repeat: int = 1
+    recompute: int = 0  # the first ``recompute`` kernels re-run the forward (activation checkpointing)
+
+    def phases(self) -> list[str]:
+        """Phase of each kernel."""
+        return ["recompute"] * self.recompute + [self.phase] * (len(self.kernels) - self.recompute)
+
+
+def _fuse_chains(L: _Layer) -> _Layer:
+    """torch.compile: merge each run of memory-bound kernels between matmul/attention kernels into one."""
+    out = _Layer(L.dt)
+    chain: list[ops.OpCost] = []
+
+    def flush():
+        if chain:
+            first, last = chain[0], chain[-1]
+            numel = float(first.shape.get("numel", 1)) or 1.0
+            read, write = float(first.bytes_read) / numel, float(last.bytes_written) / numel
+            out.add(memory_kernel(numel, read, write, 0), [(memory_kernel(numel, read + write, read, 0), 1)],
+                    kind="launch")
+            chain.clear()
+
+    for op in L.forward:
+        if op.name in ("matmul", "attention"):
+            flush()
+            out.add(op, kind="launch")
+        else:
+            chain.append(op)
+    flush()
+    out.backward += [(op, n) for op, n in L.backward if op.name in ("matmul", "attention")]
+    return out
+
+
+def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool) -> list[Entry]:
+    if compiled:
+        return [(op, host.launch_s, False) for op in L.forward]
+    per_op = {"op": host.op_s + (host.autocast_s if amp else 0.0), "cast": host.op_s, "launch": host.launch_s}
+    glue = (None, L.modules * host.module_s + L.views * host.view_s, False)
+    syncs = set(L.syncs)
+    return [glue] + [(op, per_op[k], i in syncs) for i, (op, k) in enumerate(zip(L.forward, L.kinds))]
+
+
+def _backward_entries(L: _Layer, host: HostCosts, compiled: bool) -> list[Entry]:
+    per = host.launch_s if compiled else host.backward_op_s
+    entries: list[Entry] = [] if compiled else [(None, L.views * host.view_s, False)]
+    for op, n in reversed(L.backward):
+        entries += [(op, per, False)] * n
+    return entries
+
+
+def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: str, optimizer: str,
+              checkpointing: bool, *, host: HostCosts = DEFAULT_HOST, fused: bool = False, foreach: bool = True,
+              gradient_accumulation_steps: int = 1, clip_grad_norm: float | None = None, compile: bool = False,
+              experts: str = "grouped_mm", expert_load=None) -> list[Block]:
+    """The ordered blocks of one training step (see the module docstring)."""
+    dt, t, h, v = COMPUTE_DTYPE[precision], batch_size * seq_len, cfg.hidden_size, cfg.vocab_size
+    c, p = _SIZE[dt], _SIZE[PARAM_DTYPE[precision]]
+    r = max(c, p)
+    amp = precision.startswith("amp")
+    n_tensors = parameter_tensors(cfg)
+    n_moe = cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else 0
+    layers = [(_layer(cfg, batch_size, seq_len, precision, moe=False), cfg.num_layers - n_moe)]
+    if n_moe:
+        layers.append((_layer(cfg, batch_size, seq_len, precision, moe=True, experts=experts,
+                              expert_load=expert_load), n_moe))
+    layers = [(L, n) for L, n in layers if n > 0]
+    if compile:
+        layers = [(_fuse_chains(L), n) for L, n in layers]
+
+    embed = _Layer(dt)
+    embed.add(ops.embedding(t, v, h, "fp32" if r == 4 else dt), [(memory_kernel(t * h, r + 8, 4), 1)])
+    embed.modules, embed.views = 3, 6         # model, embedding, rotary module; mask and position bookkeeping
+    if cfg.position == PositionType.learned:
+        embed.mem(t * h, 2 * r, r)
+    if cfg.family.startswith("gemma"):
+        embed.mem(t * h, r, r)                 # Gemma scales the embeddings by sqrt(hidden)
+    if cfg.position == PositionType.rope:
+        embed.mem(seq_len * cfg.dim_head, 4, 4)  # cos, sin of the rotary embedding
+        embed.mem(seq_len * cfg.dim_head, 4, 4, grad=False)
+    head = _Layer(dt)
+    n = _norm(head, cfg, t, r, p)
+    _cast_for_matmul(head, t * h, n, c)
+    if p != c:
+        head.cast(v * h, p, c)
+    head.mm(t, v, h)
+    head.modules += 2
+    head.mem(t * v, c, 4, 0)                   # logits.float()
+    head.add(ops.cross_entropy(t, v, "fp32"), [(memory_kernel(t * v, 8, 4), 1)])  # loss and its gradient
+    head.views += 8                            # shift labels, view, contiguous checks
+    if compile:
+        embed, head = _fuse_chains(embed), _fuse_chains(head)
+
+    blocks: list[Block] = []
+    accum = gradient_accumulation_steps
+    for micro in range(accum):
+        blocks.append(Block("forward", _forward_entries(embed, host, amp, compile)))
+        for L, n in layers:
+            blocks.append(Block("forward", _forward_entries(L, host, amp, compile), n))
+        blocks.append(Block("forward", _forward_entries(head, host, amp, compile)))
+        if accum > 1:
+            blocks.append(Block("forward", [(memory_kernel(1, 4, 4), host.op_s, False)]))  # loss / accumulation
+        blocks.append(Block("backward", _backward_entries(head, host, compile)))
+        for L, n in reversed(layers):
+            bwd = _backward_entries(L, host, compile)
+            redo = _forward_entries(L, host, amp, compile) if checkpointing else []
+            blocks.append(Block("backward", redo + bwd, n, recompute=len(redo)))
+        blocks.append(Block("backward", _backward_entries(embed, host, compile)))
+        grads = cfg.num_parameters()
+        if micro:  # AccumulateGrad adds into the existing .grad: one kernel per tensor
+            per = grads / n_tensors
+            blocks.append(Block("backward", [(memory_kernel(per, 2 * p, p), host.backward_op_s, False)], n_tensors))
+        else:
+            blocks.append(Block("backward", [(None, host.backward_op_s * n_tensors, False)]))
+    if clip_grad_norm is not None:
+        params = cfg.num_parameters()
+        host_clip = host.clip_s + host.clip_tensor_s * n_tensors
+        blocks.append(Block("optimizer", [
+            (memory_kernel(params, p, 0, 2), host_clip / 3, False),   # foreach_norm over the gradients
+            (memory_kernel(n_tensors, 4, 4), host_clip / 3, False),   # stack, norm, clip coefficient
+            (memory_kernel(params, p, p, 1), host_clip / 3, False)]))  # foreach_mul_
+    blocks.append(_optimizer_block(cfg, optimizer, p, n_tensors, host, fused, foreach))
+    blocks.append(Block("optimizer", [(None, host.zero_grad_tensor_s * n_tensors, False)]))
+    return blocks
+
+
+def _optimizer_block(cfg: TransformerConfig, optimizer: str, p: int, n_tensors: int, host: HostCosts,
+                     fused: bool, foreach: bool) -> Block:
+    params = cfg.num_parameters()
+    impl = "fused" if fused else ("foreach" if foreach else "forloop")
+    host_s = host.optimizer_cost(optimizer, impl, n_tensors)
+    passes = FUSED_PASSES.get(optimizer, OPTIMIZER_PASSES[optimizer]) if fused else OPTIMIZER_PASSES[optimizer]
+    if impl != "forloop":
+        return Block("optimizer", [(memory_kernel(params, rd * p, wr * p, 2), host_s / len(passes), False)
+                                   for rd, wr in passes])
+    per = params / n_tensors  # one kernel per tensor and pass
+    kernels = [(memory_kernel(per, rd * p, wr * p, 2), host_s / (len(passes) * n_tensors), False)
+               for rd, wr in passes]
+    return Block("optimizer", kernels, n_tensors)
