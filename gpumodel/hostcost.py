@@ -74,9 +74,11 @@ class HostCosts:
     zero_grad_tensor_s : float
         ``zero_grad(set_to_none=True)`` per parameter tensor.
     layers : dict
-        Optional, per Hugging Face ``model_type``: measured host seconds per decoder layer
-        ``{"forward": s, "backward": s}`` and per model outside the layers (``"fixed_forward"``,
-        ``"fixed_backward"``); used instead of per-op counts where present.
+        Optional, per Hugging Face ``model_type`` (key ``"<model_type>"`` without autocast,
+        ``"<model_type>/amp"`` under it): ``{"forward": x, "backward": x, "fixed_forward": x,
+        "fixed_backward": x}``, the ratio of the host time measured on tiny models of that family
+        (per decoder layer, and outside the layers) to the per-op sum, which the Python glue of each
+        family's modeling code sets. 1 where absent.
     calibrated : bool
         Whether these were measured on the host (else defaults).
     source : str
@@ -107,6 +109,15 @@ class HostCosts:
         key = f"{'adamw' if optimizer in ('adamw', 'adam') else 'sgd'}_{impl}"
         base, per = self.optimizer.get(key, self.optimizer["adamw_foreach"])
         return base + per * tensors
+
+    def layer_scale(self, family: str, amp: bool) -> dict:
+        """Ratios of measured to per-op host time for a family's layers (1 where not measured)."""
+        keys = (f"{family}/amp", family) if amp else (family, f"{family}/amp")
+        for key in keys:
+            if key in self.layers:
+                return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0,
+                        **self.layers[key]}
+        return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0}
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -148,7 +159,8 @@ def host_costs_for(gpu_name: str, host: Any = None) -> HostCosts:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Result of :func:`timeline`: end time [s], kernel time [s], device idle time waiting on the host [s]."""
+    """Result of :func:`timeline` [s]: the end, the kernels' sum, the device idle waiting for dispatch
+    (``host_wait_s``), the synchronisation round trips (``sync_s``), and the host's dispatch sum."""
 
     seconds: float
     kernel_s: float
@@ -186,7 +198,7 @@ def timeline(host: np.ndarray, device: np.ndarray, sync_after: np.ndarray, item_
     host, device = np.asarray(host, float), np.asarray(device, float)
     sync_after = np.asarray(sync_after, bool)
     cuts = np.flatnonzero(sync_after[:-1]) + 1
-    t_host, t_dev = 0.0, 0.0
+    t_host, t_dev, n_sync = 0.0, 0.0, 0
     for h, d in zip(np.split(host, cuts), np.split(device, cuts)):
         launched = t_host + np.cumsum(h)
         d_cum = np.cumsum(d)
@@ -195,7 +207,8 @@ def timeline(host: np.ndarray, device: np.ndarray, sync_after: np.ndarray, item_
         end = float(d_cum[-1] + start_lag[-1]) if len(d) else t_dev
         t_dev = end
         t_host = max(float(launched[-1]) if len(h) else t_host, end) + item_s
-    kernel = float(device.sum())
-    seconds = t_host
-    return Timeline(seconds=seconds, kernel_s=kernel, host_wait_s=max(t_dev - kernel, 0.0),
-                    sync_s=seconds - t_dev, host_s=float(host.sum()))
+        n_sync += 1
+    kernel, seconds = float(device.sum()), t_host
+    sync = n_sync * item_s
+    return Timeline(seconds=seconds, kernel_s=kernel, host_wait_s=max(seconds - kernel - sync, 0.0), sync_s=sync,
+                    host_s=float(host.sum()))

@@ -263,7 +263,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         syncs.append(np.tile(s, block.repeat))
         for (op, _h, _s), dt, phase in zip(block.kernels, d, block.phases()):
             if op is not None:
-                kernel_by_phase[phase] += block.repeat * dt
+                kernel_by_phase[phase] += block.repeat * float(dt)
                 hardware_flops += block.repeat * float(op.flops)
                 count += block.repeat
                 kernels_calibrated = kernels_calibrated or device_s(op)[1]

@@ -81,3 +81,81 @@ def test_gpt2_gelu_new_is_eight_unfused_kernels():
     layer = _layer(cfg, 1, 32, "bf16")
     mlp_width = [op for op in layer.forward if op.name == "elementwise" and float(op.shape["numel"]) == 32 * 3072]
     assert len(mlp_width) == 8
+
+
+# ---------------------------------------------------------------- host timeline and step options (issue: host side)
+def _st(model="llama-3.2-1b", gpu="h200", **kw):
+    args = dict(batch_size=2, seq_len=512) | kw
+    return gm.training_step_time(model, gpu, **args)
+
+
+def test_breakdown_splits_host_wait_from_kernels_and_adds_up():
+    st = _st("gpt2", batch_size=1, seq_len=128)
+    assert set(st.breakdown) == {"forward", "backward", "recompute", "optimizer", "host_wait", "sync"}
+    assert sum(st.breakdown.values()) == pytest.approx(st.seconds)
+    assert st.host_bound and st.breakdown["host_wait"] > 0  # a 124M model at 128 tokens waits on the host
+
+
+def test_gradient_accumulation_runs_forward_and_backward_per_micro_batch():
+    one, four = _st(), _st(gradient_accumulation_steps=4)
+    assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"], rel=1e-3)
+    assert four.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"])
+    assert four.tokens_per_s > one.tokens_per_s  # one optimizer step shared by four micro-batches
+
+
+def test_fused_adamw_moves_fewer_bytes_than_foreach_and_forloop_costs_host_time():
+    foreach, fused, loop = _st(), _st(fused=True), _st(foreach=False)
+    assert fused.breakdown["optimizer"] < foreach.breakdown["optimizer"]
+    assert loop.seconds > foreach.seconds
+
+
+def test_clipping_adds_a_norm_and_a_scale_pass():
+    assert _st(clip_grad_norm=1.0).breakdown["optimizer"] > _st().breakdown["optimizer"]
+
+
+def test_compile_fuses_memory_bound_kernels():
+    eager, compiled = _st("gpt2", batch_size=4), _st("gpt2", batch_size=4, compile=True)
+    assert compiled.kernels < eager.kernels / 2 and compiled.seconds < eager.seconds
+
+
+def test_moe_eager_loop_waits_on_the_host_and_is_slower_than_grouped_mm():
+    cfg = gm.TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 4,
+                                        "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 2048,
+                                        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000})
+    grouped = _st(cfg, batch_size=1, seq_len=256, precision="bf16")
+    eager = _st(cfg, batch_size=1, seq_len=256, precision="bf16", experts_implementation="eager")
+    assert eager.seconds > grouped.seconds and eager.breakdown["sync"] > grouped.breakdown["sync"]
+
+
+def test_expert_load_all_on_one_expert():
+    cfg = gm.TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 4,
+                                        "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 2048,
+                                        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000})
+    skew = _st(cfg, batch_size=1, seq_len=256, precision="bf16", experts_implementation="eager",
+               expert_load=[1, 0, 0, 0, 0, 0, 0, 0])
+    assert skew.seconds > 0
+    with pytest.raises(gm.ArgumentError, match="expert_load"):
+        _st(cfg, expert_load=[1, 2])
+
+
+def test_gpu_without_calibration_gets_an_uncalibrated_step_time():
+    st = _st("gpt2", gpu="rtx-4090", batch_size=1)
+    assert st.seconds > 0 and not st.calibrated and not st.host_calibrated
+    assert "uncalibrated" in repr(st)
+
+
+def test_hfu_counts_recomputation():
+    plain, ckpt = _st(), _st(checkpointing=True)
+    assert ckpt.hardware_flops > plain.hardware_flops and ckpt.model_flops == plain.model_flops
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fused": "yes"}, "fused must be True or False"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be a positive integer"),
+    ({"clip_grad_norm": -1.0}, "clip_grad_norm"),
+    ({"experts_implementation": "loop"}, "experts_implementation="),
+    ({"optimizer": "adafactor", "fused": True}, "fused=True needs optimizer"),
+])
+def test_bad_options(kwargs, match):
+    with pytest.raises(gm.ArgumentError, match=match):
+        _st("gpt2", **kwargs)
