@@ -414,6 +414,32 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
         add(f"backward_{name}", host_fwd_per_op_s=statistics.median(fwd), host_per_op_s=statistics.median(host),
             wall_per_op_s=statistics.median(wall), chain=chain)
 
+    # the same chains inside torch.utils.checkpoint (non-reentrant, as transformers uses): saved-tensor hooks
+    from torch.utils.checkpoint import checkpoint
+    for name in ("mul_scalar", "linear", "silu"):
+        fn = steps[name]
+
+        def body(z, fn=fn):
+            for _ in range(chain):
+                z = fn(z)
+            return z
+        host_f, host_b = [], []
+        for _ in range(5):
+            x = torch.randn(8, 64, device=device, requires_grad=True)
+            sync(torch, device)
+            t0 = time.perf_counter()
+            loss = checkpoint(body, x, use_reentrant=False).sum()
+            t1 = time.perf_counter()
+            sync(torch, device)
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            sync(torch, device)
+            host_f.append((t1 - t0) / chain)
+            host_b.append((t3 - t2) / chain)
+        add(f"checkpoint_{name}", host_fwd_per_op_s=statistics.median(host_f), host_per_op_s=statistics.median(host_b),
+            chain=chain)
+
     # optimizer steps, clipping and zero_grad over nt small tensors
     for nt in tensor_counts:
         params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(nt)]
@@ -447,14 +473,20 @@ def layer_costs(torch, transformers, device: str, names, reps: int, deadline: fl
     """Per family: host time and kernels of forward / backward / optimizer of tiny models of 2 and 4 layers."""
     rows = []
     for name in names:
+        variants = [(amp, False) for amp in (((True, False) if name in ("llama-160m", "gpt2-30m") else (True,))
+                                             if device == "cuda" else (False,))]
+        if name in ("llama-160m", "gpt2-30m"):
+            variants.append((device == "cuda", True))
         for layers in (2, 4):
-            for amp in ((True, False) if name in ("llama-160m", "gpt2-30m") else (True,)) if device == "cuda" else (False,):
+            for amp, ckpt in variants:
                 if time.perf_counter() > deadline:
                     rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "skipped_budget"})
                     continue
                 try:
                     cfg, d = hf_config(transformers, name, tiny_layers=layers)
                     model = build(torch, transformers, cfg, "fp32", device, None)
+                    if ckpt:
+                        model.gradient_checkpointing_enable()
                     model.train()
                     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
                     ids = torch.randint(0, cfg.vocab_size, (1, 16), device=device)
@@ -481,6 +513,7 @@ def layer_costs(torch, transformers, device: str, names, reps: int, deadline: fl
                             fn()
                             times[phase].append(time.perf_counter() - t0)
                     row = {"kind": "layers", "shape": name, "family": d["model_type"], "layers": layers, "amp": amp,
+                           "checkpointing": ckpt,
                            "n_params": sum(p.numel() for p in model.parameters()), "n_tensors": len(list(model.parameters())),
                            "hf_config": d}
                     for phase, ts in times.items():
