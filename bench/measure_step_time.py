@@ -696,7 +696,10 @@ def main(argv=None) -> int:
             for row in host_micro(torch, device, **micro):
                 emit(row)
             print(f"host microbenchmarks done at {time.perf_counter() - t_start:.0f} s", flush=True)
-            names = TINY_SHAPES[:2] if dry else list(dict.fromkeys(s[0] for s in RUNS))
+            first_of_family = {}
+            for spec in RUNS:  # one tiny model per family, in the order of the runs
+                first_of_family.setdefault(SHAPES[spec[0]][0], spec[0])
+            names = TINY_SHAPES[:2] if dry else list(first_of_family.values())
             for row in layer_costs(torch, transformers, device, names, 2 if dry else 10, deadline=t_start + 0.25 * args.budget_s):
                 emit(row)
             print(f"layer costs done at {time.perf_counter() - t_start:.0f} s", flush=True)
