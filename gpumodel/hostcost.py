@@ -60,6 +60,9 @@ class HostCosts:
         Extra dispatch per op under ``torch.autocast``.
     backward_op_s : float
         One backward node run by the autograd engine (per backward kernel).
+    checkpoint_forward_s, checkpoint_backward_s : float
+        Extra host time per op under non-reentrant activation checkpointing (the saved-tensor hooks):
+        per forward (and recomputed) op, and per backward op.
     launch_s : float
         Launch of one kernel of a compiled (torch.compile) graph.
     item_s : float
@@ -75,7 +78,7 @@ class HostCosts:
         ``zero_grad(set_to_none=True)`` per parameter tensor.
     layers : dict
         Optional, per Hugging Face ``model_type`` (key ``"<model_type>"`` without autocast,
-        ``"<model_type>/amp"`` under it): ``{"forward": x, "backward": x, "fixed_forward": x,
+        ``"<model_type>/amp"`` under it, ``.../ckpt`` with activation checkpointing): ``{"forward": x, "backward": x, "fixed_forward": x,
         "fixed_backward": x}``, the ratio of the host time measured on tiny models of that family
         (per decoder layer, and outside the layers) to the per-op sum, which the Python glue of each
         family's modeling code sets. 1 where absent.
@@ -91,6 +94,8 @@ class HostCosts:
     module_s: float = 4e-6
     autocast_s: float = 2e-6
     backward_op_s: float = 9e-6
+    checkpoint_forward_s: float = 3e-6
+    checkpoint_backward_s: float = 3e-6
     launch_s: float = 6e-6
     item_s: float = 2e-5
     kernel_floor_s: float = 2.5e-6
@@ -110,9 +115,11 @@ class HostCosts:
         base, per = self.optimizer.get(key, self.optimizer["adamw_foreach"])
         return base + per * tensors
 
-    def layer_scale(self, family: str, amp: bool) -> dict:
+    def layer_scale(self, family: str, amp: bool, checkpointing: bool = False) -> dict:
         """Ratios of measured to per-op host time for a family's layers (1 where not measured)."""
         keys = (f"{family}/amp", family) if amp else (family, f"{family}/amp")
+        if checkpointing:
+            keys = tuple(k + "/ckpt" for k in keys) + keys
         for key in keys:
             if key in self.layers:
                 return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0,

@@ -79,17 +79,21 @@ def _fuse_chains(L: _Layer) -> _Layer:
     return out
 
 
-def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0) -> list[Entry]:
+def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0,
+                     ckpt: bool = False) -> list[Entry]:
     if compiled:
         return [(op, host.launch_s, False) for op in L.forward]
-    per_op = {"op": host.op_s + (host.autocast_s if amp else 0.0), "cast": host.op_s, "launch": host.launch_s}
+    extra = host.checkpoint_forward_s if ckpt else 0.0
+    per_op = {"op": host.op_s + (host.autocast_s if amp else 0.0) + extra, "cast": host.op_s + extra,
+              "launch": host.launch_s}
     glue = (None, scale * (L.modules * host.module_s + L.views * host.view_s), False)
     syncs = set(L.syncs)
     return [glue] + [(op, scale * per_op[k], i in syncs) for i, (op, k) in enumerate(zip(L.forward, L.kinds))]
 
 
-def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float = 1.0) -> list[Entry]:
-    per = host.launch_s if compiled else scale * host.backward_op_s
+def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float = 1.0,
+                      ckpt: bool = False) -> list[Entry]:
+    per = host.launch_s if compiled else scale * (host.backward_op_s + (host.checkpoint_backward_s if ckpt else 0.0))
     entries: list[Entry] = [] if compiled else [(None, scale * L.views * host.view_s, False)]
     for op, n in reversed(L.backward):
         entries += [(op, per, False)] * n
@@ -140,18 +144,19 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
 
     blocks: list[Block] = []
     accum = gradient_accumulation_steps
-    sc = host.layer_scale(cfg.family, amp)
+    sc = host.layer_scale(cfg.family, amp, checkpointing)
+    ck = checkpointing
     for micro in range(accum):
         blocks.append(Block("forward", _forward_entries(embed, host, amp, compile, sc["fixed_forward"])))
         for L, n in layers:
-            blocks.append(Block("forward", _forward_entries(L, host, amp, compile, sc["forward"]), n))
+            blocks.append(Block("forward", _forward_entries(L, host, amp, compile, sc["forward"], ck), n))
         blocks.append(Block("forward", _forward_entries(head, host, amp, compile, sc["fixed_forward"])))
         if accum > 1:
             blocks.append(Block("forward", [(memory_kernel(1, 4, 4), host.op_s, False)]))  # loss / accumulation
         blocks.append(Block("backward", _backward_entries(head, host, compile, sc["fixed_backward"])))
         for L, n in reversed(layers):
-            bwd = _backward_entries(L, host, compile, sc["backward"])
-            redo = _forward_entries(L, host, amp, compile, sc["forward"]) if checkpointing else []
+            bwd = _backward_entries(L, host, compile, sc["backward"], ck)
+            redo = _forward_entries(L, host, amp, compile, sc["forward"], ck) if checkpointing else []
             blocks.append(Block("backward", redo + bwd, n, recompute=len(redo)))
         blocks.append(Block("backward", _backward_entries(embed, host, compile, sc["fixed_backward"])))
         grads = cfg.num_parameters()

@@ -87,6 +87,16 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     back = [r["host_per_op_s"] for b, rs in by.items() if b.startswith("backward_") for r in rs]
     if back:
         out["backward_op_s"] = statistics.median(back)
+    ck_f, ck_b = [], []
+    for b, rs in by.items():  # checkpointed chain minus the plain chain: the saved-tensor hooks' cost per op
+        plain_chain = by.get("backward_" + b[len("checkpoint_"):]) if b.startswith("checkpoint_") else None
+        if plain_chain and "host_fwd_per_op_s" in plain_chain[0]:
+            pf, pb = plain_chain[0]["host_fwd_per_op_s"], plain_chain[0]["host_per_op_s"]
+            ck_f.append(rs[0]["host_fwd_per_op_s"] - pf)
+            ck_b.append(rs[0]["host_per_op_s"] - pb - rs[0]["host_fwd_per_op_s"])  # backward minus the recompute
+    if ck_f:
+        out["checkpoint_forward_s"] = max(statistics.median(ck_f), 0.0)
+        out["checkpoint_backward_s"] = max(statistics.median(ck_b), 0.0)
     if by.get("launch_inplace_add_1elem"):
         out["launch_s"] = by["launch_inplace_add_1elem"][0]["host_per_op_s"]
     if by.get("item_idle"):
@@ -114,14 +124,14 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     return replace(hc, layers=_layer_scales(hc, layer_rows))
 
 
-def _plan_host(hc: HostCosts, hf_config: dict, amp: bool) -> dict[str, float]:
+def _plan_host(hc: HostCosts, hf_config: dict, amp: bool, ckpt: bool = False) -> dict[str, float]:
     """Per-op host seconds of forward and backward of a tiny model (batch 1 x 16 tokens, as measured)."""
     from ..stepplan import step_plan
     from ..transformer import TransformerConfig
 
     cfg = TransformerConfig.from_hf(hf_config)
     out = {"forward": 0.0, "backward": 0.0}
-    for block in step_plan(cfg, 1, 16, "amp_bf16" if amp else "fp32", "adamw", False, host=hc):
+    for block in step_plan(cfg, 1, 16, "amp_bf16" if amp else "fp32", "adamw", ckpt, host=hc):
         if block.phase in out:
             out[block.phase] += block.repeat * sum(k[1] for k in block.kernels)
     return out
@@ -129,16 +139,16 @@ def _plan_host(hc: HostCosts, hf_config: dict, amp: bool) -> dict[str, float]:
 
 def _layer_scales(hc: HostCosts, rows: list[dict]) -> dict:
     """Per family and autocast: measured over per-op host time of tiny models of 2 and 4 layers."""
-    runs: dict[tuple[str, bool], dict[int, dict]] = {}
+    runs: dict[tuple[str, bool, bool], dict[int, dict]] = {}
     for r in rows:
-        runs.setdefault((r["family"], bool(r["amp"])), {})[int(r["layers"])] = r
+        runs.setdefault((r["family"], bool(r["amp"]), bool(r.get("checkpointing"))), {})[int(r["layers"])] = r
     scales = {}
-    for (family, amp), by_n in runs.items():
+    for (family, amp, ckpt), by_n in runs.items():
         if not {2, 4} <= set(by_n):
             continue
         two, four = by_n[2], by_n[4]
         try:
-            m2, m4 = _plan_host(hc, two["hf_config"], amp), _plan_host(hc, four["hf_config"], amp)
+            m2, m4 = _plan_host(hc, two["hf_config"], amp, ckpt), _plan_host(hc, four["hf_config"], amp, ckpt)
         except Exception:  # noqa: BLE001 - a family the reader does not know keeps per-op costs
             continue
         entry = {}
@@ -151,7 +161,7 @@ def _layer_scales(hc: HostCosts, rows: list[dict]) -> dict:
                 entry[phase] = round(meas_layer / model_layer, 4)
             if model_fixed > 0 and meas_fixed > 0:
                 entry[f"fixed_{phase}"] = round(meas_fixed / model_fixed, 4)
-        scales[family + ("/amp" if amp else "")] = entry
+        scales[family + ("/amp" if amp else "") + ("/ckpt" if ckpt else "")] = entry
     return scales
 
 
