@@ -29,6 +29,7 @@ import gpumodel as gm
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "steptime"
 DATA = [DATA_DIR / "step_times.jsonl", DATA_DIR / "step_times_v2.jsonl"]
+MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
 
 
 def hf_dict(row: dict) -> dict:
@@ -69,7 +70,7 @@ def options(row: dict) -> dict:
               fused=bool(row.get("fused", False)), foreach=bool(row.get("foreach", True)),
               gradient_accumulation_steps=int(row.get("gradient_accumulation_steps", 1)),
               clip_grad_norm=row.get("clip_grad_norm"), compile=bool(row.get("compile", False)))
-    if row.get("experts_implementation") in ("eager", "grouped_mm"):
+    if row.get("experts_implementation") in ("eager", "grouped_mm") and row["family"] in MOE_FAMILIES:
         kw["experts_implementation"] = row["experts_implementation"]
     return kw
 
