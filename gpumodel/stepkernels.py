@@ -110,9 +110,26 @@ class _Layer:
         self.add(op, _matmul_backward(op, dt or self.dt))
 
     def attention(self, b: int, heads: int, s: int, d: int, kv_heads: int) -> None:
+        if self.dt == "fp32":  # SDPA in fp32: no flash kernel, no tensor cores
+            return self._attention_fp32(b, heads, s, d, grouped=kv_heads != heads)
         args = (b, heads, s, d)
         self.add(ops.attention(*args, causal=True, dtype=self.dt, impl="flash", kv_heads=kv_heads),
                  [(ops.attention(*args, causal=True, dtype=self.dt, impl="flash", backward=True, kv_heads=kv_heads), 1)])
+
+    def _attention_fp32(self, b: int, heads: int, s: int, d: int, grouped: bool) -> None:
+        """fp32 SDPA: the memory-efficient kernel (fp32 FMA, causal blocks skipped), or with grouped KV
+        heads the math path (``repeat_kv`` copies, full ``S x S`` scores, softmax, two batched matmuls)."""
+        bh = b * heads
+        if not grouped:  # forward QK^T and PV over the causal half; backward recomputes S and forms dQ, dK, dV
+            self.add(ops.bmm(bh, s, s // 2, d, "fp32"), [(ops.bmm(bh, s, s // 2, d, "fp32"), 5)])
+            self.add(ops.bmm(bh, s, d, s // 2, "fp32"))
+            return
+        for _ in range(2):
+            self.mem(bh * s * d, 4, 4)             # repeat_kv: k, v expanded and copied
+        self.add(ops.bmm(bh, s, s, d, "fp32"), [(ops.bmm(bh, s, d, s, "fp32"), 2)])  # scores and their backward
+        self.mem(bh * s * s, 8, 4, inputs=2)       # + causal mask
+        self.add(ops.softmax(bh * s, s, "fp32"), [(memory_kernel(bh * s * s, 8, 4), 1)])
+        self.add(ops.bmm(bh, s, d, s, "fp32"), [(ops.bmm(bh, s, s, d, "fp32"), 2)])
 
     def sync(self) -> None:
         """The host waits for the device after the last kernel added (``nonzero``, ``bool(tensor)``)."""
