@@ -215,6 +215,7 @@ def _attention_block(L: _Layer, cfg: TransformerConfig, b: int, s: int, n: int, 
 def _mlp(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int, width: int) -> None:
     h = cfg.hidden_size
     L.modules += 2                             # the MLP module and its activation
+    out = c
     if cfg.mlp == MLPType.gated:
         if cfg.fused_gate_up:
             _linear(L, t, 2 * width, h, n, c, p, cfg.mlp_bias)
@@ -227,11 +228,16 @@ def _mlp(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int, widt
     else:
         _linear(L, t, width, h, n, c, p, cfg.mlp_bias)
         if cfg.activation in ("gelu_new", "gelu_fast"):
-            for inputs in (1, 1, 2, 1, 1, 1, 2, 1):  # pow, mul, add, mul, tanh, add, mul, mul
-                L.mem(t * width, inputs * c, c, inputs=inputs)
+            # 0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))): autocast runs pow in fp32, so
+            # under amp the chain after it is fp32 (a 16-bit x meets fp32 in the add and the last mul)
+            f = p                              # fp32 under amp (fp32 parameters), else the compute dtype
+            for read, write, inputs in ((c, f, 1), (f, f, 1), (c + f, f, 2), (f, f, 1), (f, f, 1), (f, f, 1),
+                                        (c, c, 1), (c + f, f, 2)):  # pow, mul, add, mul, tanh, add, 0.5*x, mul
+                L.mem(t * width, read, write, inputs=inputs)
+            out = f
         else:
             L.mem(t * width, c, c, 8)
-    _linear(L, t, h, width, c, c, p, cfg.mlp_bias)
+    _linear(L, t, h, width, out, c, p, cfg.mlp_bias)
 
 
 def _layer(cfg: TransformerConfig, b: int, s: int, precision: str, moe: bool | None = None,

@@ -137,7 +137,10 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     head.mm(t, v, h)
     head.modules += 2
     head.mem(t * v, c, 4, 0)                   # logits.float()
-    head.add(ops.cross_entropy(t, v, "fp32"), [(memory_kernel(t * v, 8, 4), 1)])  # loss and its gradient
+    # F.cross_entropy = log_softmax (writes fp32 log-probs, saved) + nll_loss; backward: nll_loss_backward
+    # zero-fills a t x V gradient and scatters, log_softmax_backward reads it and the log-probs
+    head.add(ops.softmax(t, v, "fp32"), [(memory_kernel(t * v, 8, 4), 1)])
+    head.add(ops.cross_entropy(t, 1, "fp32"), [(memory_kernel(t * v, 0, 4, 0), 1)])
     head.views += 8                            # shift labels, view, contiguous checks
     if compile:
         embed, head = _fuse_chains(embed), _fuse_chains(head)
