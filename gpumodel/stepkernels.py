@@ -257,6 +257,7 @@ def _layer(cfg: TransformerConfig, b: int, s: int, precision: str, moe: bool | N
     if dropout:
         L.mem(t * h, c, c + 1)                 # dropout: output and mask
     L.mem(t * h, r + c, r, 1, inputs=2)        # residual add
+    L.backward.append((memory_kernel(t * h, 2 * r, r), 1))  # the residual's two gradients meeting
     n = r if post_norm else _norm(L, cfg, t, r, p)
     if cfg.parallel_residual:
         pass
@@ -271,6 +272,7 @@ def _layer(cfg: TransformerConfig, b: int, s: int, precision: str, moe: bool | N
     if dropout:
         L.mem(t * h, c, c + 1)
     L.mem(t * h, r + c, r, 1, inputs=2)        # residual add
+    L.backward.append((memory_kernel(t * h, 2 * r, r), 1))
     return L
 
 

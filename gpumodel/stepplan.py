@@ -120,7 +120,10 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
         layers = [(_fuse_chains(L), n) for L, n in layers]
 
     embed = _Layer(dt)
-    embed.add(ops.embedding(t, v, h, "fp32" if r == 4 else dt), [(memory_kernel(t * h, r + 8, 4), 1)])
+    # embedding backward: zero-fill the table's gradient, then accumulate the token rows (index add)
+    embed.add(ops.embedding(t, v, h, "fp32" if r == 4 else dt),
+              [(memory_kernel(v * h, 0, p, 0), 1), (memory_kernel(t * h, r + 8, p), 1),
+               (memory_kernel(t * h, 2 * r, r), 1)])    # ... after the residual's gradients meet
     embed.modules, embed.views = 3, 6         # model, embedding, rotary module; mask and position bookkeeping
     if cfg.position == PositionType.learned:
         embed.mem(t * h, 2 * r, r)
