@@ -1,24 +1,25 @@
-"""Training-step time of a decoder-only transformer: the sum of its kernels' estimated times.
+"""Training-step time of a decoder-only transformer on one GPU: kernels on a host/device timeline.
 
-A step is forward + backward + optimizer step, written out as the kernels eager PyTorch and
-Hugging Face launch (:mod:`gpumodel.stepkernels`: unfused norms, casts, rotary embedding,
-activations, residual adds, the fp32 loss, the foreach optimizer passes), and every kernel is
-timed with :func:`gpumodel.estimate.estimate` — calibrated on GPUs that ship a calibration, the
-datasheet with default efficiencies elsewhere. Nothing here is fitted to step times; the
-step-time measurements in ``tests/data/steptime/`` only check the sum
-(``python bench/step_time_accuracy.py``): over 18 HF training steps of Llama- and GPT-2-style
-models of 160M-1.4B parameters on an H200, the median error is 26 % (p90 39 %), always an
-under-estimate — largest for the smallest models, whose steps are bound by the host's kernel
-launches, which are not modelled.
+A step (one optimizer update) is written out as the kernels eager PyTorch and Hugging Face launch,
+in order (:mod:`gpumodel.stepplan`, :mod:`gpumodel.stepkernels`, :mod:`gpumodel.moe`: unfused norms,
+casts, rotary embedding, activations, residual adds, the fp32 loss, MoE routing and experts, the
+optimizer's passes), each kernel timed with :func:`gpumodel.estimate.estimate` (calibrated on GPUs
+that ship a calibration, the datasheet with default efficiencies elsewhere). The host dispatches
+every kernel for its per-op cost (:class:`gpumodel.hostcost.HostCosts`, measured on the machine by
+microbenchmarks; defaults elsewhere) and the GPU waits whenever its kernels are shorter than their
+dispatch (:func:`gpumodel.hostcost.timeline`). Nothing here is fitted to step times; the step-time
+measurements in ``tests/data/steptime/`` only check the result (``python bench/step_time_accuracy.py``).
 
 MFU follows Chowdhery et al. (2022, PaLM, appendix B): model FLOPs ``6 N T + 12 L h s T``
 (the attention term with causal masking counted in full, as there), over step time and the dense
-peak of the compute dtype.
+peak of the compute dtype; HFU counts the FLOPs the kernels execute, recomputation included.
 
 References
 ----------
 Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, appendix B.
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+PyTorch, "Automatic Mixed Precision package - torch.amp": ops that autocast to float32 (``pow``, ``softmax``,
+``layer_norm``, ...).
 """
 
 from __future__ import annotations
