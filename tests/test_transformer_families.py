@@ -1,6 +1,7 @@
 """from_hf of the newer families: parameter counts equal the Hugging Face models'.
 
-Counts in ``tests/data/steptime/hf_param_counts.json`` are ``sum(p.numel() for p in model.parameters())`` of
+Counts in ``tests/data/steptime/hf_param_counts.json`` are ``sum(p.numel() for p in model.parameters())`` (and
+the number of parameter tensors) of
 ``AutoModelForCausalLM.from_config`` on the meta device, for released models' configs (``hf_configs/``) and the
 shapes ``bench/measure_step_time.py`` trains (``hf_configs/bench/``).
 """
@@ -47,3 +48,11 @@ def test_multimodal_gemma3_reads_its_language_model():
     text = json.loads((DATA / "hf_configs" / "gemma-3-1b.json").read_text())
     cfg = gm.TransformerConfig.from_hf({"model_type": "gemma3", "text_config": text})
     assert cfg.num_parameters() == COUNTS["gemma-3-1b"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_parameter_tensors_equal_hugging_face(path):
+    # what foreach optimizers, clip_grad_norm_ and zero_grad loop over
+    from gpumodel.stepkernels import parameter_tensors
+    cfg = gm.TransformerConfig.from_hf(json.loads(path.read_text()))
+    assert parameter_tensors(cfg) == json.loads((DATA / "hf_param_counts.json").read_text())["tensors"][path.stem]
