@@ -63,3 +63,21 @@ def test_fit_takes_medians_and_optimizer_lines():
     base, per = hc.optimizer["adamw_foreach"]
     assert base == pytest.approx(2e-4) and per == pytest.approx(1e-6)
     assert isinstance(hc, HostCosts) and hc.layer_scale("llama", True)["forward"] == 1.0
+
+
+def test_layer_ratio_is_measured_over_per_op_host_time_of_tiny_models():
+    from gpumodel.calibration.host import _plan_host
+    tiny = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 128, "vocab_size": 256}
+    rows = []
+    model = {n: _plan_host(DEFAULT_HOST, tiny | {"num_hidden_layers": n}, True) for n in (2, 4)}
+    for n in (2, 4):  # measured: twice the per-op sum per layer, the same outside the layers
+        fixed = {p: model[2][p] - 2 * (model[4][p] - model[2][p]) / 2 for p in ("forward", "backward")}
+        per = {p: (model[4][p] - model[2][p]) / 2 for p in ("forward", "backward")}
+        rows.append({"kind": "layers", "family": "llama", "layers": n, "amp": True,
+                     "hf_config": tiny | {"num_hidden_layers": n},
+                     **{f"host_{p}_s": fixed[p] + n * 2 * per[p] for p in ("forward", "backward")}})
+    hc = fit_host_costs(rows)  # no per-op rows: per-op costs stay the defaults
+    scale = hc.layer_scale("llama", amp=False)  # falls back to the autocast measurement
+    assert scale["forward"] == pytest.approx(2.0) and scale["backward"] == pytest.approx(2.0)
+    assert scale["fixed_forward"] == pytest.approx(1.0)
