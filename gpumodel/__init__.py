@@ -24,14 +24,14 @@ _EXPORTS: dict[str, str] = {
     "GPUSpec": "hardware", "UnsupportedDTypeError": "hardware",
     "gpu": "gpus", "list_gpus": "gpus", "load_gpus": "gpus", "all_gpus": "gpus",
     "SpecError": "errors", "UnknownGPUError": "specs", "UnknownNameError": "errors",
-    "GpumodelError": "errors", "ArgumentError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
+    "GpumodelError": "errors", "ArgumentError": "errors", "ArgumentTypeError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
     "GpumodelWarning": "errors", "DoesNotFitWarning": "errors", "Precision": "vocabulary",
     "DType": "dtypes", "dtype": "dtypes", "UnknownDTypeError": "dtypes",
     "compare": "comparison", "Comparison": "comparison",
     "ArchLimits": "arch", "arch_limits": "arch",
     # ops and roofline
     "OpCost": "ops", "arithmetic_intensity": "roofline", "ridge_point": "roofline",
-    "roofline": "roofline", "RooflineResult": "roofline", "attainable_flops": "roofline",
+    "RooflineResult": "roofline", "attainable_flops": "roofline",
     "warp_efficiency": "warps", "divergence_efficiency": "warps",
     # transformer memory and sizing
     "TransformerConfig": "transformer", "model": "transformer", "list_models": "transformer",
@@ -43,11 +43,23 @@ _EXPORTS: dict[str, str] = {
     "occupancy": "occupancy_model", "Occupancy": "occupancy_model", "max_potential_block_size": "occupancy_helpers",
     "max_dynamic_shared_memory": "occupancy_helpers", "next_occupancy_step": "occupancy_helpers", "occupancy_curves": "occupancy_helpers",
     # time estimates
-    "estimate_time": "estimate", "TimeEstimate": "estimate", "estimate": "estimate",
+    "estimate_time": "estimate", "TimeEstimate": "estimate",
     "training_step_time": "steptime", "StepTime": "steptime", "HostCosts": "hostcost",
+    # serving
+    "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
+    "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",
+    "ServingCapacity": "serving",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
+    # clusters (multi-GPU times are modelled, not measured)
+    "SystemSpec": "cluster.system", "system": "cluster.system", "list_systems": "cluster.system",
+    "load_systems": "cluster.system", "Parallelism": "cluster.parallelism",
+    "training_time": "cluster.trainingtime", "TrainingTime": "cluster.trainingtime",
+    "plan_training": "cluster.plan", "TrainingPlan": "cluster.plan",
 }
-_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary"}
+# ``roofline`` and ``estimate`` are modules that call their main function (see ``_callable``):
+# ``gm.roofline(op, gpu)`` and ``gm.roofline.levels(...)`` both work, whatever was imported first.
+_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary", "roofline", "estimate",
+               "cluster", "serving"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
@@ -68,10 +80,6 @@ def __dir__() -> list[str]:
     return __all__
 
 
-# Functions that share their module's name are bound now: importing ``gpumodel.roofline`` later
-# (anywhere) would otherwise leave the module, not the function, at ``gm.roofline``.
-from .estimate import estimate  # noqa: E402
-from .roofline import roofline  # noqa: E402
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs

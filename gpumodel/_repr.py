@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import html
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["html_table", "breakdown_html"]
+__all__ = ["html_table", "breakdown_html", "plain", "record_dict", "ResultRecord"]
 
 
 def html_table(caption: str, rows: Iterable[tuple[str, str]]) -> str:
@@ -22,3 +24,65 @@ def breakdown_html(title: str, peak_bytes, moment: str, breakdown: Mapping[str, 
                    for k, v in breakdown.items() if np.any(v))
     return (f"<b>{html.escape(title)}</b>: peak {np.max(peak_bytes) / 2**30:.2f} GiB at "
             f"{html.escape(str(moment))}<table><tr><th>component</th><th>GiB</th></tr>{rows}</table>")
+
+
+def plain(value: Any) -> Any:
+    """A value as plain Python for JSON or a DataFrame: arrays to lists, NumPy scalars and enums to Python."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return record_dict(value)
+    if hasattr(value, "model_dump"):
+        return plain(value.model_dump(mode="json"))
+    return value
+
+
+def record_dict(record: Any, exclude: Iterable[str] = ()) -> dict:
+    """The fields of a dataclass result as plain Python (SI units, as the fields are)."""
+    skip = set(exclude)
+    return {f.name: plain(getattr(record, f.name)) for f in dataclasses.fields(record) if f.name not in skip}
+
+
+class ResultRecord:
+    """What every result record offers: ``to_dict()`` and, for sweeps, ``to_pandas()`` (pandas optional)."""
+
+    _dict_exclude: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """The result's fields as plain Python: numbers in SI units, arrays as lists, nested results as dicts."""
+        return record_dict(self, self._dict_exclude)
+
+    def to_pandas(self):
+        """A ``pandas.DataFrame``: one row per configuration of a sweep (one row for a scalar result).
+
+        Array fields become columns; nested mappings (breakdowns) become ``<name>.<key>`` columns.
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_pandas() needs pandas: pip install pandas") from exc
+        flat: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if isinstance(value, dict):
+                flat.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                flat[key] = value
+        columns = {k: np.asarray(v) for k, v in flat.items()
+                   if not isinstance(v, (dict, type(None))) and np.asarray(v).dtype != object}
+        sized = [a.shape for a in columns.values() if a.size > 1]
+        shape = max(sized, key=len) if sized else ()
+        data = {}
+        for key, a in columns.items():
+            try:
+                data[key] = np.broadcast_to(a, shape).reshape(-1)
+            except ValueError:  # a field of another shape (a list of names...) is not a column
+                continue
+        return pd.DataFrame(data, index=range(int(np.prod(shape, dtype=int))))

@@ -30,22 +30,11 @@ import enum
 
 import numpy as np
 
+from .vocabulary import Precision, choice, precision as _precision
 from .transformer import MLPType, NormType, PositionType, TransformerConfig
 
 __all__ = ["Precision", "Attention", "layer_activation_bytes", "checkpoint_bytes", "head_activation_bytes",
            "resolve_attention", "precision_bytes"]
-
-
-class Precision(str, enum.Enum):
-    fp32 = "fp32"
-    amp_bf16 = "amp_bf16"
-    amp_fp16 = "amp_fp16"
-    bf16 = "bf16"
-    fp16 = "fp16"
-
-    @property
-    def is_amp(self) -> bool:
-        return self.value.startswith("amp_")
 
 
 class Attention(str, enum.Enum):
@@ -62,11 +51,7 @@ class Attention(str, enum.Enum):
 
 def precision_bytes(precision: Precision) -> tuple[int, int, int]:
     """(weight bytes, matmul-output bytes, residual-stream bytes) of a precision mode."""
-    if precision == Precision.fp32:
-        return 4, 4, 4
-    if precision.is_amp:
-        return 4, 2, 4
-    return 2, 2, 2
+    return precision.param_bytes, precision.compute_bytes, precision.residual_bytes
 
 
 def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: Attention) -> Attention:
@@ -74,7 +59,7 @@ def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: A
     are grouped (the efficient kernel takes no ``enable_gqa``)."""
     if attention != Attention.sdpa:
         return attention
-    if precision == Precision.fp32:
+    if precision.name == "fp32":
         return Attention.math if cfg.kv_heads != cfg.num_heads else Attention.efficient
     return Attention.flash
 
@@ -169,8 +154,8 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     >>> float(layer_activation_bytes(cfg, 4096, 4096, "bf16")) / 2**20   # MiB per layer, 1 x 4096 tokens
     728.53125
     """
-    prec = Precision(precision)
-    attn = resolve_attention(cfg, prec, Attention(attention))
+    prec = _precision(precision)
+    attn = resolve_attention(cfg, prec, choice(Attention, attention, "attention"))
     _, a, r = precision_bytes(prec)
     h = cfg.hidden_size
     seq_len = np.asarray(seq_len, dtype=float)
@@ -209,7 +194,7 @@ def _norm_bytes(cfg: TransformerConfig, r: int) -> float:
 def checkpoint_bytes(cfg: TransformerConfig, tokens, precision="amp_bf16", tp: int = 1,
                      sequence_parallel: bool = False) -> np.ndarray:
     """Bytes one checkpointed layer keeps: its input hidden states (residual-stream dtype)."""
-    _, _, r = precision_bytes(Precision(precision))
+    _, _, r = precision_bytes(_precision(precision))
     sp = tp if sequence_parallel else 1
     return np.asarray(tokens, dtype=float) * r * cfg.hidden_size / sp
 
@@ -217,7 +202,7 @@ def checkpoint_bytes(cfg: TransformerConfig, tokens, precision="amp_bf16", tp: i
 def head_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="amp_bf16") -> np.ndarray:
     """Saved bytes outside the layers, excluding the loss: token ids, embedding dropout mask,
     final norm, LM-head input and the RoPE tables."""
-    prec = Precision(precision)
+    prec = _precision(precision)
     _, a, r = precision_bytes(prec)
     h = cfg.hidden_size
     tokens = np.asarray(tokens, dtype=float)

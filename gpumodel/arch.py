@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from .errors import ArgumentTypeError, UnsupportedError
 from .specs import Catalog, UnknownNameError
 from .units import parse_quantity
 
@@ -169,10 +170,10 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
         cc_or_gpu = gpu(cc_or_gpu)
     cc = getattr(cc_or_gpu, "compute_capability", "missing")
     if cc == "missing":
-        raise TypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {cc_or_gpu!r}")
+        raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {cc_or_gpu!r}")
     if cc is None:
         note = getattr(cc_or_gpu, "occupancy_note", None) or "no CUDA compute capability"
-        raise ValueError(f"{cc_or_gpu.name} has no CUDA occupancy limits: {note}")
+        raise UnsupportedError(f"{cc_or_gpu.name} has no CUDA occupancy limits: {note}")
     return ARCH_CATALOG.get(cc)
 
 

@@ -18,6 +18,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
+from ._repr import ResultRecord
 from .gpus import all_gpus, gpu
 from .hardware import GPUSpec
 
@@ -47,7 +49,7 @@ def _ridge(g: GPUSpec) -> float | None:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(ResultRecord):
     """A table of GPUs (rows) by metric (columns) with text and HTML reprs.
 
     ``table[column]`` is a list of that column's values; ``table.rows`` the rows as dicts.
@@ -59,7 +61,7 @@ class Comparison:
 
     def __getitem__(self, column: str) -> list:
         if column not in COLUMNS:
-            raise KeyError(f"unknown column {column!r}; columns: {', '.join(COLUMNS)}")
+            raise UnknownNameError(f"unknown column {column!r}; columns: {', '.join(COLUMNS)}")
         return [COLUMNS[column][2](g) for g in self.gpus]
 
     @property
@@ -93,5 +95,5 @@ def compare(gpus: Iterable[str | GPUSpec] | None = None, columns: Iterable[str] 
     cols = tuple(columns) if columns is not None else tuple(COLUMNS)
     for c in cols:
         if c not in COLUMNS:
-            raise ValueError(f"unknown column {c!r}; columns: {', '.join(COLUMNS)}")
+            raise ArgumentError(f"unknown column {c!r}; columns: {', '.join(COLUMNS)}")
     return Comparison(records, cols)

@@ -19,7 +19,7 @@ UnknownGPUError True
 from __future__ import annotations
 
 __all__ = [
-    "GpumodelError", "ArgumentError", "UnknownNameError", "SpecError", "UnitError",
+    "GpumodelError", "ArgumentError", "ArgumentTypeError", "UnknownNameError", "SpecError", "UnitError",
     "UnsupportedError", "GpumodelWarning", "DoesNotFitWarning",
 ]
 
@@ -33,6 +33,10 @@ class ArgumentError(GpumodelError, ValueError):
 
     The message names the argument and what is allowed.
     """
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument is of a kind the function does not take (a number where a name is needed...)."""
 
 
 class UnknownNameError(GpumodelError, KeyError, LookupError):

@@ -7,8 +7,11 @@ wave quantization, launch overhead, row parallelism). Its parameters come from
 
 1. the ``calibration`` argument (a :class:`~gpumodel.calibration.record.Calibration` or a YAML path),
 2. else, with ``calibrated=True``, the shipped calibration of that GPU (``specs/calibrations/``),
-3. else the GPU's datasheet with the default efficiencies of
-   :data:`~gpumodel.calibration.model.DEFAULT_EFFICIENCY`, labelled ``calibrated=False``.
+   ``source="calibrated"``,
+3. else, with ``calibrated=True``, the shipped calibration carried to that GPU with its datasheet and
+   architecture priors (:mod:`gpumodel.calibration.transfer`), ``source="transferred"``,
+4. else the GPU's datasheet with the default efficiencies of
+   :data:`~gpumodel.calibration.model.DEFAULT_EFFICIENCY`, ``source="datasheet"``.
 
 For the pure datasheet ceiling (no efficiencies, no overheads) see :func:`gpumodel.roofline`.
 """
@@ -20,6 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ._repr import ResultRecord
+from .errors import ArgumentError
+from .vocabulary import format_seconds
+
+from ._callable import make_callable
 
 from .calibration.model import CalibrationModel, Prediction, default_parameters, predict
 
@@ -36,41 +45,69 @@ def _gpu(gpu: Any):
     return _lookup(gpu)
 
 
+def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
+    """(model, source label, description, calibration or transfer record) for a GPU record."""
+    from .calibration.record import Calibration, calibration_for, load_calibration
+    from .calibration.transfer import transfer_for
+
+    if calibration is not None:
+        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(calibration))
+        if cal.gpu != g.name:
+            raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
+    elif calibrated:
+        cal = calibration_for(g)
+        if cal is None:
+            moved = transfer_for(g)
+            if moved is not None:
+                return (moved.model, "transferred", f"transferred from the {moved.reference} calibration with the "
+                        f"{moved.prior.name} priors", moved)
+    else:
+        cal = None
+    if cal is None:
+        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet"),
+                "datasheet", "uncalibrated: datasheet peaks x default efficiencies", None)
+    return cal.model(), "calibrated", f"calibrated on {cal.device_name}, {cal.date[:10]}", cal
+
+
 def model_for(gpu: Any, calibrated: bool = True, calibration: Any = None) -> tuple[CalibrationModel, str]:
-    """The model used for ``gpu`` and a label of where its parameters come from.
+    """The model used for ``gpu`` and a description of where its parameters come from.
+
+    Calibrated (the ``calibration`` given, else the GPU's shipped one) before transferred (the shipped
+    reference calibration carried to the GPU, where its architecture has priors) before datasheet
+    (default efficiencies; also what ``calibrated=False`` asks for).
 
     Raises
     ------
     ValueError
         ``calibration`` was measured on another GPU than ``gpu``.
+
+    Examples
+    --------
+    >>> [model_for(g)[1].split(" ")[0] for g in ("h200", "a100", "v100")]
+    ['calibrated', 'transferred', 'uncalibrated:']
     """
-    from .calibration.record import Calibration, calibration_for, load_calibration
-
-    g = _gpu(gpu)
-    if calibration is not None:
-        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(calibration))
-        if cal.gpu != g.name:
-            raise ValueError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
-    elif calibrated:
-        cal = calibration_for(g)
-    else:
-        cal = None
-    if cal is None:
-        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet"),
-                "uncalibrated: datasheet peaks x default efficiencies")
-    return cal.model(), f"calibrated on {cal.device_name}, {cal.date[:10]}"
+    model, _, detail, _ = _resolve(_gpu(gpu), calibrated, calibration)
+    return model, detail
 
 
-def _fmt(t: float) -> str:
-    t = float(t)
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
-        if abs(t) >= scale or unit == "ns":
-            return f"{t / scale:.4g} {unit}"
-    return f"{t:.3g} s"  # pragma: no cover
+def _expected_error(record: Any, op: Any) -> Any:
+    if record is None:
+        return None
+    if hasattr(record, "expected_error"):
+        return record.expected_error(op)
+    err = record.validation_error
+    key = op.name
+    if op.name == "attention":
+        key = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
+    hit = err.get(key)
+    return None if hit is None else hit.median
+
+
+_fmt = format_seconds  # the package's one time formatter (kept under this name for the command line)
 
 
 @dataclass(frozen=True, repr=False)
-class TimeEstimate:
+class TimeEstimate(ResultRecord):
     """Estimated time of an op (or a broadcast array of ops) on one GPU.
 
     Attributes
@@ -89,11 +126,19 @@ class TimeEstimate:
         True when the parameters were fitted to kernels of this op family (and, for GEMMs, this
         dtype) measured on this GPU.
     source : str
-        Where the parameters come from.
+        Which model made it: ``"calibrated"`` (fitted on this GPU), ``"transferred"`` (a calibration
+        carried from another GPU, :mod:`gpumodel.calibration.transfer`) or ``"datasheet"`` (default
+        efficiencies).
     op : str
         Op family.
     gpu : str
         GPU canonical name.
+    detail : str
+        Where the parameters come from, in words.
+    expected_error : float or None
+        Expected median relative error of ``time_s`` [1]: the calibration's validation error for
+        this op family, or for a transferred estimate that combined with its priors' uncertainty;
+        ``None`` where nothing measured backs it (datasheet).
     """
 
     time_s: Any
@@ -106,19 +151,27 @@ class TimeEstimate:
     source: str
     op: str
     gpu: str
+    detail: str = ""
+    expected_error: Any = None
+
+    def __float__(self) -> float:
+        """Seconds (scalar results only)."""
+        return float(self.time_s)
 
     def __repr__(self) -> str:
         if np.ndim(self.time_s) == 0:
             return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.time_s)}, {self.bound}-bound; "
                     f"compute {_fmt(self.compute_s)}, memory {_fmt(self.memory_s)}, launch {_fmt(self.overhead_s)}; "
-                    f"{self.source})")
+                    f"{self.detail or self.source})")
         t = np.asarray(self.time_s)
         return (f"TimeEstimate({self.op} on {self.gpu}: {t.size} configs, {_fmt(t.min())} .. {_fmt(t.max())}; "
-                f"{self.source})")
+                f"{self.detail or self.source})")
 
     def _repr_html_(self) -> str:
         rows = [("time", _fmt(np.max(self.time_s)) if np.ndim(self.time_s) == 0 else repr(self)),
-                ("bound", str(self.bound)), ("source", self.source)]
+                ("bound", str(self.bound)), ("source", f"{self.source}: {self.detail}" if self.detail else self.source)]
+        if self.expected_error is not None:
+            rows.append(("expected error", f"{self.expected_error:.0%}"))
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in rows)
         return f"<table><caption>{self.op} on {self.gpu}</caption>{body}</table>"
 
@@ -166,19 +219,21 @@ def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None
     --------
     >>> import gpumodel as gm
     >>> est = gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100", calibrated=False)
-    >>> est.bound, est.calibrated
-    ('memory', False)
+    >>> est.bound, est.calibrated, est.source
+    ('memory', False, 'datasheet')
+    >>> gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100").source     # no H100 calibration ships
+    'transferred'
     """
     g = _gpu(gpu)
-    model, source = model_for(g, calibrated, calibration)
+    model, label, detail, record = _resolve(g, calibrated, calibration)
     pred = predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
         how = "built from its parts' fitted rates" if op.name == "fused" else "default efficiencies for it"
-        source += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
+        detail += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
     return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
-                        _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, source,
-                        op.name, g.name)
+                        _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, label,
+                        op.name, g.name, detail, _expected_error(record, op))
 
 
 def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> Any:
@@ -198,3 +253,6 @@ def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any =
     g = _gpu(gpu)
     model, _ = model_for(g, calibrated, calibration)
     return _scalar(predict(model, op).time_s)
+
+
+make_callable(__name__, estimate)

@@ -29,10 +29,10 @@ import enum
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
-from .errors import UnsupportedError
+from .errors import ArgumentError, UnitError, UnsupportedError
 from .units import format_quantity, parse_quantity
 
 __all__ = [
@@ -48,8 +48,19 @@ class UnsupportedDTypeError(UnsupportedError):
     """The GPU has no execution path (or no published peak) for this number format."""
 
 
+#: Validation context under which a bare number for a dimensional field is refused (spec files).
+UNITS_REQUIRED = "units_required"
+
+
 def _quantity(dimension: str):
-    def parse(value: object) -> float:
+    """Parse a dimensional field. In code a bare number is SI; in a spec file (validation context
+    ``{UNITS_REQUIRED: True}``) it must carry its unit, so that ``3.35`` is never read as 3.35 B/s."""
+    example = {"bytes": "80 GiB", "bytes/s": "3.35 TB/s", "FLOP/s": "989.4 TFLOP/s", "Hz": "1.98 GHz",
+               "W": "700 W", "s": "5 us"}[dimension]
+
+    def parse(value: object, info: ValidationInfo) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (info.context or {}).get(UNITS_REQUIRED):
+            raise UnitError(f"{value!r} has no unit; write it with one, e.g. '{example}'")
         return parse_quantity(value, dimension)
 
     return BeforeValidator(parse)
@@ -180,6 +191,11 @@ class GPUSpec(_Record):
             problems.append("a non-NVIDIA GPU needs occupancy_note saying why CUDA occupancy does not apply")
         if self.max_shared_memory_per_block > self.shared_memory_per_sm:
             problems.append("max_shared_memory_per_block exceeds shared_memory_per_sm")
+        # Datasheets' "GB" are often binary (A100 40GB: the driver shows 40960 MiB), so the visible memory may
+        # exceed the decimal reading of the datasheet figure by up to 2**30 / 1e9, never more.
+        if self.memory_bytes_visible is not None and self.memory_bytes_visible > self.memory_bytes * 2**30 / 1e9:
+            problems.append("memory_bytes_visible exceeds memory_bytes (the driver shows at most what is installed)")
+        problems += list(_plausibility(self))
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -203,6 +219,11 @@ class GPUSpec(_Record):
         UnsupportedDTypeError
             The GPU has no published peak for this format (e.g. fp8 on an A100).
         """
+        from .vocabulary import flag
+
+        sparse = flag(sparse, "sparse")
+        if accumulate not in (None, "fp32", "fp16"):
+            raise ArgumentError(f"accumulate={accumulate!r} is not one of None, 'fp32', 'fp16'")
         key = self._peak_field(dtype)
         if key == "fp16" and accumulate == "fp16" and self.peaks.fp16_fp16acc is not None:
             key = "fp16_fp16acc"
@@ -287,6 +308,21 @@ class GPUSpec(_Record):
         return ", ".join(bits)
 
     __str__ = __repr__
+
+
+#: Ranges outside which a value is a unit slip, not a GPU: (field, low, high, unit, example).
+_PLAUSIBLE = (("memory_bytes", 2**30, 2**41, "bytes", "80 GiB"),
+              ("memory_bandwidth", 1e10, 1e14, "bytes/s", "3.35 TB/s"),
+              ("boost_clock", 1e8, 1e10, "Hz", "1.98 GHz"))
+
+
+def _plausibility(spec: "GPUSpec"):
+    """Yield a message for a value far outside any GPU's range (e.g. ``memory_bytes: 80`` read as 80 bytes)."""
+    for name, low, high, unit, example in _PLAUSIBLE:
+        value = getattr(spec, name)
+        if not low <= value <= high:
+            yield (f"{name} = {value:g} {unit} is outside the range of any GPU ({low:g}..{high:g} {unit}); "
+                   f"was a unit left out? Write it as e.g. '{example}'")
 
 
 def _close(a: float, b: float, tol: float = PEAK_TOLERANCE) -> bool:

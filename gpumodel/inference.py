@@ -30,25 +30,31 @@ from typing import Mapping
 
 import numpy as np
 
-from ._repr import breakdown_html
-from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR, MemoryArgumentError, _positive
-from .transformer import MLPType, NormType, TransformerConfig, model as _model
+from ._repr import ResultRecord, breakdown_html
+from .dtypes import DType, bytes_per_element
+from .errors import ArgumentError
+from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
+from .transformer import MLPType, NormType, TransformerConfig
+from .vocabulary import (choice, divides, nonnegative_int, nonnegative_number, positive_int, positive_number,
+                         resolve_model, weight_dtype)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
-_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-
-
 class Mode(str, enum.Enum):
-    generate = "generate"
-    prefill = "prefill"
+    """What the serving call does: ``model.generate`` or one forward over the prompt."""
+
+    GENERATE = "generate"
+    PREFILL = "prefill"
+    generate, prefill = GENERATE, PREFILL
 
 
-def _bytes(name: str, what: str) -> float:
-    key = str(name).lower().replace("bfloat16", "bf16").replace("float16", "fp16").replace("float32", "fp32")
-    if key not in _DTYPE_BYTES:
-        raise MemoryArgumentError(f"{what}={name!r} is not one of {', '.join(map(repr, _DTYPE_BYTES))}")
-    return _DTYPE_BYTES[key]
+def _bytes(name, what: str) -> float:
+    """Bytes per element of a weight or KV-cache dtype argument [B]."""
+    return float(bytes_per_element(weight_dtype(name, what)))
+
+
+class _Attention(str, enum.Enum):
+    SDPA, EAGER, FLASH, CUDNN, EFFICIENT, MATH = "sdpa", "eager", "flash", "cudnn", "efficient", "math"
 
 
 def weight_bytes(cfg: TransformerConfig, dtype: str = "bf16", group_size: int = 128) -> float:
@@ -69,7 +75,7 @@ def kv_cache_bytes(cfg: TransformerConfig, batch_size, tokens, kv_dtype: str = "
 
 
 @dataclass(frozen=True)
-class InferenceMemory:
+class InferenceMemory(ResultRecord):
     """Inference memory on one GPU [bytes]; arrays when inputs were arrays.
 
     ``peak_bytes`` is comparable to ``torch.cuda.max_memory_allocated``; ``breakdown`` says what is
@@ -132,25 +138,33 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     -------
     InferenceMemory
     """
-    cfg = _model(model) if isinstance(model, str) else model
-    b = _positive("batch_size", batch_size)
-    s = _positive("seq_len", seq_len)
-    if np.any(np.asarray(new_tokens) < 0):
-        raise MemoryArgumentError(f"new_tokens must be >= 0, got {new_tokens!r}")
-    try:
-        mode = Mode(mode)
-    except ValueError:
-        raise MemoryArgumentError(f"mode={mode!r} is not one of 'generate', 'prefill'") from None
-    if attention not in ("sdpa", "eager", "flash", "cudnn", "efficient", "math"):
-        raise MemoryArgumentError(f"attention={attention!r} is not one of 'sdpa', 'flash', 'eager', 'math'")
+    cfg = resolve_model(model)
+    b = positive_int(batch_size, "batch_size")
+    s = positive_int(seq_len, "seq_len")
+    new_tokens = nonnegative_int(new_tokens, "new_tokens")
+    mode = choice(Mode, mode, "mode")
+    attention = choice(_Attention, attention, "attention").value
+    group_size = positive_int(group_size, "group_size")
+    tp = positive_int(tp, "tp")
+    divides(tp, cfg.num_heads, "tp", "num_heads")
+    replicated = np.asarray(tp) % cfg.num_kv_heads == 0  # more ranks than KV heads: each rank holds one
+    if np.any((cfg.num_kv_heads % np.asarray(tp) != 0) & ~replicated):
+        raise ArgumentError(f"tp={tp} must divide num_kv_heads ({cfg.num_kv_heads}) or be a multiple of it")
+    cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
+    cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
+    reserve_factor = positive_number(reserve_factor, "reserve_factor")
+    if np.any(np.asarray(reserve_factor) < 1):
+        raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
     wbytes = _bytes(dtype, "dtype")
     a = 4.0 if wbytes == 4 else 2.0
-    kv_dtype = kv_dtype or ("fp32" if a == 4 else "bf16")
+    kv_dtype = ("fp32" if a == 4 else "bf16") if kv_dtype is None else weight_dtype(
+        kv_dtype, "kv_dtype", (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8))
     weights = weight_bytes(cfg, dtype, group_size) / tp
+    kv_tp = np.where(replicated, np.minimum(tp, cfg.num_kv_heads), tp)  # replicated KV heads do not divide further
     h, i, V = cfg.hidden_size, cfg.intermediate_size / tp, cfg.vocab_size / tp
     T = b * s
-    cache_prompt = kv_cache_bytes(cfg, b, s, kv_dtype) / tp
-    cache_final = kv_cache_bytes(cfg, b, s + new_tokens, kv_dtype) / tp
+    cache_prompt = kv_cache_bytes(cfg, b, s, kv_dtype) / kv_tp
+    cache_final = kv_cache_bytes(cfg, b, s + new_tokens, kv_dtype) / kv_tp
     # the largest temporaries of one layer in the prefill (no autograd: freed as soon as consumed)
     if cfg.mlp == MLPType.gated:
         mlp = 3 * a * i
@@ -173,7 +187,8 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         logits = b * V * (a + 4)  # last position, then generate's fp32 copy
         prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + a * h * T)
     one_layer_kv = cache_final / cfg.num_layers / 2
-    decode = weights + cache_final + one_layer_kv + b * V * (a + 4) if (mode == Mode.generate and np.any(np.asarray(new_tokens) > 0)) else weights + cache_final
+    generating = (mode == Mode.GENERATE) & (np.asarray(new_tokens) > 0)
+    decode = weights + cache_final + np.where(generating, one_layer_kv + b * V * (a + 4), 0.0)
     peak = np.maximum(prefill, decode) + cublas_workspace_bytes
     at_prefill = prefill >= decode
     scalar = np.ndim(peak) == 0
@@ -182,7 +197,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     breakdown = {"weights": out(weights + 0 * peak), "kv_cache": out(np.where(at_prefill, cache_prompt, cache_final)),
                  "activations_and_logits": out(transient), "cublas_workspace": out(cublas_workspace_bytes + 0 * peak)}
     moment = ("prefill" if at_prefill else "decode") if scalar else np.where(at_prefill, "prefill", "decode")
-    return InferenceMemory(peak_bytes=out(peak), weights_bytes=float(weights), kv_cache_bytes=out(cache_final + 0 * peak),
+    return InferenceMemory(peak_bytes=out(peak), weights_bytes=out(weights + 0 * peak), kv_cache_bytes=out(cache_final + 0 * peak),
                            prefill_bytes=out(prefill + 0 * peak), decode_bytes=out(decode + 0 * peak), breakdown=breakdown,
                            peak_moment=moment, reserved_bytes=out(peak * reserve_factor),
                            total_bytes=out(peak * reserve_factor + cuda_context_bytes))

@@ -45,12 +45,13 @@ from typing import Mapping
 
 import numpy as np
 
-from ._repr import breakdown_html
+from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
-from .vocabulary import Checkpointing, Optimizer, checkpointing_mode
-from .activations import (Attention, Precision, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
+from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, nonnegative_number, parallel_degrees,
+                         positive_int, positive_number, precision as _precision, resolve_model)
+from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
-from .transformer import PositionType, TransformerConfig, model as _model
+from .transformer import PositionType, TransformerConfig
 
 __all__ = ["training_memory", "TrainingMemory", "Optimizer", "Checkpointing", "optimizer_state_bytes",
            "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "RESERVE_FACTOR", "MemoryArgumentError"]
@@ -69,13 +70,6 @@ RESERVE_FACTOR = 1.10
 
 #: Former name of :class:`~gpumodel.errors.ArgumentError` for memory arguments (kept for one release).
 MemoryArgumentError = ArgumentError
-
-
-def _enum(kind, value, name):
-    try:
-        return kind(value.value if isinstance(value, enum.Enum) else value)
-    except ValueError:
-        raise MemoryArgumentError(f"{name}={value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
 
 
 def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
@@ -104,7 +98,7 @@ def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes
     each matrix in fp32, full statistics for vectors; per-parameter update temporaries of the largest
     matrix. adamw_8bit (bitsandbytes): one byte per moment plus a fp32 absmax per 256-element block.
     """
-    opt = _enum(Optimizer, optimizer, "optimizer")
+    opt = choice(Optimizer, optimizer, "optimizer")
     n = cfg.num_parameters()
     if opt in (Optimizer.adamw, Optimizer.adam):
         return 2 * n * state_bytes, n * state_bytes
@@ -122,7 +116,7 @@ def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes
 
 
 @dataclass(frozen=True)
-class TrainingMemory:
+class TrainingMemory(ResultRecord):
     """Memory of one training step on one GPU [bytes]; arrays when inputs were arrays.
 
     Attributes
@@ -155,13 +149,6 @@ class TrainingMemory:
 
     def _repr_html_(self) -> str:
         return breakdown_html("TrainingMemory", self.peak_bytes, self.peak_moment, self.breakdown)
-
-
-def _positive(name, value, integer=True):
-    arr = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or (integer and np.any(arr != np.round(arr))):
-        raise MemoryArgumentError(f"{name} must be a positive {'integer' if integer else 'number'}, got {value!r}")
-    return arr
 
 
 def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer="adamw", checkpointing=False,
@@ -221,45 +208,46 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     >>> m.peak_moment, round(m.peak_bytes / 2**30, 1)
     ('backward_start', 30.0)
     """
-    cfg = _model(model) if isinstance(model, str) else model
-    if not isinstance(cfg, TransformerConfig):
-        raise TypeError(f"model must be a TransformerConfig or a preset name, got {type(model).__name__}")
-    prec = _enum(Precision, precision, "precision")
-    opt = _enum(Optimizer, optimizer, "optimizer")
-    attn = _enum(Attention, attention, "attention")
+    cfg = resolve_model(model)
+    prec = _precision(precision)
+    opt = choice(Optimizer, optimizer, "optimizer")
+    attn = choice(Attention, attention, "attention")
     ckpt = checkpointing_mode(checkpointing)
-    b = _positive("batch_size", batch_size)
-    s = _positive("seq_len", seq_len)
-    for name, v in (("gradient_accumulation_steps", gradient_accumulation_steps), ("dp", dp), ("tp", tp), ("pp", pp)):
-        _positive(name, v)
-    if zero_stage not in (0, 1, 2, 3):
-        raise MemoryArgumentError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
-    if reserve_factor < 1:
-        raise MemoryArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
+    b = positive_int(batch_size, "batch_size")
+    s = positive_int(seq_len, "seq_len")
+    gradient_accumulation_steps = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
+    use_cache, keep_outputs = flag(use_cache, "use_cache"), flag(keep_outputs, "keep_outputs")
+    foreach, fused = flag(foreach, "foreach"), flag(fused, "fused")
+    dp, tp, pp, zero_stage = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
+    sequence_parallel = flag(sequence_parallel, "sequence_parallel")
+    reserve_factor = positive_number(reserve_factor, "reserve_factor")
+    if np.any(np.asarray(reserve_factor) < 1):
+        raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
+    cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
+    cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
 
     wb, a, r = precision_bytes(prec)
     sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
     T = b * s
     V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers
-    layers = math.ceil(L / pp)
-    in_flight = min(pp, gradient_accumulation_steps) if pp > 1 else 1
+    layers = np.ceil(L / pp)
+    in_flight = np.where(pp > 1, np.minimum(pp, gradient_accumulation_steps), 1)
 
     # ---- parameters (per GPU)
     n_layer = cfg.layer_parameters() * layers / tp
     n_embed = cfg.embedding_parameters() / tp + h * (2 if cfg.norm_bias else 1)
     n = n_layer + n_embed
     frac = n / cfg.num_parameters()
-    weights = n * wb / (dp if zero_stage >= 3 else 1)
-    grads = n * wb / (dp if zero_stage >= 2 else 1)
+    weights = n * wb / np.where(zero_stage >= 3, dp, 1)
+    grads = n * wb / np.where(zero_stage >= 2, dp, 1)
     states, temps = optimizer_state_bytes(cfg, opt, sb)
     states, temps = states * frac, temps * frac
     if opt in (Optimizer.adam, Optimizer.adamw) and (fused or not foreach):
         # fused kernels need no temporary; the for-loop implementation one of the largest parameter
         temps = 0.0 if fused else max(r_ * c_ for r_, c_, _ in _matrix_shapes(cfg)) / tp * sb
-    if zero_stage >= 1:
-        states, temps = states / dp, temps / dp
-    gathered = 2 * cfg.layer_parameters() / tp * wb if zero_stage >= 3 and dp > 1 else 0.0
-    held_grads = grads if gradient_accumulation_steps > 1 else 0.0
+    states, temps = states / np.where(zero_stage >= 1, dp, 1), temps / np.where(zero_stage >= 1, dp, 1)
+    gathered = np.where((zero_stage >= 3) & (dp > 1), 2 * cfg.layer_parameters() / tp * wb, 0.0)
+    held_grads = np.where(gradient_accumulation_steps > 1, grads, 0.0)
 
     # ---- activations
     if ckpt == Checkpointing.full:
@@ -271,7 +259,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
             acts = layers * in_flight * flash
     head = head_activation_bytes(cfg, T, s, prec)
     one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-    shard = dp if zero_stage >= 3 else 1  # FSDP casts its own shard (mixed-precision policy)
+    shard = np.where(zero_stage >= 3, dp, 1)  # FSDP casts its own shard (mixed-precision policy)
     layer_casts = cfg.layer_matmul_parameters() / tp / shard * 2 if prec.is_amp else 0.0
     head_cast = V * h / tp / shard * 2 if prec.is_amp else 0.0
     casts_saved = head_cast + (0.0 if ckpt == Checkpointing.full else layers * layer_casts)
@@ -287,7 +275,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     runtime = float(cublas_workspace_bytes)
     base = weights + states + gathered + runtime
 
-    z = np.zeros_like(T)
+    z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, zero_stage, gradient_accumulation_steps))))
+    T = T + z
     moments: dict[str, dict] = {
         "forward_loss": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
                              autocast_weight_copies=casts_forward, logits_and_loss=logits_forward,
@@ -341,7 +330,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         peak_moment=names[int(idx)] if scalar else np.asarray(names)[idx],
         moments={k: out(t) for k, t in zip(names, totals)}, reserved_bytes=out(reserved),
         total_bytes=out(reserved + cuda_context_bytes),
-        inputs=dict(model=cfg.name, precision=prec.value, optimizer=opt.value, checkpointing=ckpt.value,
+        inputs=dict(model=cfg.name, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
                     attention=attn.value, zero_stage=zero_stage, dp=dp, tp=tp, pp=pp))
 
 

@@ -28,6 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
+from ._repr import ResultRecord
+
 from .occupancy_model import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
 
 __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared_memory", "next_occupancy_step",
@@ -35,7 +38,7 @@ __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared
 
 
 @dataclass(frozen=True)
-class PotentialBlockSize:
+class PotentialBlockSize(ResultRecord):
     """The block size with the most resident threads per SM (the largest such size on a tie)."""
 
     block_size: Any  #: threads per block; 0 when no block size can launch
@@ -170,7 +173,7 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
 
 
 @dataclass(frozen=True)
-class NextStep:
+class NextStep(ResultRecord):
     """What one more resident block per SM needs, resource by resource.
 
     ``registers_per_thread`` / ``dynamic_shared_bytes``: the most a block may use for ``target_blocks``
@@ -215,7 +218,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
     now = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
                     carveout, **kw)
     if np.ndim(now.blocks_per_sm):
-        raise ValueError("next_occupancy_step takes one configuration (scalars), not arrays")
+        raise ArgumentError("next_occupancy_step takes one configuration (scalars), not arrays")
     target = now.blocks_per_sm + 1
     fixed_cap = min(now.blocks_by_warps, now.blocks_by_block_cap, now.blocks_by_barriers)
     reachable = target <= fixed_cap
@@ -247,7 +250,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
 
 
 @dataclass(frozen=True)
-class OccupancyCurve:
+class OccupancyCurve(ResultRecord):
     """Occupancy as one input varies, the others held (one chart of the classic calculator)."""
 
     variable: str  #: "threads_per_block" | "registers_per_thread" | "shared_memory_per_block"

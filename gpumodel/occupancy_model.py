@@ -40,6 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from ._repr import ResultRecord, plain
+from .errors import ArgumentError
+from .vocabulary import bounded_int
+
 from .arch import ArchLimits, arch_limits
 
 __all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes"]
@@ -67,21 +71,8 @@ def resolve_arch(gpu_or_cc: Any) -> tuple[ArchLimits, Any]:
 
 
 def _int_array(name: str, value: Any, low: int, high: int | None, allowed: str) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-                                   or arr.dtype == bool):
-        raise ValueError(f"{name} must be a number or an array of numbers ({allowed}), got {value!r}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if np.isnan(arr).any():
-            raise ValueError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
-            raise ValueError(f"{name} must be whole numbers ({allowed}), got {value!r}")
-    arr = arr.astype(np.int64)
-    bad = arr < low if high is None else (arr < low) | (arr > high)
-    if bad.any():
-        first = arr[bad].flat[0]
-        raise ValueError(f"{name} = {first} is out of range; allowed: {allowed}")
-    return arr
+    """See :func:`gpumodel.vocabulary.bounded_int` (the one check of whole numbers in a range)."""
+    return bounded_int(value, name, low, high, allowed)
 
 
 def _carveout_array(carveout: Any) -> np.ndarray:
@@ -117,7 +108,7 @@ def _round_up(x: np.ndarray, unit: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class Occupancy:
+class Occupancy(ResultRecord):
     """Result of :func:`occupancy`: resident blocks per SM and the limit that decided them.
 
     Array-valued fields broadcast over the inputs. Per-resource limits are blocks per SM;
@@ -160,8 +151,8 @@ class Occupancy:
                 "barriers": self.blocks_by_barriers}
 
     def to_dict(self) -> dict[str, Any]:
-        keys = [k for k in self.__dataclass_fields__ if not k.startswith("_")]
-        return {k: getattr(self, k) for k in keys}
+        """The fields as plain Python (arrays as lists)."""
+        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__ if not k.startswith("_")}
 
     def _describe_limit(self, value: int) -> str:
         return "unlimited" if value >= UNLIMITED else str(value)
@@ -259,7 +250,7 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
     else:
         M = _int_array("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, None, ">= 0 bytes")
     if int(block_barriers) < 0:
-        raise ValueError(f"block_barriers = {block_barriers} is out of range; allowed: >= 0")
+        raise ArgumentError(f"block_barriers = {block_barriers} is out of range; allowed: >= 0")
     scalar = all(np.ndim(a) == 0 for a in (T, R, S, D, C, M))
     T, R, S, D, C, M = np.broadcast_arrays(T, R, S, D, C, M)
     raw = _limits(limits, T, R, S, D, C, M, int(block_barriers))

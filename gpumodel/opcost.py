@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._repr import html_table
+from ._repr import ResultRecord, html_table
 from .dtypes import DType, dtype as _dtype
 from .errors import ArgumentError, GpumodelError, UnknownNameError
 
@@ -75,7 +75,7 @@ def _check_amount(value: Any, name: str) -> Any:
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class OpCost:
+class OpCost(ResultRecord):
     """Work and minimal device-memory traffic of one op (or a broadcast array of ops).
 
     Attributes

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
 
@@ -60,7 +61,7 @@ def _as_ops(ops: Any) -> list[tuple[str, OpCost]]:
     items = list(ops.items()) if isinstance(ops, Mapping) else [(op.label, op) for op in ops]
     for label, op in items:
         if not isinstance(op, OpCost):
-            raise TypeError(f"ops must hold OpCost values (from gpumodel.ops); {label!r} is {type(op).__name__}")
+            raise ArgumentTypeError(f"ops must hold OpCost values (from gpumodel.ops); {label!r} is {type(op).__name__}")
     return [(str(label), op) for label, op in items]
 
 
@@ -109,7 +110,7 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
     items = _as_ops(ops)
     lvls = [level] if isinstance(level, str) else list(level)
     if not lvls:
-        raise ValueError("level must name at least one memory level")
+        raise ArgumentError("level must name at least one memory level")
 
     intensities = [np.asarray(arithmetic_intensity(op), dtype=float).ravel() for _, op in items]
     finite = np.concatenate([a[np.isfinite(a) & (a > 0)] for a in intensities] or [np.array([])])
@@ -204,7 +205,7 @@ def compare_gpus(names: Iterable[str | GPUSpec] | None = None, axes: Any = None)
         fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), layout="constrained")
     axes = np.asarray(axes).ravel()
     if axes.size != len(COMPARE_METRICS):
-        raise ValueError(f"axes must hold {len(COMPARE_METRICS)} Axes, got {axes.size}")
+        raise ArgumentError(f"axes must hold {len(COMPARE_METRICS)} Axes, got {axes.size}")
     labels = table["name"]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (column, title) in zip(axes, COMPARE_METRICS.items()):

@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from ._repr import html_table
+from ._callable import make_callable
+
+from ._repr import ResultRecord, html_table
+from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op, scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
@@ -43,18 +46,6 @@ __all__ = [
 
 #: memory levels a roofline can be drawn against (where the GPU record gives a bandwidth)
 LEVELS = ("hbm", "l2", "shared")
-
-
-def _gpu(gpu: GPUSpec | str) -> GPUSpec:
-    if isinstance(gpu, GPUSpec):
-        return gpu
-    from .gpus import gpu as lookup
-
-    return lookup(gpu)
-
-
-def _scalar_or_array(x: Any) -> Any:
-    return float(x) if np.ndim(x) == 0 else x
 
 
 def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
@@ -83,14 +74,13 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     """
     if over not in ("total", "read"):
         raise ValueError(f"over must be 'total' or 'read', got {over!r}")
-    if not isinstance(op, OpCost):
-        raise TypeError(f"op must be an OpCost (from gpumodel.ops), got {type(op).__name__}")
+    op = resolve_op(op)
     denom = op.bytes if over == "total" else op.bytes_read
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _scalar_or_array(np.divide(op.flops, denom))
+        return scalar_or_array(np.divide(op.flops, denom))
 
 
-def ridge_point(gpu: GPUSpec | str, dtype: DType | str = "bf16", level: str = "hbm", sparse: bool = False) -> float:
+def ridge_point(gpu: GPUSpec | str, dtype: DType | str = "bf16", level: str = "hbm", *, sparse: bool = False) -> float:
     """Intensity where the compute and memory ceilings meet, ``peak / bandwidth`` [FLOP/byte].
 
     Parameters
@@ -115,7 +105,7 @@ def ridge_point(gpu: GPUSpec | str, dtype: DType | str = "bf16", level: str = "h
     >>> round(ridge_point("h100", "bf16", level="l2"), 1)   # 989.4e12 / 12e12
     82.5
     """
-    g = _gpu(gpu)
+    g = resolve_gpu(gpu)
     return g.peak_flops(dtype, sparse=sparse) / _bandwidth(g, level)
 
 
@@ -136,10 +126,10 @@ def attainable_flops(intensity: Any, peak: Any, bandwidth: Any) -> Any:
     >>> attainable_flops([0.5, 2048.0], 989.4e12, 3.35e12) / 1e12
     array([  1.675, 989.4  ])
     """
-    return _scalar_or_array(np.minimum(peak, np.multiply(intensity, bandwidth)))
+    return scalar_or_array(np.minimum(peak, np.multiply(intensity, bandwidth)))
 
 
-def peak_for(op: OpCost, gpu: GPUSpec | str, sparse: bool = False) -> float:
+def peak_for(op: OpCost, gpu: GPUSpec | str, *, sparse: bool = False) -> float:
     """Compute ceiling for an op on a GPU [FLOP/s].
 
     Tensor ops (``op.unit == "tensor"``) use the tensor-core peak of ``op.dtype`` ("tf32" for fp32
@@ -161,7 +151,8 @@ def peak_for(op: OpCost, gpu: GPUSpec | str, sparse: bool = False) -> float:
     >>> peak_for(gm.ops.softmax(8, 8, "bf16"), "h100") / 1e12     # CUDA cores, fp32 rate
     66.9
     """
-    g = _gpu(gpu)
+    g = resolve_gpu(gpu)
+    op, sparse = resolve_op(op), flag(sparse, "sparse")
     dt = op.dtype
     if op.unit == "tensor" and dt not in (DType.FP32, DType.INT32):
         key = "fp64_tensor" if dt is DType.FP64 and g.supports("fp64_tensor") else dt
@@ -191,7 +182,7 @@ def levels(gpu: GPUSpec | str) -> dict[str, float]:
     >>> {k: v / 1e12 for k, v in levels("h100").items()}
     {'hbm': 3.35, 'l2': 12.0, 'shared': 33.0}
     """
-    g = _gpu(gpu)
+    g = resolve_gpu(gpu)
     out = {}
     for name in LEVELS:
         try:
@@ -201,17 +192,8 @@ def levels(gpu: GPUSpec | str) -> dict[str, float]:
     return out
 
 
-def _fmt_time(t: float) -> str:
-    if not np.isfinite(t):
-        return "n/a"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if t >= scale or unit == "ns":
-            return f"{t / scale:.4g} {unit}"
-    return f"{t:.3g} s"  # pragma: no cover
-
-
 @dataclass(frozen=True, repr=False, eq=False)
-class RooflineResult:
+class RooflineResult(ResultRecord):
     """Roofline bound of an op (or an array of ops) on one GPU at one memory level.
 
     Attributes
@@ -252,6 +234,10 @@ class RooflineResult:
     peak_flops: float
     bandwidth: float
 
+    def __float__(self) -> float:
+        """Seconds (scalar results only)."""
+        return float(self.time_s)
+
     def _lines(self) -> tuple[str, list[tuple[str, str]]]:
         from .units import format_quantity as fq
 
@@ -260,17 +246,17 @@ class RooflineResult:
                 ("ridge point", f"{self.ridge_point:.4g} FLOP/B")]
         if np.ndim(self.time_s) == 0:
             ratio = self.arithmetic_intensity / self.ridge_point
-            rows = [("bound", str(self.bound)), ("time", _fmt_time(self.time_s)),
+            rows = [("bound", str(self.bound)), ("time", format_seconds(self.time_s)),
                     ("intensity", f"{self.arithmetic_intensity:.4g} FLOP/B ({ratio:.3g}x the ridge point)"),
-                    ("compute floor", _fmt_time(self.compute_time_s)),
-                    ("memory floor", _fmt_time(self.memory_time_s)),
+                    ("compute floor", format_seconds(self.compute_time_s)),
+                    ("memory floor", format_seconds(self.memory_time_s)),
                     ("attainable", fq(float(self.attainable_flops), "FLOP/s"))]
         else:
             n = int(np.size(self.time_s))
             nc = int(np.count_nonzero(self.bound == "compute"))
             t = np.asarray(self.time_s, dtype=float)
             rows = [("configs", str(n)), ("bound", f"{nc} compute, {n - nc} memory"),
-                    ("time", f"{_fmt_time(float(t.min()))} .. {_fmt_time(float(t.max()))}")]
+                    ("time", f"{format_seconds(float(t.min()))} .. {format_seconds(float(t.max()))}")]
         return head, rows + ceil
 
     def __repr__(self) -> str:
@@ -282,7 +268,7 @@ class RooflineResult:
         return html_table(f"Roofline: {head}", rows)
 
 
-def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = False) -> RooflineResult:
+def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", *, sparse: bool = False) -> RooflineResult:
     """Roofline bound of ``op`` on ``gpu``: time, bound, attainable throughput; broadcasts.
 
     Parameters
@@ -313,9 +299,8 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = 
     >>> gm.roofline(gm.ops.matmul(np.array([16, 8192]), 8192, 8192), "h100").bound
     array(['memory', 'compute'], dtype='<U7')
     """
-    if not isinstance(op, OpCost):
-        raise TypeError(f"op must be an OpCost (from gpumodel.ops), got {type(op).__name__}")
-    g = _gpu(gpu)
+    op = resolve_op(op)
+    g = resolve_gpu(gpu)
     peak = peak_for(op, g, sparse=sparse)
     bw = _bandwidth(g, level)
     compute = np.divide(op.flops, peak)
@@ -327,8 +312,11 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", sparse: bool = 
     scalar = np.ndim(time) == 0
     return RooflineResult(
         op=op, gpu=g.name, level=level,
-        time_s=_scalar_or_array(time), bound=str(bound) if scalar else bound,
-        attainable_flops=_scalar_or_array(att), arithmetic_intensity=ai, ridge_point=peak / bw,
-        compute_time_s=_scalar_or_array(compute), memory_time_s=_scalar_or_array(memory),
+        time_s=scalar_or_array(time), bound=str(bound) if scalar else bound,
+        attainable_flops=scalar_or_array(att), arithmetic_intensity=ai, ridge_point=peak / bw,
+        compute_time_s=scalar_or_array(compute), memory_time_s=scalar_or_array(memory),
         peak_flops=peak, bandwidth=bw,
     )
+
+
+make_callable(__name__, roofline)

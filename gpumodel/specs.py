@@ -30,7 +30,7 @@ ENV_VAR = "GPUMODEL_SPEC_PATH"
 T = TypeVar("T", bound=BaseModel)
 
 
-from .errors import SpecError, UnknownNameError  # noqa: E402  (re-exported: defined with the other errors)
+from .errors import ArgumentTypeError, SpecError, UnknownNameError  # noqa: E402  (re-exported)
 
 
 class UnknownGPUError(UnknownNameError):
@@ -47,7 +47,10 @@ def spec_roots() -> list[Path]:
             break
     for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
         if entry.strip():
-            roots.append(Path(entry).expanduser())
+            root = Path(entry).expanduser()
+            if not root.is_dir():
+                raise SpecError(f"{ENV_VAR} names {entry!r}, which is not a folder; fix or unset the variable")
+            roots.append(root)
     return roots
 
 
@@ -88,7 +91,7 @@ def load_records(path: Path, model: type[T]) -> list[T]:
         if isinstance(item.get("name"), str):
             label = f"record {item['name']!r}"
         try:
-            records.append(model.model_validate(item))
+            records.append(model.model_validate(item, context={"units_required": True}))
         except ValidationError as exc:
             raise SpecError(f"{path}: {label}: {_describe_errors(exc)}") from None
     return records
@@ -138,12 +141,17 @@ class Catalog(Generic[T]):
         return self._records
 
     def _add_paths(self, paths: Iterable[Path], replace: bool) -> list[T]:
-        added = []
-        for path in paths:
-            for record in load_records(path, self.model):
+        """Validate every record of every path first, then add them all: a bad file adds nothing."""
+        assert self._records is not None
+        staged = [(record, path) for path in paths for record in load_records(path, self.model)]
+        records, index, origin = dict(self._records), dict(self._index), dict(self._origin)
+        try:
+            for record, path in staged:
                 self._add(record, path, replace)
-                added.append(record)
-        return added
+        except SpecError:
+            self._records, self._index, self._origin = records, index, origin
+            raise
+        return [record for record, _ in staged]
 
     def _add(self, record: T, path: Path, replace: bool) -> None:
         assert self._records is not None
@@ -162,7 +170,13 @@ class Catalog(Generic[T]):
         self._origin[name] = Path(path)
 
     def load(self, path: str | os.PathLike, replace: bool = False) -> list[T]:
-        """Validate and add the records of a YAML file or of every ``*.yaml`` in a folder."""
+        """Validate and add the records of a YAML file or of every ``*.yaml`` in a folder.
+
+        All or nothing: if any record of any file is invalid or clashes with a known name, nothing is added.
+        """
+        from .vocabulary import flag
+
+        replace = flag(replace, "replace")
         path = Path(path).expanduser()
         self._ensure()
         if path.is_dir():
@@ -214,7 +228,7 @@ class Catalog(Generic[T]):
         if isinstance(name, self.model):
             return name
         if not isinstance(name, str):
-            raise TypeError(f"expected a {self.kind.rstrip('s')} name (str), got {type(name).__name__}")
+            raise ArgumentTypeError(f"expected a {self.kind.rstrip('s')} name (str) or record, got {type(name).__name__}")
         return self._ensure()[self._resolve(name)]
 
     def __contains__(self, name: str) -> bool:

@@ -155,14 +155,20 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
                        clip_grad_norm: float | None = None, compile: bool = False,
                        experts_implementation: str = "grouped_mm", expert_load: Any = None,
-                       calibrated: bool = True, calibration: Any = None, host: Any = None) -> StepTime:
-    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer on one GPU.
+                       calibrated: bool = True, calibration: Any = None, host: Any = None,
+                       parallelism: Any = None, framework: str = "hf") -> StepTime:
+    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
+
+    On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
+    ``parallelism``, a system (``gm.system``) or a ``framework`` other than "hf", the step of a parallel
+    layout (:func:`gpumodel.cluster.step.parallel_training_step_time`, modelled, not measured).
 
     Parameters
     ----------
     model : TransformerConfig, str or dict
         A config, a preset name (``gm.model``) or a Hugging Face config dict.
-    gpu : GPUSpec or str
+    gpu : GPUSpec, SystemSpec or str
+        A GPU (the one-GPU model), or a system (``gm.system``) for a parallel layout.
     batch_size, seq_len : int
         Micro-batch size [sequences] and sequence length [tokens].
     precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
@@ -190,6 +196,12 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     host : HostCosts or path, optional
         Per-op host costs (default: the shipped ``<gpu>-host.yaml`` measured on that GPU's machine, else
         :data:`gpumodel.hostcost.DEFAULT_HOST`).
+    parallelism : Parallelism, optional
+        A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
+        PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,
+        ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
 
     Returns
     -------
@@ -215,6 +227,22 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     >>> abs(sum(st.breakdown.values()) - st.seconds) < 1e-9
     True
     """
+    from .cluster.step import Framework
+    from .cluster.system import SYSTEM_CATALOG, SystemSpec  # a layout or a system: the cluster composition
+    fw = choice(Framework, framework, "framework")
+    if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
+            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
+        from .cluster.step import parallel_training_step_time as _parallel
+        eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
+                 "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
+                 "expert_load": expert_load is not None, "host": host is not None}
+        given = [name for name, on in eager.items() if on]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: options of the one-GPU model of eager PyTorch; they cannot be "
+                                f"combined with a parallel layout, a system or framework={fw.value!r}")
+        return _parallel(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, calibrated=calibrated,
+                         calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
+                         parallelism=parallelism, framework=framework)
     cfg = resolve_model(model)
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")

@@ -113,6 +113,20 @@ class TransformerConfig(BaseModel):
     source: str = ""
     notes: str = ""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """Fill ``num_kv_heads`` (= ``num_heads``) and ``head_dim`` (= ``hidden_size // num_heads``) when absent."""
+        if isinstance(data, Mapping):
+            data = dict(data)
+            heads, hidden = data.get("num_heads"), data.get("hidden_size")
+            if data.get("num_kv_heads") is None and isinstance(heads, int):
+                data["num_kv_heads"] = heads
+            if data.get("head_dim") is None and isinstance(heads, int) and isinstance(hidden, int) and heads > 0 \
+                    and hidden % heads == 0:
+                data["head_dim"] = hidden // heads
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "TransformerConfig":
         kv = self.num_kv_heads or self.num_heads
@@ -129,21 +143,23 @@ class TransformerConfig(BaseModel):
     # ------------------------------------------------------------------ derived sizes
     @property
     def kv_heads(self) -> int:
+        """Former name of :attr:`num_kv_heads` (always filled in now)."""
         return self.num_kv_heads or self.num_heads
 
     @property
     def dim_head(self) -> int:
+        """Former name of :attr:`head_dim` (always filled in now)."""
         return self.head_dim or self.hidden_size // self.num_heads
 
     @property
     def q_dim(self) -> int:
         """Width of the query projection output, ``num_heads * head_dim``."""
-        return self.num_heads * self.dim_head
+        return self.num_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         """Width of one of the key/value projection outputs, ``num_kv_heads * head_dim``."""
-        return self.kv_heads * self.dim_head
+        return self.num_kv_heads * self.head_dim
 
     @property
     def is_moe(self) -> bool:

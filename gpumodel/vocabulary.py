@@ -33,12 +33,13 @@ from typing import Any, Mapping, TypeVar
 import numpy as np
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
-    "resolve_gpu_or_cc", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "flag",
-    "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode", "format_seconds", "deprecated_alias", "divides",
+    "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
+    "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
+    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "duration",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -207,7 +208,7 @@ def resolve_gpu(gpu: Any, name: str = "gpu"):
         from .gpus import gpu as lookup
 
         return lookup(gpu)
-    raise ArgumentError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
+    raise ArgumentTypeError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
 
 
 def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
@@ -223,7 +224,32 @@ def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
             raise
     if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
-    raise ArgumentError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+    raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
+                        f"got {type(value).__name__}")
+
+
+def resolve_system(value: Any, name: str = "system"):
+    """The :class:`~gpumodel.cluster.system.SystemSpec` a system argument names.
+
+    A system name or alias (``"dgx-h100"``, ``"p5.48xlarge"``), a record, or a GPU (name or
+    :class:`~gpumodel.hardware.GPUSpec`): a bare GPU means one node of that GPU.
+    """
+    from .cluster.system import SYSTEM_CATALOG, SystemSpec, node_system
+    from .hardware import GPUSpec
+
+    if isinstance(value, SystemSpec):
+        return value
+    if isinstance(value, GPUSpec):
+        return node_system(value)
+    if isinstance(value, str):
+        if value in SYSTEM_CATALOG:
+            return SYSTEM_CATALOG.get(value)
+        from .gpus import GPU_CATALOG
+
+        if value in GPU_CATALOG:
+            return node_system(value)
+        return SYSTEM_CATALOG.get(value)  # raises UnknownSystemError listing close names
+    raise ArgumentError(f"{name} must be a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec, "
                         f"got {type(value).__name__}")
 
 
@@ -240,19 +266,30 @@ def resolve_model(model: Any, name: str = "model"):
         return lookup(model)
     if isinstance(model, Mapping):
         return TransformerConfig.from_hf(model)
-    raise ArgumentError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
+    raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
 
 
+def resolve_op(op: Any, name: str = "op"):
+    """An :class:`~gpumodel.opcost.OpCost` (the record ``gm.ops.<op>(...)`` returns); anything else is refused."""
+    from .opcost import OpCost
+
+    if isinstance(op, OpCost):
+        return op
+    hint = f"; build one with gm.ops.{op}(...)" if isinstance(op, str) else ""
+    raise ArgumentTypeError(f"{name} must be an OpCost from gm.ops, e.g. gm.ops.matmul(4096, 4096, 4096), "
+                            f"got {type(op).__name__}{hint}")
+
+
 # ---------------------------------------------------------------------------------------------- numbers
-def _numeric_array(value: Any, name: str, what: str) -> np.ndarray:
+def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) -> np.ndarray:
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
         raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError):
         arr = None
-    if arr is None or arr.dtype.kind not in "iuf" or arr.size == 0:
+    if arr is None or (arr.size == 0 and not allow_empty) or (arr.size and arr.dtype.kind not in "iuf"):
         raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     return arr
 
@@ -270,6 +307,28 @@ def _integers(value: Any, name: str, lowest: int, what: str):
     return arr.astype(np.int64)
 
 
+def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowed: str | None = None) -> np.ndarray:
+    """Whole numbers in ``[low, high]`` as an ``int64`` array (0-d for a scalar); ``allowed`` describes the range.
+
+    >>> int(bounded_int(64, "registers_per_thread", 0, 255))
+    64
+    """
+    allowed = allowed or (f">= {low}" if high is None else f"{low}..{high}")
+    arr = _numeric_array(value, name, f"whole numbers ({allowed})", allow_empty=True)
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        if np.isnan(arr).any():
+            raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
+        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
+            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
+    arr = arr.astype(np.int64)
+    bad = arr < low if high is None else (arr < low) | (arr > high)
+    if bad.any():
+        raise ArgumentError(f"{name} = {arr[bad].flat[0]} is out of range; allowed: {allowed}")
+    return arr
+
+
 def positive_int(value: Any, name: str):
     """An integer >= 1, or an integer array of them (floats with integral values are accepted).
 
@@ -281,6 +340,32 @@ def positive_int(value: Any, name: str):
 def nonnegative_int(value: Any, name: str):
     """An integer >= 0, or an integer array of them."""
     return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
+
+
+_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def duration(value: Any, name: str) -> float:
+    """A positive time in seconds: a number [s] or a string with a unit (``"50ms"``, ``"1 s"``, ``"200 us"``).
+
+    >>> duration("50ms", "tpot"), duration(2, "ttft"), duration("1.5 min", "t")
+    (0.05, 2.0, 90.0)
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for unit in sorted(_TIME_UNITS, key=len, reverse=True):
+            if text.endswith(unit):
+                try:
+                    number = float(text[: -len(unit)].strip())
+                except ValueError:
+                    break
+                return positive_number(number * _TIME_UNITS[unit], name)
+        raise ArgumentError(f"{name}={value!r} is not a time; give seconds or a number with one of "
+                            f"{', '.join(_TIME_UNITS)} (e.g. '50ms')")
+    out = positive_number(value, name)
+    if np.ndim(out):
+        raise ArgumentError(f"{name} must be a single time, got an array")
+    return out
 
 
 def _reals(value: Any, name: str, strict: bool):
@@ -323,10 +408,45 @@ def choice(kind: type[E], value: Any, name: str) -> E:
     raise ArgumentError(f"{name}={value!r} is not one of {allowed}")
 
 
-def divides(degree: int, total: int, name: str, what: str) -> None:
-    """Refuse a parallel degree that does not divide what it splits (``tp`` must divide the heads...)."""
-    if total % degree:
-        raise ArgumentError(f"{name}={degree} must divide {what} ({total})")
+def divides(degree: Any, total: int, name: str, what: str) -> None:
+    """Refuse a parallel degree (or array of them) that does not divide what it splits."""
+    bad = np.asarray(total) % np.asarray(degree) != 0
+    if np.any(bad):
+        first = np.asarray(degree)[bad].flat[0] if np.ndim(degree) else degree
+        raise ArgumentError(f"{name}={first} must divide {what} ({total})")
+
+
+def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero_stage: Any = 0, cp: Any = 1,
+                     ep: Any = 1) -> tuple:
+    """Check the parallel degrees of a run of model ``cfg``; returns ``(dp, tp, pp, zero_stage)``.
+
+    ``tp`` must divide the attention heads, the KV heads and the MLP width (Megatron-LM splits each
+    across the tensor-parallel group); ``pp`` may not exceed the layers; ``cp`` must divide nothing here
+    but be positive; ``ep`` must divide the experts; a ZeRO stage shards over ``dp`` and so needs ``dp > 1``.
+    Each may be an integer array (a sweep); scalars come back as ``int``.
+
+    >>> import gpumodel as gm
+    >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero_stage=3)
+    (8, 2, 1, 3)
+    """
+    dp, tp, pp = positive_int(dp, "dp"), positive_int(tp, "tp"), positive_int(pp, "pp")
+    positive_int(cp, "cp")
+    ep = positive_int(ep, "ep")
+    zero_stage = nonnegative_int(zero_stage, "zero_stage")
+    if np.any(np.asarray(zero_stage) > 3):
+        raise ArgumentError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    divides(tp, cfg.num_heads, "tp", "num_heads")
+    divides(tp, cfg.num_kv_heads, "tp", "num_kv_heads")
+    divides(tp, cfg.intermediate_size, "tp", "intermediate_size")
+    if np.any(np.asarray(pp) > cfg.num_layers):
+        raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers")
+    if cfg.num_experts:
+        divides(ep, cfg.num_experts, "ep", "num_experts")
+    elif np.any(np.asarray(ep) > 1):
+        raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts")
+    if np.any((np.asarray(zero_stage) > 0) & (np.asarray(dp) == 1)):
+        raise ArgumentError("zero_stage > 0 shards over data-parallel ranks and needs dp > 1")
+    return dp, tp, pp, zero_stage
 
 
 # ---------------------------------------------------------------------------------------------- results

@@ -28,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ArgumentError
+from .vocabulary import bounded_int
+
 __all__ = ["WARP_SIZE", "warps_per_block", "warp_efficiency", "padded_block_size", "divergence_efficiency",
            "branch_efficiency"]
 
@@ -39,16 +42,9 @@ def _out(x: Any) -> Any:
     return x.item() if np.ndim(x) == 0 else x
 
 
-def _positive_int(value: Any, name: str, low: float = 1) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a whole number >= {low:g}, got {value!r}") from None
-    bad = ~np.isfinite(arr) | (arr < low) | (arr != np.round(arr))
-    if bad.any():
-        shown = arr if arr.ndim == 0 else arr[bad].ravel()[0]
-        raise ValueError(f"{name} must be a whole number >= {low:g}, got {float(shown)!r}")
-    return arr
+def _positive_int(value: Any, name: str, low: int = 1) -> np.ndarray:
+    """Whole numbers >= ``low`` as floats (see :func:`gpumodel.vocabulary.bounded_int`)."""
+    return bounded_int(value, name, low).astype(float)
 
 
 def warps_per_block(threads_per_block: Any, warp_size: int = WARP_SIZE) -> Any:
@@ -130,7 +126,7 @@ def divergence_efficiency(paths: Any, warp_size: int = WARP_SIZE) -> Any:
     k = _positive_int(paths, "paths")
     w = _positive_int(warp_size, "warp_size")
     if (k > w).any():
-        raise ValueError(f"paths must be between 1 and warp_size={int(w)} (one path per thread at most)")
+        raise ArgumentError(f"paths must be between 1 and warp_size={int(w)} (one path per thread at most)")
     return _out(1.0 / k)
 
 
@@ -161,11 +157,11 @@ def branch_efficiency(threads_per_path: Any, cycles_per_path: Any = None, warp_s
     """
     n = np.asarray(threads_per_path, dtype=float).ravel()
     if n.size == 0 or not np.isfinite(n).all() or (n < 0).any():
-        raise ValueError(f"threads_per_path must be non-empty counts >= 0, got {threads_per_path!r}")
+        raise ArgumentError(f"threads_per_path must be non-empty counts >= 0, got {threads_per_path!r}")
     w = float(_positive_int(warp_size, "warp_size"))
     if n.sum() > w:
-        raise ValueError(f"threads_per_path sums to {n.sum():g}, more than warp_size={w:g}")
+        raise ArgumentError(f"threads_per_path sums to {n.sum():g}, more than warp_size={w:g}")
     lengths = np.ones_like(n) if cycles_per_path is None else np.asarray(cycles_per_path, dtype=float).ravel()
     if lengths.shape != n.shape or not np.isfinite(lengths).all() or (lengths < 0).any() or lengths.sum() <= 0:
-        raise ValueError("cycles_per_path must give one length >= 0 per path (not all 0)")
+        raise ArgumentError("cycles_per_path must give one length >= 0 per path (not all 0)")
     return float((n * lengths).sum() / (w * lengths.sum()))

@@ -97,7 +97,7 @@ def test_cli_calibrate_without_a_gpu_says_so(capsys, tmp_path):
         pytest.skip("a GPU is present")
     from gpumodel.cli import main
 
-    assert main(["calibrate", "--quick", "--out", str(tmp_path / "x.yaml")]) == 1
+    assert main(["calibrate", "--quick", "--out", str(tmp_path / "x.yaml")]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "x.yaml").exists()
 

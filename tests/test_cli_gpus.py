@@ -12,11 +12,13 @@ def test_gpus_table_lists_every_gpu(capsys):
     assert all(name in out for name in gm.list_gpus())
 
 
-def test_gpus_json_is_si_free_numbers(capsys):
+def test_gpus_json_is_in_si_units(capsys):
     assert main(["gpus", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     h100 = next(r for r in rows if r["name"] == "h100-sxm")
-    assert h100["bandwidth_tbs"] == 3.35
+    assert h100["memory_bandwidth"] == 3.35e12  # 3.35 TB/s, H100 SXM5 datasheet
+    assert h100["memory_bytes"] == 80e9 and h100["bf16_flops"] == pytest.approx(989.4e12)
+    assert h100["ridge_bf16"] == pytest.approx(989.4e12 / 3.35e12)  # 295.3 FLOP/B
 
 
 def test_gpu_record_json_is_si(capsys):
@@ -31,7 +33,7 @@ def test_gpu_record_text_shows_sources(capsys):
 
 
 def test_unknown_gpu_is_a_clear_error(capsys):
-    assert main(["gpu", "h10"]) == 1
+    assert main(["gpu", "h10"]) == 2
     err = capsys.readouterr().err
     assert "no gpu named 'h10'" in err and "h100-sxm" in err
 

@@ -10,7 +10,7 @@ from gpumodel.cli import main
 def test_matmul_text(capsys):
     assert main(["roofline", "--gpu", "h100", "matmul", "4096", "4096", "4096", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
-    assert "compute" in out and "295.3" in out and "2048 over bytes read" in out and "138.9 µs" in out
+    assert "compute" in out and "295.3" in out and "2048 over bytes read" in out and "138.9 us" in out
 
 
 def test_json_every_level(capsys):
@@ -45,11 +45,11 @@ def test_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["matmul", "1", "2"], "matmul takes 3 sizes"),
-    (["matmul", "1", "2", "-3"], "k must be"),
+    (["matmul", "1", "2", "-3"], "k='-3': must be >= 1"),
     (["matmal", "1", "2", "3"], "unknown op"),
     (["--gpu", "a100", "matmul", "8", "8", "8", "--dtype", "fp8"], "dtype 'fp8'"),
     (["matmul", "8", "8", "8", "--dtype", "fp9"], "unknown dtype"),
 ])
 def test_errors(argv, message, capsys):
-    assert main(["roofline", *argv]) == 1
+    assert main(["roofline", *argv]) == 2
     assert message in capsys.readouterr().err

@@ -14,15 +14,17 @@ from gpumodel.calibration.record import calibration_for
 def test_h200_is_calibrated_and_others_say_they_are_not():
     op = gm.ops.matmul(4096, 4096, 4096, "bf16")
     h200 = gm.estimate(op, "h200")
-    assert h200.calibrated and "calibrated on" in h200.source
-    a100 = gm.estimate(op, "a100-sxm4-80gb")
-    assert not a100.calibrated and "uncalibrated" in a100.source
-    assert not gm.estimate(op, "h200", calibrated=False).calibrated
+    assert h200.calibrated and h200.source == "calibrated" and "calibrated on" in h200.detail
+    a100 = gm.estimate(op, "a100-sxm4-80gb")  # no A100 calibration ships: the H200's, transferred
+    assert not a100.calibrated and a100.source == "transferred" and "h200-sxm" in a100.detail
+    off = gm.estimate(op, "h200", calibrated=False)
+    assert not off.calibrated and off.source == "datasheet" and "uncalibrated" in off.detail
+    assert gm.estimate(gm.ops.matmul(64, 64, 64, "fp16"), "v100").source == "datasheet"  # no Volta prior
 
 
 def test_families_the_calibration_did_not_measure_are_labelled_uncalibrated():
     est = gm.estimate(gm.ops.cross_entropy(4096, 32000), "h200")
-    assert not est.calibrated and "no cross_entropy" in est.source
+    assert not est.calibrated and est.source == "calibrated" and "no cross_entropy" in est.detail
     assert gm.estimate(gm.ops.softmax(4096, 32000), "h200").calibrated
 
 
@@ -111,7 +113,7 @@ def test_cli_estimate_json(capsys, tmp_path):
     path = calibration_for("h200").save(tmp_path / "c.yaml")
     assert main(["estimate", "--gpu", "h200", "softmax", "4096", "32000", "--calibration", str(path)]) == 0
     assert "calibrated on" in capsys.readouterr().out
-    assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 1
+    assert main(["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", str(path)]) == 2
 
 
 def test_fused_chain_with_a_norm_is_no_faster_than_the_norm():
@@ -120,7 +122,7 @@ def test_fused_chain_with_a_norm_is_no_faster_than_the_norm():
     fused = gm.ops.fuse(gm.ops.elementwise(16 * 4096, inputs=2), norm)
     est = gm.estimate(fused, "h200")
     assert est.time_s >= gm.estimate_time(norm, "h200")
-    assert est.calibrated is False and "no fused" in est.source  # never measured: said so
+    assert est.calibrated is False and "no fused" in est.detail  # never measured: said so
 
 
 def test_parallelism_label_only_when_row_slots_sit_idle():

@@ -159,7 +159,7 @@ def test_cli_json_and_plot(capsys, tmp_path):
 
 
 def test_cli_bad_input(capsys):
-    assert main(["occupancy", "--threads", "2048", "--regs", "32"]) == 1
+    assert main(["occupancy", "--threads", "2048", "--regs", "32"]) == 2
     assert "threads_per_block" in capsys.readouterr().err
-    assert main(["occupancy", "--threads", "128", "--regs", "32", "--smem", "lots"]) == 1
+    assert main(["occupancy", "--threads", "128", "--regs", "32", "--smem", "lots"]) == 2
     assert "--smem" in capsys.readouterr().err

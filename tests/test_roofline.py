@@ -127,12 +127,18 @@ def test_op_without_flops_is_memory_bound(h100):
     assert r.bound == "memory" and r.attainable_flops == 0 and r.arithmetic_intensity == 0
 
 
-def test_function_survives_submodule_import():
+def test_module_and_function_share_the_name():
+    # `import gpumodel.roofline; gpumodel.roofline.levels(...)` used to raise: the function hid the module
     import importlib
 
+    import gpumodel
+
     module = importlib.import_module("gpumodel.roofline")
-    assert gm.roofline is module.roofline
-    assert gm.estimate is importlib.import_module("gpumodel.estimate").estimate
+    assert gpumodel.roofline is module and gm.estimate is importlib.import_module("gpumodel.estimate")
+    op, g = gm.ops.matmul(4096, 4096, 4096), gm.gpu("h100")
+    assert gpumodel.roofline.levels(g)["hbm"] == 3.35e12
+    assert gm.roofline(op, g).time_s == module.roofline(op, g).time_s
+    assert gm.estimate(op, "h200").time_s == gpumodel.estimate.estimate(op, "h200").time_s
 
 
 def test_attainable_flops_broadcasts():

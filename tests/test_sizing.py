@@ -67,7 +67,7 @@ def test_cli_memory_table_and_hf_config(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "fits in h100-sxm" in text and "largest batch" in text
     assert main(["memory", "llama-3-8b", "--inference", "--batch", "4"]) == 0
-    assert main(["memory", "no-such-model"]) == 1
+    assert main(["memory", "no-such-model"]) == 2
 
 
 def test_max_seq_len_stops_at_learned_positions():
@@ -75,7 +75,7 @@ def test_max_seq_len_stops_at_learned_positions():
 
 
 def test_cli_bad_config_path(tmp_path, capsys):
-    assert main(["memory", "--hf-config", str(tmp_path / "missing.json")]) == 1
+    assert main(["memory", "--hf-config", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 

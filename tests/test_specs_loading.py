@@ -59,11 +59,43 @@ def test_load_a_folder_and_a_list_of_records(tmp_path):
 def test_env_var_names_extra_spec_folders(tmp_path, monkeypatch):
     (tmp_path / "gpus").mkdir()
     _write(tmp_path / "gpus" / "lab.yaml", _record("lab-gpu", memory_bandwidth="3 TB/s"))
-    monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path / "absent"), str(tmp_path)]))
+    monkeypatch.setenv(ENV_VAR, os.pathsep.join(["", str(tmp_path)]))
     GPU_CATALOG.reset()
     assert spec_roots()[-1] == tmp_path
     assert gm.gpu("lab-gpu").memory_bandwidth == 3e12
     assert "h100-sxm" in gm.list_gpus()  # shipped specs stay
+
+
+def test_env_var_naming_a_missing_folder_is_an_error(tmp_path, monkeypatch):
+    # was silently ignored: a typo in the variable lost the user's records without a word
+    monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path / "absent"), str(tmp_path)]))
+    GPU_CATALOG.reset()
+    with pytest.raises(SpecError, match="absent.*not a folder"):
+        gm.list_gpus()
+    monkeypatch.delenv(ENV_VAR)
+    GPU_CATALOG.reset()
+
+
+def test_unitless_dimensional_value_in_a_file_is_refused(tmp_path):
+    # memory_bandwidth: 3.35 used to load as 3.35 B/s
+    _write(tmp_path / "g.yaml", _record("unitless-gpu", memory_bandwidth=3.35))
+    with pytest.raises(SpecError, match=r"memory_bandwidth.*no unit.*3.35 TB/s"):
+        gm.load_gpus(tmp_path / "g.yaml")
+    assert "unitless-gpu" not in gm.list_gpus()
+
+
+def test_loading_a_folder_is_all_or_nothing(tmp_path):
+    _write(tmp_path / "a.yaml", _record("good-one", memory_bandwidth="3 TB/s"))
+    _write(tmp_path / "b.yaml", _record("bad-one", sm_count=-1))
+    with pytest.raises(SpecError, match="bad-one"):
+        gm.load_gpus(tmp_path)
+    assert "good-one" not in gm.list_gpus()
+
+
+def test_replace_must_be_a_real_boolean(tmp_path):
+    _write(tmp_path / "a.yaml", _record("flag-gpu", memory_bandwidth="3 TB/s"))
+    with pytest.raises(gm.ArgumentError, match="replace must be True or False"):
+        gm.load_gpus(tmp_path / "a.yaml", replace="no")
 
 
 def test_env_var_record_is_validated_too(tmp_path, monkeypatch):

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_op_arguments", "build_op", "number", "op_usage", "selected_gpus"]
+from ._common import parse_count, parse_number, refuse
 
+__all__ = ["add_op_arguments", "build_op", "op_usage", "selected_gpus", "SIZES_HELP"]
 
-def number(text: str) -> float:
-    """A size on the command line: ``4096``, ``1e6`` or ``16_777_216``; whole numbers stay ints."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    return int(value) if value.is_integer() else value
+#: how the sizes are read, for the commands' epilogs
+SIZES_HELP = ("Sizes are whole numbers >= 1: 4096, 1e6, 16_777_216, 8Ki (8192) or 4k (4000). Attention options\n"
+              "(--causal, --backward, --kv-heads, --impl) apply to attention only, elementwise options\n"
+              "(--inputs, --outputs, --flops-per-element) to elementwise only; elsewhere they are refused.\n")
+
+_ATTENTION = {"causal": False, "backward": False, "kv_heads": None, "impl": "flash"}
+_ELEMENTWISE = {"inputs": 1, "outputs": 1, "flops_per_element": 1.0}
 
 
 def op_usage() -> str:
@@ -23,24 +24,37 @@ def op_usage() -> str:
     return "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
 
 
+def _count(minimum: int):
+    def read(text: str) -> int:
+        return parse_count(text, minimum=minimum)
+
+    read.__name__ = "count"
+    return read
+
+
 def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = True) -> None:
     """Add ``op``, ``sizes``, ``--gpu``, ``--dtype`` and the attention and elementwise options."""
     from gpumodel.ops import list_ops
 
     p.add_argument("op", help="op name: " + ", ".join(list_ops()))
-    p.add_argument("sizes", nargs="*", type=number, help="the op's sizes, in order (see above)")
+    p.add_argument("sizes", nargs="*", help="the op's sizes, in order (see above)")
     p.add_argument("--gpu", default=default_gpu, help=f"GPU name(s), comma-separated (default: {default_gpu})")
     p.add_argument("--dtype", default="bf16", help="number format (default: bf16)")
     attn = p.add_argument_group("attention")
-    attn.add_argument("--causal", action="store_true")
+    attn.add_argument("--causal", action="store_true", help="causal mask (half the score matrix)")
     if impl:
-        attn.add_argument("--impl", default="flash", choices=["flash", "naive"])
-    attn.add_argument("--backward", action="store_true")
-    attn.add_argument("--kv-heads", type=number, default=None, help="key/value heads (grouped-query attention)")
+        attn.add_argument("--impl", choices=["flash", "naive"], help="kernel kind (default: flash)")
+    attn.add_argument("--backward", action="store_true", help="the backward pass instead of the forward")
+    attn.add_argument("--kv-heads", type=_count(1), help="key/value heads (grouped-query attention)")
     ew = p.add_argument_group("elementwise")
-    ew.add_argument("--inputs", type=number, default=1)
-    ew.add_argument("--outputs", type=number, default=1)
-    ew.add_argument("--flops-per-element", type=number, default=1)
+    ew.add_argument("--inputs", type=_count(0), help="input tensors (default 1)")
+    ew.add_argument("--outputs", type=_count(1), help="output tensors (default 1)")
+    ew.add_argument("--flops-per-element", type=lambda t: parse_number(t), metavar="N",
+                    help="FLOPs per output element (default 1)")
+
+
+def _given(args: argparse.Namespace, defaults: dict) -> list[str]:
+    return ["--" + k.replace("_", "-") for k in defaults if getattr(args, k, None) not in (None, False)]
 
 
 def build_op(args: argparse.Namespace):
@@ -49,22 +63,31 @@ def build_op(args: argparse.Namespace):
 
     names = size_arguments(args.op)
     if len(args.sizes) != len(names):
-        raise ValueError(f"{args.op} takes {len(names)} sizes ({' '.join(names)}), got {len(args.sizes)}")
-    kwargs = {"dtype": args.dtype}
+        from gpumodel.errors import ArgumentError
+
+        raise ArgumentError(f"{args.op} takes {len(names)} sizes ({' '.join(names)}), got {len(args.sizes)}")
+    sizes = [parse_count(text, name, minimum=1) for text, name in zip(args.sizes, names)]
     op_name = args.op.strip().lower().replace("-", "_")
+    if op_name != "attention":
+        refuse(_given(args, _ATTENTION), f"applies to attention only, not to {args.op}")
+    if op_name != "elementwise":
+        refuse(_given(args, _ELEMENTWISE), f"applies to elementwise only, not to {args.op}")
+    kwargs = {"dtype": args.dtype}
     if op_name == "attention":
         kwargs.update(causal=args.causal, backward=args.backward, kv_heads=args.kv_heads,
-                      impl=getattr(args, "impl", "flash"))
+                      impl=getattr(args, "impl", None) or "flash")
     elif op_name == "elementwise":
-        kwargs.update(inputs=args.inputs, outputs=args.outputs, flops_per_element=args.flops_per_element)
-    return cost(args.op, *args.sizes, **kwargs)
+        kwargs.update({k: default if getattr(args, k) is None else getattr(args, k)
+                       for k, default in _ELEMENTWISE.items()})
+    return cost(args.op, *sizes, **kwargs)
 
 
 def selected_gpus(args: argparse.Namespace) -> list:
     """The GPU records named by ``--gpu`` (comma-separated)."""
+    from gpumodel.errors import ArgumentError
     from gpumodel.gpus import gpu
 
-    gpus = [gpu(name.strip()) for name in args.gpu.split(",") if name.strip()]
-    if not gpus:
-        raise ValueError("--gpu must name at least one GPU")
-    return gpus
+    names = [name.strip() for name in args.gpu.split(",")]
+    if not all(names):
+        raise ArgumentError(f"--gpu {args.gpu!r}: give a GPU name, or several separated by commas (h100,h200)")
+    return [gpu(name) for name in names]

@@ -10,12 +10,24 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import sys
+
+from ._common import input_path, output_path, print_json, print_table, refuse
+
+EPILOG = """\
+JSON output (--json), SI units:
+  file (the calibration YAML written), gpu (the spec it belongs to),
+  parameters {name: value} (names ending _s are seconds [s]; bandwidth names [B/s]; *_flops
+  [FLOP/s]; row_rate_* [rows/s]; the others are dimensionless factors),
+  fit_error, validation_error {family: {n, median, p90}} (absolute relative error [fraction]
+  on the fitted and on the held-out points).
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="measure this GPU with torch and fit a calibration (needs torch + CUDA)")
-    p.add_argument("--quick", action="store_true", help="about 120 kernels, under a minute (default: full, ~600 kernels)")
+    p = sub.add_parser("calibrate", help="measure this GPU with torch and fit a calibration (needs torch + CUDA)",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="about 120 kernels, under a minute (default: full, ~600 kernels)")
     p.add_argument("--from-points", metavar="JSONL",
                    help="fit measurements taken earlier (JSON lines) instead of measuring; needs no torch or GPU")
     p.add_argument("--validation", metavar="JSONL", help="separate measurements to report the error on (not fitted)")
@@ -24,31 +36,57 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", help="GPU spec name (default: from the device name torch reports)")
     p.add_argument("--points", metavar="JSONL", help="also keep the raw measurements as JSON lines")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the fitted parameters as JSON")
+    p.add_argument("--json", action="store_true", help="print the fitted parameters as JSON (keys below)")
     p.add_argument("--host-out", metavar="FILE",
                    help="also measure this host's per-op costs of eager PyTorch and write them (the <gpu>-host.yaml "
                         "training_step_time reads, or pass it as host=)")
     p.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.from_points:
-        from gpumodel.calibration.fit import load_points
+def _load(path: str, option: str) -> tuple[dict, list]:
+    """The measurements in a JSON-lines file, with any unreadable content reported against the option."""
+    from gpumodel.calibration.fit import load_points
+    from gpumodel.errors import ArgumentError, GpumodelError
 
-        env, points = load_points(args.from_points)
-        if not points:
-            raise ValueError(f"--from-points {args.from_points}: no measured points in the file")
-        return _fit_and_save(args, env, points)
+    input_path(path, option)
+    try:
+        env, points = load_points(path)
+    except GpumodelError:
+        raise
+    except (ValueError, AttributeError, TypeError, KeyError) as exc:  # the reader does not check the rows
+        raise ArgumentError(f"{option} {path}: not a JSON-lines file of measurements, one object a line "
+                            f"({type(exc).__name__}: {exc})") from None
+    if not points:
+        raise ArgumentError(f"{option} {path}: no measured points in the file")
+    return env, points
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpumodel.errors import UnsupportedError
+    from gpumodel.gpus import gpu
+
+    output_path(args.out, "--out")
+    if args.points:
+        output_path(args.points, "--points")
+    if args.host_out:
+        output_path(args.host_out, "--host-out")
+    g = gpu(args.gpu) if args.gpu else None
+    validation = _load(args.validation, "--validation")[1] if args.validation else None
+    if args.from_points:
+        given = [name for name, on in (("--quick", args.quick), ("--points", args.points),
+                                       ("--no-progress", args.no_progress),
+                                       ("--host-out", args.host_out)) if on]
+        refuse(given, "applies when measuring; it cannot be given with --from-points")
+        env, points = _load(args.from_points, "--from-points")
+        return _fit_and_save(args, g, env, points, validation)
     try:
         import torch
     except ImportError:
-        print("gpumodel calibrate: PyTorch is not installed; install it with CUDA support "
-              "(pip install 'gpumodel[torch]') on the machine with the GPU", file=sys.stderr)
-        return 1
+        raise UnsupportedError("PyTorch is not installed; install it with CUDA support "
+                               "(pip install 'gpumodel[torch]') on the machine with the GPU") from None
     if not torch.cuda.is_available():
-        print("gpumodel calibrate: no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False); "
-              "run this on the machine with the GPU", file=sys.stderr)
-        return 1
+        raise UnsupportedError("no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False); "
+                               "run this on the machine with the GPU")
     from gpumodel.calibration import bench
 
     env, points = bench.run_benchmarks(mode="quick" if args.quick else "full", jsonl=args.points,
@@ -59,22 +97,20 @@ def _run(args: argparse.Namespace) -> int:
         hc = fit_host_costs(measure_host("cuda", n=500 if args.quick else 2000), source=args.source)
         save_host_costs(hc, args.host_out, {"device_name": str(env.get("device_name", "")),
                                             "torch_version": str(env.get("torch_version", ""))})
-        print(f"wrote {args.host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
-    return _fit_and_save(args, env, points)
+        if not args.json:
+            print(f"wrote {args.host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
+    return _fit_and_save(args, g, env, points, validation)
 
 
-def _fit_and_save(args: argparse.Namespace, env: dict, points: list) -> int:
-    from gpumodel.calibration.fit import fit_calibration, gpu_for_device, load_points
-    from gpumodel.gpus import gpu
+def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validation: list | None) -> int:
+    from gpumodel.calibration.fit import fit_calibration, gpu_for_device
 
-    from ._common import print_json, print_table
-
-    g = gpu(args.gpu) if args.gpu else gpu_for_device(str(env.get("device_name", "")))
-    validation = load_points(args.validation)[1] if args.validation else None
+    g = g or gpu_for_device(str(env.get("device_name", "")))
     cal = fit_calibration(points, g, env, validation=validation, source=args.source)
     path = cal.save(args.out)
     if args.json:
-        print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error})
+        print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error,
+                    "validation_error": cal.validation_error})
         return 0
     print(f"wrote {path}: {len(cal.points)} kernels on {cal.device_name} ({g.name})")
     print_table(["parameter", "value"], [(k, f"{v:.4g}") for k, v in cal.parameters.items()], align_numbers=False)

@@ -12,21 +12,32 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import print_json, print_table
-from ._opargs import add_op_arguments, build_op, op_usage, selected_gpus
+from ._common import fill, input_path, print_json, print_table, refuse
+from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
+
+EPILOG = SIZES_HELP + """
+JSON output (--json), SI units:
+  op: name, dtype, shape {size name: count}, flops [FLOP], bytes [B]
+  results: one object per GPU: gpu, time_s, compute_s, memory_s, overhead_s, roofline_time_s [s],
+      bound (what decided the time), parallelism (fraction of the GPU kept busy), calibrated
+      (true/false), source ("calibrated", "transferred" or "datasheet"), detail (where the parameters came from),
+      expected_error (typical relative error of the source, or null), achieved_flops [FLOP/s],
+      achieved_bandwidth [B/s]
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     usage = op_usage()
     p = sub.add_parser(
         "estimate", help="estimated kernel time of one op (calibrated where a calibration exists)",
-        description="Estimated time of one op on one or more GPUs, with what decided it. Ops and their sizes: "
-                    + usage,
+        description=fill("Estimated time of one op on one or more GPUs, with what decided it. "
+                         "Ops and their sizes: " + usage),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_op_arguments(p, default_gpu="h200", impl=False)
     p.add_argument("--calibration", metavar="FILE", help="calibration YAML to use (from `gpumodel calibrate`)")
     p.add_argument("--uncalibrated", action="store_true", help="ignore shipped calibrations: datasheet x defaults")
-    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_run)
 
 
@@ -35,6 +46,9 @@ def _run(args: argparse.Namespace) -> int:
     from gpumodel.roofline import roofline
     from gpumodel.units import format_quantity as fq
 
+    if args.calibration:
+        refuse(["--uncalibrated"] if args.uncalibrated else [], "cannot be given with --calibration")
+        input_path(args.calibration, "--calibration")
     op, gpus = build_op(args), selected_gpus(args)
     results = []
     for g in gpus:
@@ -46,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
                    "bytes": op.bytes},
             "results": [{"gpu": e.gpu, "time_s": e.time_s, "bound": e.bound, "compute_s": e.compute_s,
                          "memory_s": e.memory_s, "overhead_s": e.overhead_s, "parallelism": e.parallelism,
-                         "calibrated": e.calibrated, "source": e.source, "roofline_time_s": r,
+                         "calibrated": e.calibrated, "source": e.source, "detail": e.detail,
+                         "expected_error": e.expected_error, "roofline_time_s": r,
                          "achieved_flops": op.flops / e.time_s, "achieved_bandwidth": op.bytes / e.time_s}
                         for e, r in results],
         })
@@ -58,6 +73,6 @@ def _run(args: argparse.Namespace) -> int:
     for e, r in results:
         achieved = (fq(op.flops / e.time_s, "FLOP/s") if op.unit == "tensor" else fq(op.bytes / e.time_s, "B/s"))
         rows.append([e.gpu, _fmt(e.time_s), e.bound, _fmt(e.compute_s), _fmt(e.memory_s),
-                     _fmt(e.overhead_s), _fmt(r), achieved, e.source])
+                     _fmt(e.overhead_s), _fmt(r), achieved, e.detail or e.source])
     print_table(headers, rows)
     return 0

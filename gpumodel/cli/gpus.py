@@ -1,4 +1,4 @@
-"""``gpumodel gpus`` (the table of all GPUs) and ``gpumodel gpu NAME`` (one record with its sources)."""
+"""``gpumodel gpus`` (the table of all GPUs) and ``gpumodel gpu NAME[,NAME...]`` (one record, or a comparison)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,52 @@ import argparse
 from ._common import print_json, print_table
 
 
+GPUS_EPILOG = """\
+JSON output (--json): a list with one object per GPU, SI units:
+  name, vendor, memory_bytes [B], memory_type, memory_bandwidth [B/s],
+  bf16_flops [FLOP/s] (dense tensor peak; the fp16 rate on GPUs without bf16, null if neither),
+  fp32_flops [FLOP/s] (null if not listed), ridge_bf16 [FLOP/B] (bf16_flops / memory_bandwidth),
+  tdp_w [W].
+"""
+
+def _gpu_epilog() -> str:
+    import textwrap
+
+    from gpumodel.hardware import GPUSpec
+
+    keys = textwrap.fill("keys (those of the GPU spec YAML): " + ", ".join(GPUSpec.model_fields) + ".",
+                         width=100, initial_indent="  ", subsequent_indent="  ")
+    return ("Several comma-separated names (gpumodel gpu h100,a100,4090) print a comparison, one column per GPU.\n"
+            "JSON output (--json): the full record (a list of records for several names), SI units: bytes [B],\n"
+            "bandwidths [B/s], clocks [Hz], peaks [FLOP/s] or [OP/s] dense, tdp_watts [W];\n" + keys + "\n")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gpus", help="table of all known GPUs")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("gpus", help="table of all known GPUs", epilog=GPUS_EPILOG, formatter_class=raw)
     p.add_argument("--vendor", choices=["nvidia", "amd"], help="only this vendor's GPUs")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_gpus)
 
-    q = sub.add_parser("gpu", help="one GPU's full record, with sources")
-    q.add_argument("name", help="GPU name or alias, e.g. h100, 4090, 'H100 SXM5 80GB'")
-    q.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    q = sub.add_parser("gpu", help="one GPU's full record with sources, or several side by side",
+                       epilog=_gpu_epilog(), formatter_class=raw)
+    q.add_argument("name", help="GPU name or alias, e.g. h100, 4090, 'H100 SXM5 80GB'; several: h100,a100,4090")
+    q.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     q.set_defaults(func=_gpu)
+
+
+def _peak(g, dtype: str) -> float | None:
+    for key in (dtype, "fp16") if dtype == "bf16" else (dtype,):
+        if g.supports(key):
+            return g.peak_flops(key)
+    return None
+
+
+def _si_row(g) -> dict:
+    bf16 = _peak(g, "bf16")
+    return {"name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "memory_type": g.memory_type,
+            "memory_bandwidth": g.memory_bandwidth, "bf16_flops": bf16, "fp32_flops": _peak(g, "fp32"),
+            "ridge_bf16": None if bf16 is None else bf16 / g.memory_bandwidth, "tdp_w": g.tdp_watts}
 
 
 def _gpus(args: argparse.Namespace) -> int:
@@ -25,17 +61,37 @@ def _gpus(args: argparse.Namespace) -> int:
 
     table = compare(list_gpus(args.vendor))
     if args.json:
-        print_json(table.rows)
+        print_json([_si_row(g) for g in table.gpus])
     else:
         print_table(table.headers(), table._cells())
     return 0
 
 
+def _names(text: str) -> list[str]:
+    from gpumodel.errors import ArgumentError
+
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise ArgumentError(f"name {text!r}: give a GPU name, or several separated by commas (h100,a100,4090)")
+    return names
+
+
 def _gpu(args: argparse.Namespace) -> int:
+    from gpumodel.comparison import compare
     from gpumodel.gpus import gpu
     from gpumodel.units import format_quantity
 
-    g = gpu(args.name)
+    names = _names(args.name)
+    if len(names) > 1:
+        table = compare(names)
+        if args.json:
+            print_json(list(table.gpus))
+            return 0
+        cells = table._cells()
+        rows = [[header] + [row[i] for row in cells] for i, header in enumerate(table.headers()) if i]
+        print_table(["GPU"] + [row[0] for row in cells], rows)
+        return 0
+    g = gpu(names[0])
     if args.json:
         print_json(g)
         return 0

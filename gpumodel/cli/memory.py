@@ -4,44 +4,104 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import print_json, print_table
+from ._common import output_path, parse_count, print_json, print_table, read_json_object, refuse
 
 GiB = 2 ** 30
 
+#: training-only options and their defaults (None in the parser, so that giving one with --inference is seen)
+_TRAINING = {"precision": "amp_bf16", "optimizer": "adamw", "checkpointing": "none", "grad_accum": 1, "zero": 0,
+             "dp": 1, "pp": 1}
+_TRAINING_SWITCHES = ("no_cache", "sp")
+#: inference-only options and their defaults
+_INFERENCE = {"dtype": "bf16", "kv_dtype": None, "new_tokens": 256}
+
+EPILOG = """\
+JSON output (--json), SI units:
+  model, parameters [count], gpu, batch_size, seq_len, mode ("training" or "inference"),
+  peak_bytes [B], peak_moment (when the peak happens), breakdown {component: bytes [B]},
+  reserved_bytes [B] (allocator estimate), total_bytes [B] (with the CUDA context),
+  gpu_memory_bytes [B] (usable), fits (true/false), headroom_bytes [B] (negative: does not fit),
+  max_batch_size (largest batch that fits at --seq), options {keyword: value} (what was passed),
+  plot (the file written, with --plot).
+With --list --json: a list of model preset names.
+
+Counts (--batch, --seq, ...) accept 4096, 8Ki (8192), 1e6. Training-only options (--precision,
+--optimizer, --checkpointing, --grad-accum, --zero, --dp, --pp, --no-cache, --sp) are refused with
+--inference; inference-only ones (--dtype, --kv-dtype, --new-tokens) need --inference.
+"""
+
+
+def _count(minimum: int):
+    def read(text: str) -> int:
+        return parse_count(text, minimum=minimum)
+
+    read.__name__ = "count"
+    return read
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("memory", help="training or inference memory of a transformer on a GPU")
+    p = sub.add_parser("memory", help="training or inference memory of a transformer on a GPU",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="model preset (see `gpumodel memory --list`), e.g. llama-3-8b")
     p.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json instead of a preset")
     p.add_argument("--list", action="store_true", help="list the model presets")
     p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    p.add_argument("--batch", type=int, default=1, help="micro-batch size per GPU [sequences]")
-    p.add_argument("--seq", type=int, default=2048, help="sequence length [tokens]")
-    p.add_argument("--precision", default="amp_bf16", choices=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"])
-    p.add_argument("--optimizer", default="adamw",
-                   choices=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"])
-    p.add_argument("--checkpointing", default="none", choices=["none", "full", "selective"])
+    p.add_argument("--batch", type=_count(1), default=1, help="micro-batch size per GPU [sequences] (default 1)")
+    p.add_argument("--seq", type=_count(1), default=2048, help="sequence length [tokens] (default 2048)")
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "cudnn", "efficient", "math", "eager"])
-    p.add_argument("--no-cache", action="store_true", help="training forward with use_cache=False")
-    p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
-    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (with --dp)")
-    p.add_argument("--dp", type=int, default=1, help="data-parallel degree")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
-    p.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
-    p.add_argument("--inference", action="store_true", help="serving memory instead of training")
-    p.add_argument("--dtype", default="bf16", help="inference weight dtype: bf16, fp16, fp32, fp8, int8, int4")
-    p.add_argument("--kv-dtype", default=None, help="inference KV-cache dtype (default: activation dtype)")
-    p.add_argument("--new-tokens", type=int, default=256, help="inference: tokens generated after the prompt")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--tp", type=_count(1), default=1, help="tensor-parallel degree (default 1)")
+    t = p.add_argument_group("training (the default mode)")
+    t.add_argument("--precision", choices=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"],
+                   help="training precision (default amp_bf16)")
+    t.add_argument("--optimizer", choices=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"],
+                   help="optimizer (default adamw)")
+    t.add_argument("--checkpointing", choices=["none", "full", "selective"],
+                   help="activation recomputation (default none)")
+    t.add_argument("--no-cache", action="store_true", help="training forward with use_cache=False")
+    t.add_argument("--grad-accum", type=_count(1), help="gradient accumulation steps (default 1)")
+    t.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (with --dp; default 0)")
+    t.add_argument("--dp", type=_count(1), help="data-parallel degree (default 1)")
+    t.add_argument("--pp", type=_count(1), help="pipeline-parallel degree (default 1)")
+    t.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
+    i = p.add_argument_group("inference")
+    i.add_argument("--inference", action="store_true", help="serving memory instead of training")
+    i.add_argument("--dtype", help="weight dtype: bf16, fp16, fp32, fp8, int8, int4 (default bf16)")
+    i.add_argument("--kv-dtype", help="KV-cache dtype (default: the activation dtype)")
+    i.add_argument("--new-tokens", type=_count(0), help="tokens generated after the prompt (default 256)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.add_argument("--plot", metavar="PNG", help="write a stacked-bar breakdown (this batch and the largest that fits)")
     p.set_defaults(func=_memory)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse options the mode ignores; then fill in the defaults."""
+    flag = _flag
+    if args.inference:
+        refuse([flag(k) for k in _TRAINING if getattr(args, k) is not None]
+               + [flag(k) for k in _TRAINING_SWITCHES if getattr(args, k)],
+               "applies to training; drop it or drop --inference")
+    else:
+        given = [flag(k) for k in _INFERENCE if getattr(args, k) is not None]
+        refuse(given, "needs --inference" + (" (training takes --precision)" if given[:1] == ["--dtype"] else ""))
+    for key, default in {**_TRAINING, **_INFERENCE}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
+    if args.list:
+        refuse((["a model name"] if args.model else []) + (["--hf-config"] if args.hf_config else []),
+               "cannot be given with --list")
+    elif args.model and args.hf_config:
+        refuse(["--hf-config"], f"replaces the model preset; give {args.model!r} or --hf-config, not both")
 
 
 def _memory(args: argparse.Namespace) -> int:
     import gpumodel as gm
     from gpumodel.sizing import max_batch_size
 
+    _check_options(args)
     if args.list:
         names = gm.list_models()
         if args.json:
@@ -49,32 +109,29 @@ def _memory(args: argparse.Namespace) -> int:
         else:
             print_table(["model", "parameters"], [(n, f"{gm.model(n).num_parameters() / 1e9:.2f} B") for n in names])
         return 0
+    plot = output_path(args.plot, "--plot") if args.plot else None
     if args.hf_config:
-        import json
         from pathlib import Path
 
+        data = read_json_object(args.hf_config, "--hf-config")
         path = Path(args.hf_config)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"--hf-config {path}: cannot read a JSON config ({exc})") from None
         fallback = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         cfg = gm.TransformerConfig.from_hf(data, name=data.get("_name_or_path") or fallback)
     elif args.model:
         cfg = gm.model(args.model)
     else:
-        raise ValueError("give a model preset name or --hf-config PATH")
+        raise gm.ArgumentError("give a model preset name (see `gpumodel memory --list`) or --hf-config PATH")
     gpu = gm.gpu(args.gpu)
     if args.inference:
-        kw = dict(dtype=args.dtype, kv_dtype=args.kv_dtype, new_tokens=args.new_tokens, tp=args.tp)
+        kw = dict(dtype=args.dtype, kv_dtype=args.kv_dtype, new_tokens=args.new_tokens, attention=args.attention,
+                  tp=args.tp)
         m = gm.inference_memory(cfg, args.batch, args.seq, **kw)
-        moment = m.peak_moment
     else:
         kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing,
                   attention=args.attention, use_cache=not args.no_cache, gradient_accumulation_steps=args.grad_accum,
                   zero_stage=args.zero, dp=args.dp, tp=args.tp, pp=args.pp, sequence_parallel=args.sp)
         m = gm.training_memory(cfg, args.batch, args.seq, **kw)
-        moment = m.peak_moment
+    moment = m.peak_moment
     headroom = gpu.usable_memory_bytes - m.total_bytes
     best = max_batch_size(cfg, gpu, args.seq, training=not args.inference, **kw)
     result = dict(model=cfg.name, parameters=cfg.num_parameters(), gpu=gpu.name, batch_size=args.batch,
@@ -82,8 +139,9 @@ def _memory(args: argparse.Namespace) -> int:
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
                   total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(headroom >= 0),
                   headroom_bytes=headroom, max_batch_size=best, options=kw)
-    if args.plot:
-        _plot(args, cfg, gpu, m, best, kw)
+    if plot:
+        _plot(args, plot, cfg, gpu, m, best, kw)
+        result["plot"] = str(plot)
     if args.json:
         print_json(result)
         return 0
@@ -97,10 +155,12 @@ def _memory(args: argparse.Namespace) -> int:
     verdict = "fits" if headroom >= 0 else "does NOT fit"
     print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
     print(f"largest batch that fits at seq {args.seq}: {best}")
+    if plot:
+        print(f"wrote {plot}")
     return 0
 
 
-def _plot(args: argparse.Namespace, cfg, gpu, m, best: int, kw: dict) -> None:
+def _plot(args: argparse.Namespace, path, cfg, gpu, m, best: int, kw: dict) -> None:
     """Stacked bars for the requested batch and, when different, the largest batch that fits."""
     import gpumodel as gm
     from gpumodel.plot_memory import plot_memory_breakdown
@@ -111,5 +171,4 @@ def _plot(args: argparse.Namespace, cfg, gpu, m, best: int, kw: dict) -> None:
         runs[f"batch {best} (largest that fits)"] = fn(cfg, best, args.seq, **kw)
     ax = plot_memory_breakdown(runs, gpu=gpu)
     ax.set_title(f"{cfg.name} on {gpu.name}, seq {args.seq}")
-    ax.figure.savefig(args.plot, dpi=150, bbox_inches="tight")
-    print(f"wrote {args.plot}")
+    ax.figure.savefig(path, dpi=150, bbox_inches="tight")

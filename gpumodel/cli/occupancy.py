@@ -11,37 +11,61 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
-from ._common import print_json, print_table
+from ._common import _OptionError, fill, output_path, parse_bytes, parse_count, print_json, print_table
+
+EPILOG = """\
+Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary
+units, so decimal 48KB/48kB is refused: write 48KiB (or 49152).
+
+JSON output (--json), SI units (bytes [B]):
+  compute_capability, gpu_name, threads_per_block, registers_per_thread, static_shared_bytes,
+  dynamic_shared_bytes, carveout [percent; -1 = the runtime's default], blocks_per_sm,
+  warps_per_block, active_warps, active_threads, occupancy [0..1], limiter, blocks_by_warps,
+  blocks_by_registers, blocks_by_shared_memory, blocks_by_block_cap, blocks_by_barriers (null where
+  that resource sets no limit), registers_per_block, shared_memory_per_block [B] (with the
+  runtime's reservation), shared_memory_carveout [B], max_warps_per_sm,
+  next_step {blocks_per_sm, limiter, target_blocks, reachable, registers_per_thread,
+  dynamic_shared_bytes [B], threads_per_block} (what one more block per SM needs; null: no change),
+  plot (the file written, with --plot).
+"""
+
+
+def _smem(text: str) -> int:
+    return parse_bytes(text, binary_only=True)
+
+
+def _count(text: str) -> int:
+    return parse_count(text)
+
+
+def _cc(text: str) -> str:
+    """A compute capability ``MAJOR.MINOR`` (``9.0``, ``8.6``), kept as the text the library reads."""
+    if not re.fullmatch(r"\d{1,2}\.\d", text.strip()):
+        raise _OptionError(f"{text!r}: expected a compute capability MAJOR.MINOR such as 9.0, 8.6 or 12.0")
+    return text.strip()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("occupancy", help="blocks per SM, occupancy and its limiter for one kernel launch",
-                       description="Occupancy of one kernel launch (cudaOccupancyMaxActiveBlocksPerMultiprocessor), "
-                                   "the resource that limits it and the change that buys the next step.")
+    p = sub.add_parser(
+        "occupancy", help="blocks per SM, occupancy and its limiter for one kernel launch",
+        description=fill("Occupancy of one kernel launch (cudaOccupancyMaxActiveBlocksPerMultiprocessor), "
+                         "the resource that limits it and the change that buys the next step."),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU name (default: h100)")
-    where.add_argument("--cc", default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")
-    p.add_argument("--threads", type=int, required=True, help="threads per block (1..1024)")
-    p.add_argument("--regs", type=int, required=True, help="registers per thread (numRegs, 0..255)")
-    p.add_argument("--smem", default="0", help="dynamic shared memory per block, e.g. 48KiB or 4096 (default 0)")
-    p.add_argument("--static-smem", default="0", help="static shared memory per block (default 0)")
+    where.add_argument("--cc", type=_cc, default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")
+    p.add_argument("--threads", type=_count, required=True, help="threads per block (1..1024)")
+    p.add_argument("--regs", type=_count, required=True, help="registers per thread (numRegs, 0..255)")
+    p.add_argument("--smem", type=_smem, default=0,
+                   help="dynamic shared memory per block [bytes], e.g. 48KiB or 4096 (default 0)")
+    p.add_argument("--static-smem", type=_smem, default=0,
+                   help="static shared memory per block [bytes], e.g. 16KiB (default 0)")
     p.add_argument("--carveout", type=int, default=None, help="preferred shared-memory carveout in percent (0..100)")
     p.add_argument("--plot", metavar="PNG", help="also draw the three occupancy charts to this file")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_run)
-
-
-def _bytes(text: str, name: str) -> int:
-    from gpumodel.units import parse_quantity
-
-    try:
-        value = parse_quantity(text if any(c.isalpha() for c in str(text)) else f"{text} B", "bytes")
-    except Exception as exc:
-        raise ValueError(f"{name}: cannot read {text!r} as a size in bytes ({exc})") from None
-    if value != int(value):
-        raise ValueError(f"{name}: {text!r} is not a whole number of bytes")
-    return int(value)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -49,18 +73,19 @@ def _run(args: argparse.Namespace) -> int:
     from gpumodel.occupancy_model import UNLIMITED, occupancy
 
     target = args.cc or args.gpu or "h100"
-    static, dynamic = _bytes(args.static_smem, "--static-smem"), _bytes(args.smem, "--smem")
+    static, dynamic = args.static_smem, args.smem
+    plot = output_path(args.plot, "--plot") if args.plot else None
     r = occupancy(target, args.threads, args.regs, static, dynamic, args.carveout)
     step = next_occupancy_step(target, args.threads, args.regs, static, dynamic, args.carveout)
-    if args.plot:
+    if plot:
         from gpumodel.plot_occupancy import plot_occupancy
 
-        plot_occupancy(target, args.threads, args.regs, static, dynamic, args.carveout).savefig(args.plot, dpi=120)
+        plot_occupancy(target, args.threads, args.regs, static, dynamic, args.carveout).savefig(plot, dpi=120)
     if args.json:
-        out = r.to_dict()
+        out = {k: None if k.startswith("blocks_by_") and v >= UNLIMITED else v for k, v in r.to_dict().items()}
         out["next_step"] = dataclasses.asdict(step)
-        if args.plot:
-            out["plot"] = args.plot
+        if plot:
+            out["plot"] = str(plot)
         print_json(out)
         return 0
 
@@ -84,8 +109,8 @@ def _run(args: argparse.Namespace) -> int:
         ("next step", _next(step)),
     ]
     print_table(["quantity", "value"], rows, align_numbers=False)
-    if args.plot:
-        print(f"plot written to {args.plot}")
+    if plot:
+        print(f"plot written to {plot}")
     return 0
 
 

@@ -1,0 +1,349 @@
+"""Carry a calibration measured on one GPU to a GPU nobody here can measure (numpy and pydantic only).
+
+Each fitted parameter of :mod:`gpumodel.calibration.model` is re-expressed as a quantity that carries
+across GPUs and scaled to the target with its datasheet and the per-architecture priors of
+:mod:`gpumodel.calibration.priors`. The parameter table is read generically: every parameter is
+classified by its unit and role (:func:`classify`), so a refitted reference with new parameters
+transfers without changes here.
+
+Notes
+-----
+For a parameter :math:`x_r` fitted on the reference GPU :math:`r`, the transferred value on the
+target :math:`t` is
+
+.. math::
+
+    x_t = x_r \\, \\frac{D_t}{D_r} \\, \\frac{\\pi_t}{\\pi_r}
+
+with :math:`D` the datasheet quantity the parameter is a fraction or a multiple of, and
+:math:`\\pi` the architecture prior of that fraction (1 where the kind has none):
+
+=================  ======================================  ==========================================
+kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
+=================  ======================================  ==========================================
+``tensor_rate``    dense peak of the GEMM's dtype          achieved GEMM fraction of that dtype
+``tensor_share``   dense bf16 (else fp16) peak             achieved bf16 GEMM fraction
+``vector_rate``    fp32 peak (CUDA cores)                  1
+``bandwidth``      device-memory bandwidth                 achieved copy fraction
+``operand_feed``   SMs x boost clock (L2 and shared        1
+                   memory deliver bytes per SM per clock)
+``chip_rate``      SMs x boost clock                       1
+``sm_rate``        boost clock (one SM's issue rate)       1
+``cycles``         1 / boost clock (a fixed number of      1
+                   cycles: memory latency is ~400 cycles
+                   on V100, A100 and H100 alike)
+``residency``      resident threads per SM                 1
+``capacity``       L2 size (a byte count naming the L2),   1
+                   else shared memory per SM
+``launch``         1 (host and driver, not the GPU)        1
+``dimensionless``  1 (overlap sharpness, efficiencies)     1
+=================  ======================================  ==========================================
+
+Wave and tile quantisation need no parameter: the transferred model keeps the target's SM count,
+so :math:`\\lceil N/P \\rceil` is evaluated on the target. The L2 size scales any byte-count
+parameter that names the L2 (the present model has none: its kernels were timed with the L2
+flushed). A GEMM rate of a CUDA-core dtype (fp32, fp64) has no tensor-core prior (ratio 1). A
+parameter the target's datasheet model has and the reference lacks (a dtype the reference never
+measured) takes its datasheet default (kind ``default``). Transferring the reference to itself
+gives every ratio 1 and returns its parameters unchanged.
+
+The expected error of a transferred estimate of op family :math:`f` combines the reference's own
+validation error with the uncertainty of the prior ratio it used,
+:math:`\\epsilon = \\sqrt{\\epsilon_{r,f}^2 + u_t^2 + u_r^2}` (the :math:`u` are zero when both GPUs
+share the architecture, where the priors cancel).
+
+The attention rate carries over as the reference's ratio of attention to GEMM rate: it assumes the
+target's attention kernel is as efficient, relative to cuBLAS, as the one PyTorch's
+``scaled_dot_product_attention`` ran on the reference. That holds for FlashAttention-2 on the A100
+(``bench/published_kernels.py``), not for a library whose kernel on the target is of another kind
+(FlashAttention-2 on the H100 uses no wgmma and reaches about 35% of the peak, FlashAttention-3
+about 75%: Shah et al. 2024).
+
+References
+----------
+S. Bekman, "Machine Learning Engineering", Maximum Achievable Matmul FLOPS table,
+github.com/stas00/ml-engineering (the GEMM priors). NVIDIA, "Matrix Multiplication Background
+User's Guide" (tile and wave quantization), docs.nvidia.com/deeplearning/performance, 2023.
+T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023.
+J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision", 2024.
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> t = transfer("h100")                     # same architecture as the H200: priors cancel
+>>> round(t.model.params["bandwidth"] / t.parameters["bandwidth"]["reference"], 4)   # 3.35 / 4.8
+0.6979
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .model import PARAMETERS, CalibrationModel, default_parameters
+from .priors import ArchPrior, prior_for
+
+__all__ = ["ParameterKind", "Transfer", "classify", "transfer", "transfer_for", "REFERENCE"]
+
+#: the shipped calibration other GPUs are transferred from
+REFERENCE = "h200-sxm"
+_SIMT = ("fp32", "fp64")  # GEMMs on CUDA cores: no tensor-core prior
+
+
+class ParameterKind(str, enum.Enum):
+    """How a model parameter carries across GPUs (see the module Notes)."""
+
+    TENSOR_RATE = "tensor_rate"
+    TENSOR_SHARE = "tensor_share"
+    VECTOR_RATE = "vector_rate"
+    BANDWIDTH = "bandwidth"
+    OPERAND_FEED = "operand_feed"
+    CHIP_RATE = "chip_rate"
+    SM_RATE = "sm_rate"
+    CYCLES = "cycles"
+    RESIDENCY = "residency"
+    CAPACITY = "capacity"
+    LAUNCH = "launch"
+    DIMENSIONLESS = "dimensionless"
+
+
+def classify(name: str) -> ParameterKind:
+    """The :class:`ParameterKind` of a model parameter, from its unit in :data:`PARAMETERS` and its role.
+
+    Examples
+    --------
+    >>> [classify(n).value for n in ("flops_bf16", "attn_flops_fwd", "bandwidth", "mem_latency_s")]
+    ['tensor_rate', 'tensor_share', 'bandwidth', 'cycles']
+    """
+    unit = PARAMETERS.get(name, ("FLOP/s" if name.startswith("flops_") else "1", ""))[0]
+    K = ParameterKind
+    if name == "launch_s":
+        return K.LAUNCH
+    if unit == "FLOP/s":
+        if name.startswith("flops_"):
+            return K.TENSOR_RATE
+        return K.VECTOR_RATE if name.startswith("vector") else K.TENSOR_SHARE
+    if unit == "bytes/s":
+        if name.startswith("sm_"):
+            return K.SM_RATE
+        return K.OPERAND_FEED if "l2" in name else K.BANDWIDTH
+    if unit == "s":
+        return K.CYCLES
+    if unit in ("bytes", "B"):
+        return K.CAPACITY
+    if unit in ("elements/s", "1/s"):
+        return K.SM_RATE if name.startswith("row_rate") else K.CHIP_RATE
+    return K.RESIDENCY if name.startswith("rows_per_sm") else K.DIMENSIONLESS
+
+
+def _tensor_peak(g: Any) -> float:
+    return g.peak_flops("bf16") if g.supports("bf16") else g.peak_flops("fp16")
+
+
+@dataclass(frozen=True, repr=False)
+class Transfer:
+    """A model carried from a calibrated reference GPU to a target GPU, and how each parameter moved.
+
+    Attributes
+    ----------
+    gpu, reference : str
+        Canonical names of the target and of the calibrated reference GPU.
+    model : CalibrationModel
+        The target's model (``calibrated=False``: nothing was measured on the target).
+    parameters : dict
+        ``name -> {"kind", "reference", "value", "datasheet_ratio", "prior_ratio"}`` (SI units).
+    prior, reference_prior : ArchPrior
+        The architecture priors of the target and of the reference.
+    reference_error : dict
+        The reference calibration's validation median error per op family [1].
+    dropped : tuple of str
+        Reference parameters the target cannot use (a GEMM dtype it does not support).
+    """
+
+    gpu: str
+    reference: str
+    model: CalibrationModel
+    parameters: Mapping[str, Mapping[str, Any]]
+    prior: ArchPrior
+    reference_prior: ArchPrior
+    reference_error: Mapping[str, float] = field(default_factory=dict)
+    dropped: tuple = ()
+
+    def _prior_u(self, kind: str, dtype: str = "bf16") -> float:
+        if self.prior.name == self.reference_prior.name:
+            return 0.0
+        if kind == "gemm":
+            if dtype in _SIMT:
+                return 0.10
+            return math.hypot(self.prior.gemm_fraction(dtype)[1], self.reference_prior.gemm_fraction(dtype)[1])
+        if kind == "attention":
+            return math.hypot(self._prior_u("gemm"), self.prior.attention.uncertainty)
+        return math.hypot(self.prior.bandwidth.uncertainty, self.reference_prior.bandwidth.uncertainty)
+
+    def expected_error(self, op: Any) -> float | None:
+        """Expected median relative error of this model's time for ``op`` [1] (see the module Notes).
+
+        ``None`` for an op family the reference calibration has no validation error for (its
+        parameters there are defaults, not measurements: nothing backs a figure).
+
+        Examples
+        --------
+        >>> import gpumodel as gm
+        >>> t = transfer("a100")
+        >>> op = gm.ops.matmul(4096, 4096, 4096)
+        >>> bool(t.expected_error(op) > t.reference_error["matmul"])    # the H200's own error, plus the priors'
+        True
+        """
+        dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+        if op.name == "attention":
+            key = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
+            u = self._prior_u("attention")
+        elif op.name in ("matmul", "bmm"):
+            key, u = op.name, self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
+        else:
+            key, u = op.name, self._prior_u("bandwidth")
+        base = self.reference_error.get(key)
+        return None if base is None else float(math.hypot(base, u))
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu, "reference": self.reference, "prior": self.prior.name,
+                "reference_prior": self.reference_prior.name, "sm_count": self.model.sm_count,
+                "parameters": {k: dict(v) for k, v in self.parameters.items()}, "dropped": list(self.dropped)}
+
+    def __repr__(self) -> str:
+        p = self.model.params
+        rates = ", ".join(f"{k[6:]} {p[k] / 1e12:.0f}" for k in p if k.startswith("flops_"))
+        return (f"Transfer({self.reference} ({self.reference_prior.name}) -> {self.gpu} ({self.prior.name}): "
+                f"bandwidth {p['bandwidth'] / 1e12:.2f} TB/s, TFLOP/s {rates}; {len(p)} parameters)")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{k}</td><td>{v['kind']}</td><td>{v['reference']:.4g}</td><td>{v['value']:.4g}</td></tr>"
+                       for k, v in self.parameters.items())
+        return (f"<table><caption>{self.reference} &rarr; {self.gpu}</caption><tr><th>parameter</th><th>kind</th>"
+                f"<th>reference</th><th>transferred</th></tr>{rows}</table>")
+
+
+def _ratios(kind: ParameterKind, name: str, t: Any, r: Any, pt: ArchPrior, pr: ArchPrior) -> tuple[float, float] | None:
+    """(datasheet ratio, prior ratio) of one parameter, or None when the target cannot use it."""
+    K = ParameterKind
+    clock = t.boost_clock / r.boost_clock
+    if kind is K.TENSOR_RATE:
+        dtype = name[len("flops_"):]
+        if not (t.supports(dtype) and r.supports(dtype)):
+            return None
+        prior = 1.0 if dtype in _SIMT else pt.gemm_fraction(dtype)[0] / pr.gemm_fraction(dtype)[0]
+        return t.peak_flops(dtype) / r.peak_flops(dtype), prior
+    if kind is K.TENSOR_SHARE:
+        return _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16")[0] / pr.gemm_fraction("bf16")[0]
+    if kind is K.VECTOR_RATE:
+        return t.peak_flops("fp32") / r.peak_flops("fp32"), 1.0
+    if kind is K.BANDWIDTH:
+        return t.memory_bandwidth / r.memory_bandwidth, pt.bandwidth.value / pr.bandwidth.value
+    if kind in (K.OPERAND_FEED, K.CHIP_RATE):
+        return t.sm_count / r.sm_count * clock, 1.0
+    if kind is K.SM_RATE:
+        return clock, 1.0
+    if kind is K.CYCLES:
+        return 1.0 / clock, 1.0
+    if kind is K.RESIDENCY:
+        return t.max_threads_per_sm / r.max_threads_per_sm, 1.0
+    if kind is K.CAPACITY:
+        if "l2" in name:
+            return t.l2_bytes / r.l2_bytes, 1.0
+        return t.shared_memory_per_sm / r.shared_memory_per_sm, 1.0
+    return 1.0, 1.0
+
+
+def transfer(gpu: Any, reference: Any = None) -> Transfer:
+    """Carry a calibrated reference GPU's model to ``gpu`` with the datasheets and architecture priors.
+
+    Parameters
+    ----------
+    gpu : GPUSpec or str
+        The target GPU.
+    reference : Calibration or str, optional
+        The calibrated reference: a :class:`~gpumodel.calibration.record.Calibration`, or the name of a GPU
+        with a shipped calibration. Default :data:`REFERENCE` (the H200).
+
+    Returns
+    -------
+    Transfer
+
+    Raises
+    ------
+    UnsupportedError
+        The target's or the reference's architecture has no prior, or the reference has no calibration.
+
+    Examples
+    --------
+    >>> t = transfer("a100")
+    >>> t
+    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 245, fp16 247, fp32 13, tf32 100, fp64 7, int8 486; 59 parameters)
+    >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
+    (108, True)
+    """
+    from ..errors import UnsupportedError
+    from ..vocabulary import resolve_gpu
+    from .record import Calibration, calibration_for
+
+    target = resolve_gpu(gpu)
+    cal = reference if isinstance(reference, Calibration) else calibration_for(resolve_gpu(reference or REFERENCE))
+    if cal is None:
+        raise UnsupportedError(f"reference {reference!r} has no calibration; calibrated GPUs: pass a Calibration")
+    ref = resolve_gpu(cal.gpu)
+    pt, pr = prior_for(target), prior_for(ref)
+    for g, p in ((target, pt), (ref, pr)):
+        if p is None:
+            raise UnsupportedError(f"no architecture prior for {g.name} (compute capability {g.compute_capability}); "
+                                   "priors exist for compute capabilities "
+                                   f"{sorted(c for r in _all_priors() for c in r.compute_capabilities)}")
+    params, table, dropped = {}, {}, []
+    for name, value in cal.parameters.items():
+        kind = classify(name)
+        ratios = _ratios(kind, name, target, ref, pt, pr)
+        if ratios is None:
+            dropped.append(name)
+            continue
+        new = value * ratios[0] * ratios[1]
+        params[name] = new
+        table[name] = {"kind": kind.value, "reference": value, "value": new,
+                       "datasheet_ratio": ratios[0], "prior_ratio": ratios[1]}
+    for name, value in default_parameters(target).items():
+        if name not in params and name not in dropped:
+            params[name] = value
+            table[name] = {"kind": "default", "reference": float("nan"), "value": value,
+                           "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
+    sm = target.sm_count if target.name != ref.name else cal.sm_count
+    model = CalibrationModel(params, sm, calibrated=False, name=f"{target.name} transferred from {cal.gpu}")
+    err = {k: v.median for k, v in cal.validation_error.items()}
+    return Transfer(target.name, cal.gpu, model, table, pt, pr, err, tuple(dropped))
+
+
+def _all_priors() -> list[ArchPrior]:
+    from .priors import PRIORS
+
+    return PRIORS.records()
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(name: str, reference_id: int, prior_id: int) -> Transfer:
+    return transfer(name)
+
+
+def transfer_for(gpu: Any) -> Transfer | None:
+    """The transfer of the shipped reference calibration to ``gpu``, or ``None`` where no prior applies.
+
+    Cached per GPU and per loaded reference calibration and prior record (reloading either, e.g.
+    with another ``GPUMODEL_SPEC_PATH``, gives a fresh transfer).
+    """
+    from ..vocabulary import resolve_gpu
+    from .record import calibration_for
+
+    g = resolve_gpu(gpu)
+    cal, prior = calibration_for(REFERENCE), prior_for(g)
+    if cal is None or prior is None or prior_for(cal.gpu) is None:
+        return None
+    return _cached(g.name, id(cal), id(prior))

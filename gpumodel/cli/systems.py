@@ -1,0 +1,56 @@
+"""``gpumodel systems`` (the table of node types and cloud instances) and ``gpumodel system NAME``."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import print_json, print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("systems", help="table of known systems (nodes, racks and cloud instances)")
+    p.add_argument("--gpu", help="only systems built on this GPU")
+    p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    p.set_defaults(func=_systems)
+
+    q = sub.add_parser("system", help="one system's full record, with sources")
+    q.add_argument("name", help="system name or alias, e.g. dgx-h100, p5.48xlarge")
+    q.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
+    q.set_defaults(func=_system)
+
+
+def _systems(args: argparse.Namespace) -> int:
+    from gpumodel.cluster.system import list_systems, system
+
+    recs = [system(n) for n in list_systems(args.gpu)]
+    if args.json:
+        print_json([r.model_dump(mode="json") for r in recs])
+        return 0
+    rows = []
+    for r in recs:
+        net = (f"{r.inter_node.fabric} {r.inter_node.bandwidth * 8 / 1e9:g} Gb/s" if r.inter_node else "-")
+        rows.append((r.name, f"{r.gpus_per_node} x {r.gpu_name}", f"{r.intra_node.fabric} {r.intra_node.bandwidth / 1e9:g} GB/s",
+                     net, f"{r.node_power_watts / 1e3:g} kW", r.cloud or "-"))
+    print_table(["system", "GPUs", "intra-node per GPU each way", "network per GPU", "node power", "cloud"], rows,
+                align_numbers=False)
+    return 0
+
+
+def _system(args: argparse.Namespace) -> int:
+    from gpumodel.cluster.system import system
+
+    r = system(args.name)
+    if args.json:
+        print_json(r.model_dump(mode="json"))
+        return 0
+    rows = [("name", f"{r.name} ({r.display_name})"), ("aliases", ", ".join(r.aliases) or "-"),
+            ("GPUs per node", f"{r.gpus_per_node} x {r.gpu_name}"),
+            ("intra-node", f"{r.intra_node.fabric} ({r.intra_node.generation}), {r.intra_node.bandwidth / 1e9:g} GB/s "
+                           f"per GPU each way [{r.intra_node.source}]")]
+    if r.inter_node:
+        rows.append(("network", f"{r.inter_node.fabric} ({r.inter_node.generation}), "
+                                f"{r.inter_node.bandwidth * 8 / 1e9:g} Gb/s per GPU each way [{r.inter_node.source}]"))
+    rows += [("node power", f"{r.node_power_watts / 1e3:g} kW"), ("cloud", r.cloud or "-"), ("source", r.source),
+             ("notes", r.notes or "-")]
+    print_table(["field", "value"], rows, align_numbers=False)
+    return 0

@@ -1,0 +1,13 @@
+"""Training at cluster scale: systems, collectives, parallel layouts, step composition, planning.
+
+* :mod:`~gpumodel.cluster.system` — node and cloud-instance records (``gm.system``, ``gm.list_systems``).
+* :mod:`~gpumodel.cluster.collectives` — NCCL ring/tree/hierarchical collective times, nccl-tests busbw.
+* :mod:`~gpumodel.cluster.parallelism` — ``gm.Parallelism`` (dp, tp, pp, cp, ep, ZeRO, SP, virtual stages).
+* :mod:`~gpumodel.cluster.shard` — one GPU's kernel times on its shard of the model.
+* :mod:`~gpumodel.cluster.step` — the step of a layout (``gm.training_step_time(..., parallelism=)``).
+* :mod:`~gpumodel.cluster.plan` — ``gm.plan_training``, the vectorised layout search.
+* :mod:`~gpumodel.cluster.trainingtime` — ``gm.training_time``: days, GPU-hours, energy, cost.
+
+Multi-GPU times are modelled, not measured here; ``bench/published_runs.py`` checks them against
+published runs.
+"""

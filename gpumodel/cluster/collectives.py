@@ -1,0 +1,302 @@
+"""Time of NCCL collectives: ring and tree algorithms, inside a node, across nodes, hierarchically.
+
+Pure, broadcasting functions in the latency-bandwidth (alpha-beta) form NCCL's own tuner uses
+(``src/graph/tuning.cc``), with the bandwidth conventions of nccl-tests
+(``doc/PERFORMANCE.md``), so that a modelled time converts to the ``algbw``/``busbw`` nccl-tests
+prints and compares with it directly:
+
+.. math::
+
+    \\mathrm{algbw} = S / t, \\qquad \\mathrm{busbw} = \\mathrm{algbw} \\cdot f(n),
+
+with ``S`` the message size as nccl-tests counts it (the whole buffer: the all-reduce's input, the
+all-gather's output, the reduce-scatter's input) and the bus factor ``f``: ``2(n-1)/n`` for
+all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all, 1 for broadcast, reduce
+and send/recv. ``f(n) S`` is the traffic each rank sends on its busiest link in the optimal
+algorithm (a ring all-reduce moves ``2(n-1)/n`` of the data), so a collective takes
+
+.. math::
+
+    t = \\alpha_0 + k\\,\\alpha + f(n)\\,S / B_\\mathrm{bus},
+
+with ``k`` latency steps (``2(n-1)`` for a ring all-reduce, ``n-1`` for all-gather and
+reduce-scatter, ``2 \\lceil \\log_2 n \\rceil`` for a tree), per-step latencies ``alpha`` of the
+link kind and ``B_bus`` the bus bandwidth the link sustains. On a system each call takes the fastest
+of NCCL's three protocols (LL, LL128, Simple: lower latency for less bandwidth, :data:`PROTOCOLS`). On a system the bus bandwidth of a
+group that spans nodes is that of its slowest hop: a ring through ``k`` GPUs of each node can use
+``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``.
+
+Multi-GPU times are modelled, not measured here.
+
+References
+----------
+NVIDIA nccl-tests, ``doc/PERFORMANCE.md`` (algbw, busbw and the bus factors).
+NVIDIA NCCL, ``src/graph/tuning.cc``: base and per-hop latencies of the Simple protocol.
+Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations in MPICH", 2005.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
+from .system import Fabric, SystemSpec
+
+__all__ = ["Collective", "Algorithm", "bus_factor", "latency_steps", "collective_time", "algbw", "busbw",
+           "link_bus_bandwidth", "group_bus_bandwidth", "system_collective_time", "BASE_LATENCY_S",
+           "STEP_LATENCY_S", "BUS_EFFICIENCY", "PROTOCOLS"]
+
+
+class Collective(str, enum.Enum):
+    """The collectives, valued by nccl-tests' names without ``_perf``."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SEND_RECV = "send_recv"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Algorithm(str, enum.Enum):
+    """NCCL algorithms: ring, (double binary) tree, and a hierarchical intra/inter/intra composition."""
+
+    RING = "ring"
+    TREE = "tree"
+    HIERARCHICAL = "hierarchical"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Base latency of one collective call, NCCL's Simple protocol (tuning.cc ``baseLat``, ring) [s].
+BASE_LATENCY_S = 8.4e-6
+#: Latency of one algorithm step per link kind, NCCL's Simple protocol (tuning.cc ``hwLat``, ring) [s].
+STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
+#: NCCL's protocols as its tuner sees them (tuning.cc, ring): base latency [s], per-step latency by link
+#: kind [s], and the fraction of the Simple protocol's bandwidth they reach (LL sends a 4-byte flag with
+#: every 4 bytes of data; LL128 one 8-byte flag per 128-byte line). NCCL picks the fastest per call.
+PROTOCOLS = {
+    "ll": (6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "net": 2.7e-6}, 0.5),
+    "ll128": (14.0e-6, {"nvlink": 1.9e-6, "pcie": 2.5e-6, "net": 4.0e-6}, 120 / 128),
+    "simple": (BASE_LATENCY_S, STEP_LATENCY_S, 1.0),
+}
+
+#: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: NCCL's
+#: protocol overhead is ~20 %, so an H100's 450 GB/s line rate gives ~370 GB/s busbw with the ring
+#: algorithm (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024); the same fraction is used for other
+#: NVLink generations. NVLink SHARP (NVLS, ~480 GB/s all-reduce busbw on 8 H100s, same source) is not
+#: modelled, so intra-node all-reduces on H100/H200 nodes come out up to ~25 % slow. Networks: ~90 % of
+#: line rate (InfiniBand), a little less for RoCE and EFA; PCIe without peer-to-peer goes through host memory.
+BUS_EFFICIENCY = {
+    Fabric.NVSWITCH: 0.80, Fabric.NVLINK: 0.80, Fabric.INFINITY_FABRIC: 0.70, Fabric.PCIE: 0.60,
+    Fabric.INFINIBAND: 0.90, Fabric.ROCE: 0.88, Fabric.EFA: 0.85, Fabric.ETHERNET: 0.80,
+}
+_STEP_KIND = {Fabric.NVSWITCH: "nvlink", Fabric.NVLINK: "nvlink", Fabric.INFINITY_FABRIC: "nvlink",
+              Fabric.PCIE: "pcie"}
+
+
+def bus_factor(collective: Any, n: Any) -> Any:
+    """nccl-tests' bus factor ``busbw / algbw`` of a collective over ``n`` ranks.
+
+    >>> bus_factor("all_reduce", 8), bus_factor("all_gather", 8), bus_factor("broadcast", 8)
+    (1.75, 0.875, 1.0)
+    """
+    op = choice(Collective, collective, "collective")
+    n = np.asarray(positive_int(n, "n"), float)
+    if op == Collective.ALL_REDUCE:
+        out = 2.0 * (n - 1) / n
+    elif op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        out = (n - 1) / n
+    else:
+        out = np.where(n > 1, 1.0, 0.0)
+    return scalar_or_array(out)
+
+
+def latency_steps(collective: Any, n: Any, algorithm: Any = "ring") -> Any:
+    """Sequential latency steps of a collective: ``2(n-1)`` for a ring all-reduce, ``n-1`` for ring
+    all-gather/reduce-scatter/all-to-all/broadcast, ``2 ceil(log2 n)`` for a tree, 1 for send/recv."""
+    op = choice(Collective, collective, "collective")
+    alg = choice(Algorithm, algorithm, "algorithm")
+    n = np.asarray(positive_int(n, "n"), float)
+    if op == Collective.SEND_RECV:
+        steps = np.where(n > 1, 1.0, 0.0)
+    elif alg == Algorithm.TREE:
+        steps = 2.0 * np.ceil(np.log2(n))
+    elif op == Collective.ALL_REDUCE:
+        steps = 2.0 * (n - 1)
+    else:
+        steps = n - 1.0
+    return scalar_or_array(steps)
+
+
+def collective_time(collective: Any, nbytes: Any, n: Any, bus_bandwidth: Any, step_latency: Any = 3.4e-6,
+                    algorithm: Any = "ring", base_latency: Any = BASE_LATENCY_S) -> Any:
+    """Time of one collective over ``n`` ranks joined by links of one kind [s].
+
+    Parameters
+    ----------
+    collective : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv"}
+    nbytes : float or array
+        Message size as nccl-tests counts it (the whole buffer) [B].
+    n : int or array
+        Ranks.
+    bus_bandwidth : float or array
+        Bus bandwidth the links sustain [B/s] (what nccl-tests reports as busbw for large messages).
+    step_latency, base_latency : float
+        Latency per algorithm step and per call [s].
+    algorithm : {"ring", "tree"}
+
+    Returns
+    -------
+    float or ndarray
+        ``base + steps * step_latency + bus_factor * nbytes / bus_bandwidth`` [s]; 0 for ``n = 1``.
+
+    Examples
+    --------
+    A 1 GB all-reduce over 8 GPUs at 360 GB/s bus bandwidth moves 1.75 GB per GPU:
+
+    >>> t = collective_time("all_reduce", 1e9, 8, 360e9)
+    >>> round(t * 1e3, 3)   # 8.4 us + 14 x 3.4 us + 1.75e9 / 360e9 s
+    4.917
+    """
+    nbytes = nonnegative_number(nbytes, "nbytes")
+    bw = positive_number(bus_bandwidth, "bus_bandwidth")
+    alpha = nonnegative_number(step_latency, "step_latency")
+    base = nonnegative_number(base_latency, "base_latency")
+    f = np.asarray(bus_factor(collective, n))
+    steps = np.asarray(latency_steps(collective, n, algorithm))
+    t = np.where(f > 0, base + steps * alpha + f * np.asarray(nbytes) / bw, 0.0)
+    return scalar_or_array(t)
+
+
+def algbw(nbytes: Any, seconds: Any) -> Any:
+    """nccl-tests' algorithm bandwidth ``S / t`` [B/s]."""
+    return scalar_or_array(np.asarray(nbytes, float) / np.asarray(seconds, float))
+
+
+def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
+    """nccl-tests' bus bandwidth ``algbw * bus_factor`` [B/s].
+
+    >>> busbw("all_reduce", 1e9, 1.75e-2, 8) / 1e9   # 1 GB in 17.5 ms over 8 ranks
+    100.0
+    """
+    return scalar_or_array(np.asarray(algbw(nbytes, seconds)) * np.asarray(bus_factor(collective, n)))
+
+
+def link_bus_bandwidth(link) -> float:
+    """Bus bandwidth a :class:`~gpumodel.cluster.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s]."""
+    return float(link.bandwidth) * BUS_EFFICIENCY[link.fabric]
+
+
+def _split(system: SystemSpec, n, stride):
+    """(ranks per node k, nodes) of groups of ``n`` ranks ``stride`` apart, ranks numbered node by node."""
+    g = system.gpus_per_node
+    n, stride = np.asarray(n, float), np.asarray(stride, float)
+    span = n * stride
+    k = np.where(span <= g, n, np.maximum(1.0, np.floor(g / np.minimum(stride, g))))
+    k = np.minimum(k, n)
+    return k, np.ceil(n / k)
+
+
+def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
+    """Bus bandwidth of a ring over ``n`` ranks placed ``stride`` apart on ``system`` [B/s].
+
+    Inside a node: the fabric's. Across nodes: ``min(intra, e_net * k * B_nic)`` with ``k`` ranks per
+    node (a ring through ``k`` GPUs of a node uses ``k`` NICs at once).
+    """
+    s = resolve_system(system)
+    k, nodes = _split(s, positive_int(n, "n"), positive_int(stride, "stride"))
+    intra = link_bus_bandwidth(s.intra_node)
+    if s.inter_node is None:
+        net = np.where(nodes > 1, np.nan, np.inf)
+    else:
+        net = np.where(nodes > 1, link_bus_bandwidth(s.inter_node) * k, np.inf)
+    return scalar_or_array(np.minimum(np.where(k > 1, intra, np.inf), net))
+
+
+def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1,
+                           algorithm: Any = "auto") -> Any:
+    """Time of a collective over ``n`` GPUs of ``system``, ranks ``stride`` apart [s].
+
+    Parameters
+    ----------
+    collective, nbytes :
+        As :func:`collective_time`.
+    system : SystemSpec, str or GPU
+        The cluster (``gm.system``); a GPU means one node of it.
+    n, stride : int or array
+        Group size and the distance between consecutive ranks of the group in the global rank order
+        (ranks fill a node before the next): a tensor-parallel group has stride 1, a data-parallel group
+        stride ``tp * cp``.
+    algorithm : {"auto", "ring", "tree", "hierarchical"}
+        ``"auto"`` (default): the faster of ring and tree, as NCCL's tuner picks. ``"ring"``: one ring through all ranks, at the bus bandwidth of its slowest hop
+        (:func:`group_bus_bandwidth`). ``"tree"``: the same bandwidth with ``2 ceil(log2 nodes)`` network
+        steps (NCCL's tree across nodes, a chain inside). ``"hierarchical"``: reduce-scatter inside each
+        node, the collective on ``1/k`` of the data across nodes, all-gather inside (all-reduce; other
+        collectives fall back to the ring).
+
+    Returns
+    -------
+    float or ndarray
+        [s]. NaN when the group spans nodes of a system without a network.
+
+    Examples
+    --------
+    >>> from gpumodel.cluster.collectives import system_collective_time
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
+    >>> round(1e9 * 1.75 / t / 1e9)   # busbw [GB/s] inside one DGX H100
+    356
+    """
+    s = resolve_system(system)
+    alg = choice(Algorithm, algorithm, "algorithm")
+    op = choice(Collective, collective, "collective")
+    if alg == Algorithm.AUTO:
+        ring = system_collective_time(op, nbytes, s, n, stride, Algorithm.RING)
+        if op != Collective.ALL_REDUCE:
+            return ring
+        return scalar_or_array(np.fmin(ring, system_collective_time(op, nbytes, s, n, stride, Algorithm.TREE)))
+    n = positive_int(n, "n")
+    stride = positive_int(stride, "stride")
+    k, nodes = _split(s, n, stride)
+    nbytes = np.asarray(nonnegative_number(nbytes, "nbytes"), float)
+    intra_bw = link_bus_bandwidth(s.intra_node)
+    kind = _STEP_KIND.get(s.intra_node.fabric, "nvlink")
+    if s.inter_node is None:
+        net_bw = np.nan
+    else:
+        net_bw = link_bus_bandwidth(s.inter_node)
+    multi = nodes > 1
+    nn = np.asarray(n, float)
+    f = np.asarray(bus_factor(op, np.asarray(n)), float)
+    best = np.inf
+    for base, alphas, share in PROTOCOLS.values():  # NCCL's tuner takes the fastest protocol
+        intra_alpha, net_alpha = alphas[kind], alphas["net"]
+        ib, nb = intra_bw * share, net_bw * share
+        if alg == Algorithm.HIERARCHICAL and op == Collective.ALL_REDUCE:
+            inner = np.where(k > 1, (k - 1) / k * nbytes / ib + (k - 1) * intra_alpha, 0.0)
+            outer = np.where(multi, 2 * (nodes - 1) / nodes * nbytes / k / nb + 2 * (nodes - 1) * net_alpha, 0.0)
+            t = base + 2 * inner + outer
+        else:
+            bw = np.minimum(np.where(k > 1, ib, np.inf), np.where(multi, k * nb, np.inf))
+            if alg == Algorithm.TREE and op == Collective.ALL_REDUCE:
+                steps_net = 2 * np.ceil(np.log2(np.maximum(nodes, 1)))
+                steps_intra = 2 * (k - 1)
+            else:
+                steps = np.asarray(latency_steps(op, np.asarray(n)), float)
+                frac_net = np.where(multi, nodes / np.maximum(nn, 1), 0.0)  # hops of the ring that leave a node
+                steps_net = steps * frac_net
+                steps_intra = steps - steps_net
+            t = base + steps_intra * intra_alpha + steps_net * net_alpha + f * nbytes / bw
+        best = np.minimum(best, t)  # NaN (no network) propagates
+    t = best
+    t = np.where(f > 0, t, 0.0)
+    return scalar_or_array(t)

@@ -1,0 +1,121 @@
+"""The parallel layout of a training job: data, tensor, pipeline, context and expert degrees, ZeRO stage.
+
+Ranks are ordered as Megatron-LM orders them, tensor-parallel ranks innermost: ``tp`` (inside a node),
+then ``cp``, then ``dp``, then ``pp`` outermost; expert-parallel groups are carved out of the
+data- and context-parallel ranks. The job runs on ``dp * tp * pp * cp`` GPUs.
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> par = gm.Parallelism(dp=4, tp=8, pp=2)
+>>> par.num_gpus, par.stride("dp")
+(64, 8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import ArgumentError
+from ..vocabulary import divides, flag, nonnegative_int, positive_int
+
+__all__ = ["Parallelism"]
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """A parallel layout (frozen; validated on creation).
+
+    Attributes
+    ----------
+    dp : int
+        Data-parallel replicas (with ZeRO/FSDP, the sharding group).
+    tp : int
+        Tensor-parallel degree (Megatron: attention heads and MLP columns split over ``tp`` GPUs).
+    pp : int
+        Pipeline stages.
+    cp : int
+        Context-parallel degree (the sequence split over ``cp`` GPUs; ring or all-gather attention).
+    ep : int
+        Expert-parallel degree (MoE experts split over ``ep`` of the ``dp * cp`` ranks).
+    zero : {0, 1, 2, 3}
+        ZeRO stage over the data-parallel group: 1 shards optimizer states, 2 also gradients, 3 (FSDP
+        full shard) also weights.
+    sequence_parallel : bool
+        Megatron sequence parallelism: norms and dropout split over ``tp``; all-gather + reduce-scatter
+        replace the all-reduces.
+    virtual_stages : int
+        Model chunks per pipeline stage (interleaved 1F1B schedule); 1 is plain 1F1B.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0
+    sequence_parallel: bool = False
+    virtual_stages: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages"):
+            value = positive_int(getattr(self, name), name)
+            if not isinstance(value, int):
+                raise ArgumentError(f"{name} must be one positive integer, got an array")
+            object.__setattr__(self, name, value)
+        zero = nonnegative_int(self.zero, "zero")
+        if not isinstance(zero, int) or zero > 3:
+            raise ArgumentError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        object.__setattr__(self, "zero", zero)
+        object.__setattr__(self, "sequence_parallel", flag(self.sequence_parallel, "sequence_parallel"))
+        divides(self.ep, self.dp * self.cp, "ep", "dp * cp")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ArgumentError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
+        if self.sequence_parallel and self.tp == 1:
+            raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the job, ``dp * tp * pp * cp``."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    def stride(self, dim: str) -> int:
+        """Distance between consecutive ranks of a ``dim`` group in the global rank order.
+
+        Expert-parallel groups take consecutive data/context ranks (stride ``tp``).
+        """
+        order = {"tp": 1, "cp": self.tp, "ep": self.tp, "dp": self.tp * self.cp, "pp": self.tp * self.cp * self.dp}
+        if dim not in order:
+            raise ArgumentError(f"dim={dim!r} is not one of {', '.join(map(repr, order))}")
+        return order[dim]
+
+    def check(self, model) -> None:
+        """Refuse a layout the model cannot be split into (``tp`` must divide the heads...)."""
+        from ..vocabulary import resolve_model
+
+        cfg = resolve_model(model)
+        divides(self.tp, cfg.num_heads, "tp", "the attention heads")
+        if cfg.kv_heads % self.tp and self.tp % cfg.kv_heads:
+            raise ArgumentError(f"tp={self.tp} must divide the key/value heads ({cfg.kv_heads}) or be a multiple of them")
+        divides(self.tp, cfg.intermediate_size, "tp", "the MLP width")
+        if self.pp * self.virtual_stages > cfg.num_layers:
+            raise ArgumentError(f"pp * virtual_stages = {self.pp * self.virtual_stages} exceeds the layers "
+                                f"({cfg.num_layers})")
+        if self.ep > 1:
+            if not cfg.is_moe:
+                raise ArgumentError(f"ep={self.ep} needs a mixture-of-experts model; {cfg.name} is dense")
+            divides(self.ep, cfg.num_experts, "ep", "the experts")
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict."""
+        return asdict(self)
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.to_dict().items()
+                 if v != {"sequence_parallel": False, "zero": 0}.get(k, 1) or k in ("dp", "tp", "pp")]
+        return f"Parallelism({', '.join(parts)}; {self.num_gpus} GPUs)"
+
+    def _repr_html_(self) -> str:
+        from .._repr import html_table
+
+        return html_table(f"Parallelism on {self.num_gpus} GPUs", [(k, str(v)) for k, v in self.to_dict().items()])

@@ -1,0 +1,157 @@
+"""What one GPU computes in a parallel layout: the shard's per-layer and per-head kernel times.
+
+The model is cut as the engines cut it: tensor parallelism divides the attention heads, the
+key/value heads (replicated when fewer than ``tp``), the MLP width and the vocabulary; context
+parallelism divides the sequence, while each query chunk still attends to the whole sequence
+(attention time ``x cp``); expert parallelism divides the experts. The shard's kernels are those of
+:func:`gpumodel.steptime.step_kernels`, timed by :func:`gpumodel.estimate.estimate` on the GPU.
+
+``framework="megatron"`` runs fused kernels (fused layer norm, bias-GeLU/SwiGLU, bias-dropout-add,
+fused softmax/flash attention, fused Adam): the memory-bound kernels of a layer move only the bytes
+of those fused kernels, so their eager time is scaled by ``fused bytes / eager bytes``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .. import ops
+from ..estimate import estimate
+from ..stepkernels import COMPUTE_DTYPE, memory_kernel
+from ..steptime import step_kernels
+from ..transformer import MLPType, TransformerConfig
+
+__all__ = ["ShardTimes", "shard_config", "shard_times"]
+
+_COMPUTE = {"matmul", "attention", "bmm"}
+
+
+@dataclass(frozen=True)
+class ShardTimes:
+    """Kernel times of one GPU's shard for one micro-batch [s] and FLOPs [FLOP].
+
+    ``layer_*`` are per decoder layer; ``head_*`` the embedding, final norm, LM head and loss;
+    ``attention_forward`` the attention kernels' part of ``layer_forward``; ``optimizer_per_param``
+    the optimizer's time per parameter of the shard.
+    """
+
+    layer_forward: float
+    layer_backward: float
+    attention_forward: float
+    head_forward: float
+    head_backward: float
+    optimizer_per_param: float
+    layer_flops: float
+    head_flops: float
+    calibrated: bool
+
+
+def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> TransformerConfig:
+    """One tensor-parallel rank's slice of ``cfg`` (one layer; heads, MLP width, vocabulary ``/ tp``).
+
+    A mixture of experts becomes the dense MLP of the same work per token: width
+    ``experts_per_token * intermediate_size / tp`` (with balanced routing each GPU of an expert-parallel
+    group runs the experts' GEMMs for as many tokens as it holds, whatever ``ep``).
+    """
+    kv = max(1, cfg.kv_heads // tp)
+    width = cfg.intermediate_size * (cfg.experts_per_token if cfg.is_moe else 1)
+    update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.dim_head,
+                  intermediate_size=width // tp, vocab_size=-(-cfg.vocab_size // tp), num_experts=0, experts_per_token=0)
+    return cfg.model_copy(update=update)
+
+
+def _fused_bytes(cfg: TransformerConfig, tokens: float, c: int) -> float:
+    """Bytes the fused memory-bound kernels of one Megatron layer forward move: two norms, two
+    bias-dropout-adds, the activation (read gate and up, write one)."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    gated = cfg.mlp == MLPType.gated
+    norms = 2 * 2 * h
+    adds = 2 * (3 * h + h / 2)              # read x and residual, write out; 1-byte dropout mask
+    act = (3 if gated else 2) * i
+    return tokens * c * (norms + adds + act)
+
+
+def _with_impl(op, impl: str, dtype: str):
+    """Attention as its kernels: one flash kernel, or (``"naive"``) Megatron-LM's unfused path: the
+    ``Q K^T`` batched matmul, the fused scale-mask-softmax, dropout on the probabilities, ``P V``; the
+    backward runs two batched matmuls per product and the softmax and dropout backward."""
+    if op.name != "attention" or impl == "flash":
+        return [(op, 1)]
+    sh = op.shape
+    bh, s, d = int(sh["batch"] * sh["heads"]), int(sh["seq"]), int(sh["head_dim"])
+    scores = bh * s * s
+    if not sh["backward"]:
+        return [(ops.bmm(bh, s, s, d, dtype), 1), (ops.softmax(bh * s, s, dtype), 1),
+                (memory_kernel(scores, 2, 3), 1), (ops.bmm(bh, s, d, s, dtype), 1)]
+    return [(ops.bmm(bh, s, s, d, dtype), 1), (ops.bmm(bh, s, d, s, dtype), 1),       # dP, dV
+            (memory_kernel(scores, 3, 2), 1), (memory_kernel(scores, 4, 2), 1),       # dropout, softmax backward
+            (ops.bmm(bh, s, d, s, dtype), 1), (ops.bmm(bh, d, s, s, dtype), 1)]       # dQ, dK
+
+
+def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16", memo=None):
+    comp = mem = attn = flops = mem_bytes = 0.0
+    used = False
+    memo = {} if memo is None else memo
+    for op, n, is_attn in ((o, n * k, op.name == "attention") for op, n in kernels for o, k in _with_impl(op, impl, dtype)):
+        key = repr(op)  # the same kernel recurs across phases and layer counts
+        if key not in memo:
+            memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration)
+        est = memo[key]
+        t = n * float(est.time_s)
+        used = used or bool(est.calibrated)
+        flops += n * float(op.flops)
+        if is_attn:
+            attn += t
+        elif op.name in _COMPUTE:
+            comp += t
+        else:
+            mem += t
+            mem_bytes += n * float(op.bytes)
+    return comp, mem, attn, flops, mem_bytes, used
+
+
+@functools.lru_cache(maxsize=4096)
+def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
+                optimizer: str, framework: str, calibrated: bool = True, calibration=None,
+                attention: str = "flash") -> ShardTimes:
+    """Kernel times of the shard ``cfg`` (from :func:`shard_config`) for one micro-batch.
+
+    Evaluates the shard with one and with two layers; the difference is one layer, the rest is the
+    embedding and the head. Attention kernels are scaled by ``cp`` (each query chunk meets every key).
+    ``attention="naive"`` times attention as Megatron-LM ran it before FlashAttention (scores and
+    probabilities written to device memory by batched matmuls and a fused softmax), see
+    :func:`gpumodel.ops.attention`.
+    """
+    phases, memo = {}, {}
+    for layers in (1, 2):
+        k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), micro_batch, seq_local, precision,
+                         optimizer, False)
+        phases[layers] = {ph: _phase_times(ks, gpu, calibrated, calibration, attention, COMPUTE_DTYPE[precision], memo)
+                          for ph, ks in k.items()}
+    fused = framework == "megatron"
+
+    def layer_and_head(phase):
+        one, two = phases[1][phase], phases[2][phase]
+        comp_l, mem_l, attn_l, flops_l, bytes_l = (two[i] - one[i] for i in range(5))
+        comp_h, mem_h, flops_h = one[0] - comp_l, one[1] - mem_l, one[3] - flops_l
+        if fused and bytes_l > 0:
+            c = 2 if precision != "fp32" else 4
+            scale = min(1.0, (1 if phase == "forward" else 2) * _fused_bytes(cfg, micro_batch * seq_local, c) / bytes_l)
+            mem_l *= scale
+        return comp_l + mem_l + attn_l * cp, comp_h + mem_h + (one[2] - attn_l), attn_l * cp, flops_l, flops_h
+
+    lf, hf, attn, flf, fhf = layer_and_head("forward")
+    lb, hb, _, flb, fhb = layer_and_head("backward")
+    opt_one = sum(phases[1]["optimizer"][:2])
+    n_params = cfg.num_parameters()
+    per_param = opt_one / n_params
+    if fused:  # fused Adam: one pass reading p, g, m, v and writing p, m, v instead of the foreach passes
+        from ..stepkernels import OPTIMIZER_PASSES
+
+        traversals = sum(r + w for r, w in OPTIMIZER_PASSES[optimizer])
+        per_param *= min(1.0, 7 / traversals) if optimizer in ("adamw", "adam") else 1.0
+    used = any(ph[-1] for layers in phases.values() for ph in layers.values())
+    return ShardTimes(layer_forward=lf, layer_backward=lb, attention_forward=attn, head_forward=hf,
+                      head_backward=hb, optimizer_per_param=per_param, layer_flops=flf + flb,
+                      head_flops=fhf + fhb, calibrated=used)

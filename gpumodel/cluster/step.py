@@ -1,0 +1,243 @@
+"""Training-step time of a parallel layout: the shard's kernels, the exposed communication, the bubble.
+
+One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Parallelism` on a
+:class:`~gpumodel.cluster.system.SystemSpec` is composed as the engines run it:
+
+* **Compute** of one micro-batch on the slowest pipeline stage, ``ceil(L / pp)`` layers plus the
+  embedding and LM head (:mod:`gpumodel.cluster.shard`, the kernel model on the shard's shapes);
+  activation recomputation adds a forward per layer ("full") or the attention forward ("selective").
+* **Tensor parallelism** (Megatron): two all-reduces of the layer's activations (``b s h`` elements)
+  in the forward and two in the backward, plus two per recomputed forward; with sequence
+  parallelism an all-gather and a reduce-scatter of the same bytes replace each (same ring time).
+  They sit on the critical path (exposed).
+* **Context parallelism**: each layer gathers the keys and values of the ``cp`` chunks (forward and
+  recompute) and reduce-scatters their gradients (backward), overlapped with the attention kernels
+  (ring attention): exposed ``max(0, t_comm - t_attention)``.
+* **Expert parallelism**: two all-to-alls of the routed tokens per layer forward, two backward (exposed).
+* **Pipeline parallelism**: ``m`` micro-batches through ``pp`` stages take ``(m + (pp - 1) / v) t_mb``
+  (1F1B, ``v`` virtual stages interleaved; Narayanan et al. 2021, eq. 1-2); each micro-batch sends its
+  activations to the next stage and the gradients back (``v`` times when interleaved).
+* **Data parallelism**: gradients all-reduced (ZeRO-0), or reduce-scattered and the parameters
+  all-gathered after the update (ZeRO-1/2); ZeRO-3/FSDP all-gathers each layer's parameters in the
+  forward and again in the backward, prefetched under the previous layer's compute. Megatron-LM
+  reduces gradients after the pipeline flushes (exposed); PyTorch DDP/FSDP and DeepSpeed bucket the
+  reduction under the backward of the last micro-batch (exposed: what the backward cannot hide).
+* **Optimizer**: over the shard's parameters (``/ dp`` with ZeRO >= 1).
+
+Collective times come from :mod:`gpumodel.cluster.collectives` with each group's placement (tensor
+ranks innermost). Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py``
+compares them with published runs.
+
+References
+----------
+D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022.
+S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, DoesNotFitWarning
+from ..memory import training_memory
+from ..steptime import StepTime
+from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
+                          precision as _precision, resolve_model, resolve_system)
+from .collectives import system_collective_time as _coll
+from .parallelism import Parallelism
+from .shard import shard_config, shard_times
+
+__all__ = ["Framework", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
+
+#: Phases of the step breakdown [s].
+PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
+#: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+class Framework(str, enum.Enum):
+    """Training engines: how kernels are fused and whether the gradient reduction overlaps the backward."""
+
+    HF = "hf"
+    MEGATRON = "megatron"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def model_flops_per_token(cfg, seq_len: float) -> float:
+    """``6 N + 12 L h s`` [FLOP/token]: PaLM's model FLOPs (Chowdhery et al. 2022, appendix B)."""
+    return 6.0 * cfg.active_parameters() + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len
+
+
+def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_len: int, precision: str = "amp_bf16",
+                                optimizer: str = "adamw", checkpointing: Any = False, *,
+                                gradient_accumulation_steps: int = 1, parallelism: Parallelism | None = None,
+                                framework: str = "hf", attention: str = "flash", calibrated: bool = True,
+                                calibration: Any = None) -> StepTime:
+    """Modelled time of one training step of a parallel layout on a system.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+    system : SystemSpec, str or GPU
+        ``gm.system`` name or record; a GPU means one node of it.
+    batch_size : int
+        Micro-batch per model replica [sequences] (as in ``training_memory``).
+    seq_len : int
+        Sequence length [tokens].
+    precision, optimizer, checkpointing :
+        As in :func:`gpumodel.training_step_time`.
+    gradient_accumulation_steps : int
+        Micro-batches per step on each replica (with ``pp``, those of the pipeline schedule). The global
+        batch is ``batch_size * gradient_accumulation_steps * dp`` sequences.
+    parallelism : Parallelism, optional
+        The layout (default: one GPU).
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        "megatron": fused kernels, gradients reduced after the pipeline flush. Others: eager PyTorch
+        kernels, the gradient reduction bucketed under the backward.
+    attention : {"flash", "naive"}
+        Attention kernels: FlashAttention, or the scores written to memory (Megatron-LM before 2022).
+
+    Returns
+    -------
+    StepTime
+        With ``num_gpus``, ``fits``/``peak_bytes`` per GPU and a breakdown of "forward", "backward",
+        "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s].
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> par = gm.Parallelism(dp=4, tp=8, pp=2, zero=1, sequence_parallel=True)
+    >>> st = gm.training_step_time("llama-3-70b", "dgx-h100", batch_size=1, seq_len=4096, checkpointing=True,
+    ...                            gradient_accumulation_steps=16, parallelism=par, framework="megatron")
+    >>> st.num_gpus, st.fits, 0.2 < st.mfu < 0.7, sorted(st.breakdown)[:2]
+    (64, True, True, ['backward', 'communication'])
+    """
+    cfg = resolve_model(model)
+    sysm = resolve_system(system)
+    par = parallelism if parallelism is not None else Parallelism()
+    if not isinstance(par, Parallelism):
+        raise ArgumentError(f"parallelism must be a gm.Parallelism, got {type(par).__name__}")
+    par.check(cfg)
+    fw = choice(Framework, framework, "framework")
+    prec = _precision(precision)
+    opt = choice(Optimizer, optimizer, "optimizer")
+    ckpt = checkpointing_mode(checkpointing)
+    calibrated = flag(calibrated, "calibrated")
+    b = positive_int(batch_size, "batch_size")
+    s = positive_int(seq_len, "seq_len")
+    m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
+    if not all(isinstance(x, int) for x in (b, s, m)):
+        raise ArgumentError("batch_size, seq_len and gradient_accumulation_steps must be scalars here; "
+                            "gm.plan_training sweeps layouts")
+    if s % par.cp:
+        raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
+    g = sysm.gpu
+    if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
+        raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")
+    tp, pp, cp, dp, v = par.tp, par.pp, par.cp, par.dp, par.virtual_stages
+    s_loc = s // cp
+    shard = shard_config(cfg, tp, par.ep)
+    if attention not in ("flash", "naive"):
+        raise ArgumentError(f"attention={attention!r} is not one of 'flash', 'naive'")
+    st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention)
+    code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
+    out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
+                  sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
+                  micro_batches=m, checkpointing=code)
+    breakdown = {k: float(out[k]) for k in PHASES}
+    seconds = sum(breakdown.values())
+    tokens = b * s * m * dp
+    model_flops = model_flops_per_token(cfg, s) * tokens
+    hardware_flops = float(out["hardware_flops"])
+    peak = g.peak_flops(prec.compute_dtype.value)
+    n = par.num_gpus
+    mem = training_memory(cfg, b, s_loc, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
+                          gradient_accumulation_steps=m, zero_stage=par.zero, dp=dp * cp, tp=tp, pp=pp,
+                          sequence_parallel=par.sequence_parallel, attention="flash")
+    fits = bool(mem.total_bytes <= g.usable_memory_bytes)
+    if not fits:
+        warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
+                      f"{g.usable_memory_bytes / 2**30:.1f} GiB of a {g.name}: the time is for a run that does not fit",
+                      DoesNotFitWarning, stacklevel=3)
+    return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / (n * peak),
+                    model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
+                    hardware_flops=hardware_flops, hfu=hardware_flops / seconds / (n * peak), num_gpus=n,
+                    fits=fits, peak_bytes=float(mem.peak_bytes))
+
+
+def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
+            micro_batches, checkpointing) -> dict:
+    """The step of a layout from its shard's kernel times: a pure function that broadcasts.
+
+    ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
+    same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
+    (0 none, 1 selective, 2 full) may be arrays of one shape. Returns the breakdown by :data:`PHASES` [s],
+    ``"hardware_flops"`` [FLOP] and ``"stage_parameters"`` (parameters per GPU before ZeRO).
+    """
+    A = np.asarray
+    tp, pp, cp, dp, v, b, m, ckpt, zero = (A(x) for x in (tp, pp, cp, dp, virtual_stages, batch_size, micro_batches,
+                                                         checkpointing, zero))
+    sp = A(sequence_parallel)
+    full, sel = ckpt == 2, ckpt == 1
+    s = seq_len
+    s_loc = s // cp
+    layers = np.ceil(cfg.num_layers / pp)
+    c = prec.compute_bytes
+    act_bytes = b * s_loc * cfg.hidden_size * c
+    f_l, b_l, attn = A(st.layer_forward), A(st.layer_backward), A(st.attention_forward)
+
+    # ---- per micro-batch on the slowest stage
+    r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
+    tp_coll = A(_coll("all_reduce", act_bytes, sysm, tp, 1))         # = all-gather + reduce-scatter with SP
+    tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
+    kv_bytes = 2 * b * s * np.maximum(1, cfg.kv_heads // tp) * cfg.dim_head * c
+    gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
+    scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
+    cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
+    routed = act_bytes * max(cfg.experts_per_token, 1)
+    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * np.where(full, 1.5, 1.0)
+    p2p_bytes = act_bytes / np.where(sp, tp, 1)
+    p2p = np.where(pp > 1, 2 * v * A(_coll("send_recv", p2p_bytes, sysm, 2, tp * cp * dp)), 0.0)
+    compute_mb = layers * (f_l + b_l + r_l) + A(st.head_forward) + A(st.head_backward)
+    comm_mb = layers * (tp_layer + cp_layer + ep_layer) + 2 * tp_coll + p2p
+
+    # ---- data parallel: gradients over dp * cp ranks (stride tp), ZeRO
+    n_stage = (cfg.layer_parameters() * layers + cfg.embedding_parameters()) / tp
+    if cfg.is_moe:
+        n_stage = n_stage * (1 - 0.9 * (1 - 1 / A(ep)))                 # expert weights are split over ep
+    grad_bytes = c if fw == Framework.MEGATRON else prec.param_bytes
+    group = dp * cp
+    g_bytes = n_stage * grad_bytes
+    all_reduce = A(_coll("all_reduce", g_bytes, sysm, group, tp))
+    reduce_scatter = A(_coll("reduce_scatter", g_bytes, sysm, group, tp))
+    gather_params = A(_coll("all_gather", n_stage * c, sysm, group, tp))
+    gather_layer = A(_coll("all_gather", cfg.layer_parameters() / tp * c, sysm, group, tp))
+    dp_comm = np.where(zero == 0, all_reduce, reduce_scatter + np.where(zero < 3, gather_params, 0.0))
+    zero3_mb = np.where(zero == 3, layers * (np.maximum(0.0, gather_layer - f_l) + np.maximum(0.0, gather_layer - b_l)), 0.0)
+    if fw != Framework.MEGATRON:  # buckets reduced under the last micro-batch's backward; the last one exposed
+        last = A(_coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes), sysm, group, tp))
+        dp_comm = np.where(group > 1, np.maximum(dp_comm - layers * b_l, last), 0.0)
+    t_mb = compute_mb + comm_mb + zero3_mb
+    bubble = (pp - 1) / v * t_mb
+    n_opt = n_stage / np.where(zero >= 1, group, 1)
+    layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
+    rec_flops = np.where(full, layer_flops / 3.5, 0.0)  # the forward's share of forward + backward FLOPs (1 : 2.5)
+    return {
+        "forward": m * (layers * f_l + A(st.head_forward)),
+        "backward": m * (layers * b_l + A(st.head_backward)),
+        "recompute": m * layers * r_l,
+        "optimizer": A(st.optimizer_per_param) * n_opt,
+        "communication": m * (comm_mb + zero3_mb) + dp_comm,
+        "pipeline_bubble": bubble,
+        "hardware_flops": (cfg.num_layers * (layer_flops + rec_flops) + head_flops) * tp * m * dp * cp,
+        "stage_parameters": n_stage,
+    }

@@ -1,0 +1,173 @@
+"""Wall-clock time, GPU-hours, energy and cost of a whole training run.
+
+``training_time`` multiplies one step (:func:`gpumodel.training_step_time`, on one GPU or a parallel
+layout on a system) by the steps needed to see ``tokens`` tokens. Energy is the power assumed per GPU
+times GPU-time: on a system, the node's stated maximum power over its GPUs (hosts, NICs, fans and
+switches inside the node included); on a bare GPU run on one GPU, the board's TDP. Both are upper
+bounds of the draw, stated in the result. Multi-GPU times are modelled, not measured here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..steptime import StepTime
+from ..vocabulary import format_seconds, positive_int, positive_number, resolve_system
+
+__all__ = ["TrainingTime", "training_time", "parse_tokens"]
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_tokens(value: Any, name: str = "tokens") -> float:
+    """A token count: a number, or a string such as ``"1T"``, ``"300B"``, ``"15.6e12"``.
+
+    >>> parse_tokens("1T"), parse_tokens("300B"), parse_tokens(2e9)
+    (1000000000000.0, 300000000000.0, 2000000000.0)
+    """
+    if isinstance(value, str):
+        text = value.strip().lower().replace("_", "").replace(",", "")
+        scale = _SUFFIX.get(text[-1:], None)
+        try:
+            value = float(text[:-1]) * scale if scale else float(text)
+        except ValueError:
+            from ..errors import ArgumentError
+
+            raise ArgumentError(f"{name}={value!r} is not a token count such as 1e12, '1T' or '300B'") from None
+    return positive_number(value, name)
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """A whole training run. ``float()`` gives the wall-clock seconds.
+
+    Attributes
+    ----------
+    seconds : float
+        Wall-clock time [s] (``steps * step.seconds``).
+    steps : int
+        Optimizer steps to see ``tokens``.
+    tokens : float
+        Tokens trained on [token].
+    num_gpus : int
+    gpu_hours : float
+        ``num_gpus * seconds / 3600`` [GPU h].
+    energy_kwh : float
+        ``power_per_gpu_watts * num_gpus * seconds`` [kWh].
+    power_per_gpu_watts : float
+        The power assumed per GPU [W] and ``power_basis``, where it comes from.
+    cost : float or None
+        ``gpu_hours * price_per_gpu_hour`` when a price was given [currency of the price].
+    step : StepTime
+        The step it multiplies.
+    """
+
+    seconds: float
+    steps: int
+    tokens: float
+    num_gpus: int
+    gpu_hours: float
+    energy_kwh: float
+    power_per_gpu_watts: float
+    power_basis: str
+    cost: float | None
+    step: StepTime = field(repr=False)
+
+    @property
+    def days(self) -> float:
+        """Wall-clock days."""
+        return self.seconds / 86400.0
+
+    def __float__(self) -> float:
+        return float(self.seconds)
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}
+        out["days"] = self.days
+        out["step"] = self.step.to_dict()
+        return out
+
+    def __repr__(self) -> str:
+        cost = "" if self.cost is None else f", cost {self.cost:,.0f}"
+        return (f"TrainingTime({self.days:.2f} days = {format_seconds(self.seconds)} on {self.num_gpus} GPUs, "
+                f"{self.steps:,} steps of {format_seconds(self.step.seconds)}, {self.gpu_hours:,.0f} GPU-hours, "
+                f"{self.energy_kwh:,.0f} kWh at {self.power_per_gpu_watts:.0f} W per GPU ({self.power_basis}){cost}; "
+                f"MFU {self.step.mfu:.1%})")
+
+    def _repr_html_(self) -> str:
+        from .._repr import html_table
+
+        rows = [("wall-clock", f"{self.days:.2f} days"), ("GPUs", str(self.num_gpus)), ("steps", f"{self.steps:,}"),
+                ("step", format_seconds(self.step.seconds)), ("MFU", f"{self.step.mfu:.1%}"),
+                ("GPU-hours", f"{self.gpu_hours:,.0f}"), ("energy", f"{self.energy_kwh:,.0f} kWh"),
+                ("power per GPU", f"{self.power_per_gpu_watts:.0f} W ({self.power_basis})")]
+        if self.cost is not None:
+            rows.append(("cost", f"{self.cost:,.0f}"))
+        return html_table(f"Training {self.tokens:.3g} tokens", rows)
+
+
+def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, seq_len: int,
+                  precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
+                  gradient_accumulation_steps: int = 1, parallelism: Any = None, framework: str = "hf",
+                  price_per_gpu_hour: float | None = None, power_per_gpu_watts: float | None = None,
+                  **step_options: Any) -> TrainingTime:
+    """Time, GPU-hours, energy and cost of training on ``tokens`` tokens.
+
+    Parameters
+    ----------
+    model, gpu_or_system, batch_size, seq_len, precision, optimizer, checkpointing, gradient_accumulation_steps,
+    parallelism, framework :
+        As :func:`gpumodel.training_step_time`; one step sees
+        ``batch_size * gradient_accumulation_steps * dp * seq_len`` tokens.
+    tokens : float or str
+        Tokens to train on (``"1T"``, ``"300B"`` or a number).
+    price_per_gpu_hour : float, optional
+        Price of one GPU for one hour; gives ``cost``.
+    power_per_gpu_watts : float, optional
+        Power per GPU [W]; default: the system's node power over its GPUs, or the board TDP of one GPU.
+    **step_options :
+        Passed on to :func:`gpumodel.training_step_time`.
+
+    Returns
+    -------
+    TrainingTime
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> run = gm.training_time("llama-3.2-1b", "h200", tokens="1B", batch_size=8, seq_len=1024)
+    >>> run.num_gpus, run.steps, run.power_basis
+    (1, 122071, 'h200-sxm board TDP')
+    """
+    from ..steptime import training_step_time
+
+    n_tokens = parse_tokens(tokens)
+    step = training_step_time(model, gpu_or_system, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                              optimizer=optimizer, checkpointing=checkpointing,
+                              gradient_accumulation_steps=positive_int(gradient_accumulation_steps,
+                                                                       "gradient_accumulation_steps"),
+                              parallelism=parallelism, framework=framework, **step_options)
+    per_step = step.tokens_per_s * step.seconds
+    steps = math.ceil(n_tokens / per_step - 1e-9)
+    seconds = steps * step.seconds
+    n = step.num_gpus
+    if power_per_gpu_watts is not None:
+        power, basis = positive_number(power_per_gpu_watts, "power_per_gpu_watts"), "given"
+    else:
+        sysm = resolve_system(gpu_or_system, "gpu_or_system")
+        from .system import SYSTEM_CATALOG, SystemSpec
+
+        is_system = isinstance(gpu_or_system, SystemSpec) or (isinstance(gpu_or_system, str)
+                                                               and gpu_or_system in SYSTEM_CATALOG)
+        if n == 1 and not is_system:
+            power, basis = sysm.gpu.tdp_watts, f"{sysm.gpu_name} board TDP"
+        else:
+            power, basis = sysm.gpu_power_watts, f"{sysm.name} node power / {sysm.gpus_per_node} GPUs"
+    cost = None
+    if price_per_gpu_hour is not None:
+        cost = positive_number(price_per_gpu_hour, "price_per_gpu_hour") * n * seconds / 3600.0
+    return TrainingTime(seconds=seconds, steps=steps, tokens=n_tokens, num_gpus=n, gpu_hours=n * seconds / 3600.0,
+                        energy_kwh=power * n * seconds / 3.6e6, power_per_gpu_watts=float(power), power_basis=basis,
+                        cost=cost, step=step)

@@ -1,0 +1,150 @@
+"""Time to generate ``new_tokens`` tokens for a batch of prompts: one prefill, then decode steps.
+
+The prefill produces the first token (time to first token, TTFT); each of the ``new_tokens - 1``
+decode steps that follow produces one more, attending over a cache that grows by one token a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .._repr import html_table
+from ..errors import ArgumentError
+from ..vocabulary import format_seconds, positive_int
+from .timing import ServingTime, resolve_serving_args, step_time
+
+__all__ = ["Generation", "generation_time", "decode_total"]
+
+#: Decode steps summed one by one up to this many; beyond, the sum is taken over evenly spaced
+#: context lengths (the step time is close to linear in the context) and scaled.
+EXACT_STEPS = 32
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Estimated latency and throughput of generating ``new_tokens`` tokens for ``batch_size`` prompts.
+
+    Attributes
+    ----------
+    ttft_s : float
+        Time to first token: the prefill [s].
+    tpot_s : float
+        Time per output token after the first: mean decode-step time [s] (nan for one new token).
+    seconds : float
+        Whole generation, ``ttft_s + (new_tokens - 1) * tpot_s`` [s]; ``float(g)`` gives it.
+    tokens_per_s : float
+        Generated tokens of the whole batch over ``seconds`` [token/s].
+    prefill : ServingTime
+        The prefill step.
+    first_decode, last_decode : ServingTime or None
+        The first and last decode steps (None for one new token).
+    """
+
+    ttft_s: float
+    tpot_s: float
+    seconds: float
+    tokens_per_s: float
+    batch_size: int
+    prompt_len: int
+    new_tokens: int
+    prefill: ServingTime
+    first_decode: ServingTime | None
+    last_decode: ServingTime | None
+
+    def __float__(self) -> float:
+        return float(self.seconds)
+
+    @property
+    def tokens_per_s_per_sequence(self) -> float:
+        """Generated tokens per second one sequence sees [token/s]."""
+        return self.tokens_per_s / self.batch_size
+
+    def to_dict(self) -> dict:
+        """Plain fields (SI units); the step records as their own ``to_dict()``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("prefill", "first_decode", "last_decode"):
+            out[key] = out[key].to_dict() if out[key] is not None else None
+        out["tokens_per_s_per_sequence"] = self.tokens_per_s_per_sequence
+        return out
+
+    def __repr__(self) -> str:
+        p = self.prefill
+        tp = f" x tp={p.tp}" if p.tp > 1 else ""
+        return (f"Generation({p.model} on {p.gpu}{tp}, batch {self.batch_size}, prompt {self.prompt_len}, "
+                f"{self.new_tokens} new tokens: TTFT {format_seconds(self.ttft_s)}, TPOT "
+                f"{format_seconds(self.tpot_s)}, total {format_seconds(self.seconds)}, "
+                f"{self.tokens_per_s:,.1f} tokens/s)")
+
+    def _repr_html_(self) -> str:
+        p = self.prefill
+        rows = [("time to first token", format_seconds(self.ttft_s)),
+                ("time per output token", format_seconds(self.tpot_s)),
+                ("total", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.1f}"),
+                ("tokens/s per sequence", f"{self.tokens_per_s_per_sequence:,.1f}"),
+                ("engine", f"{p.engine}, {p.dtype} weights, {p.kv_dtype} KV cache, tp={p.tp}")]
+        return html_table(f"Generation: {p.model} on {p.gpu}, batch {self.batch_size}, prompt {self.prompt_len}",
+                          rows)
+
+
+def decode_total(setup, batch, first_context: int, steps: int) -> tuple[float, Any, Any]:
+    """Sum of ``steps`` decode-step times at contexts ``first_context, first_context + 1, ...`` [s],
+    with the first and last steps' records."""
+    if steps <= EXACT_STEPS:
+        ctx = first_context + np.arange(steps)
+        weights = np.ones(steps)
+    else:
+        ctx = np.unique(np.linspace(first_context, first_context + steps - 1, 17).round().astype(int))
+        weights = np.full(ctx.size, steps / ctx.size)
+    t = step_time(setup, batch, 1, ctx, "decode")
+    return float(np.sum(np.asarray(t.seconds) * weights)), t.pick(0), t.pick(-1)
+
+
+def generation_time(model: Any, gpu: Any, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
+                    dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *,
+                    group_size: int = 128) -> Generation:
+    """Time to generate ``new_tokens`` tokens for ``batch_size`` prompts of ``prompt_len`` tokens.
+
+    Parameters
+    ----------
+    model, gpu, dtype, kv_dtype, tp, engine, group_size :
+        As for :func:`gpumodel.serving.decode_step_time`.
+    batch_size : int
+        Sequences generated together (static batch).
+    prompt_len : int
+        Prompt length [token].
+    new_tokens : int
+        Tokens generated per sequence, the first by the prefill [token].
+
+    Returns
+    -------
+    Generation
+
+    Notes
+    -----
+    .. math:: T = t_{prefill}(b, s) + \\sum_{j=1}^{n-1} t_{decode}(b, s + j - 1)
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> g = gm.generation_time("llama-3-8b", "h200", batch_size=1, prompt_len=128, new_tokens=256)
+    >>> 100 < g.tokens_per_s < 300, g.ttft_s < g.seconds
+    (True, True)
+    """
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    b, s, n = (positive_int(v, name) for v, name in ((batch_size, "batch_size"), (prompt_len, "prompt_len"),
+                                                       (new_tokens, "new_tokens")))
+    if np.ndim(b) or np.ndim(s) or np.ndim(n):
+        raise ArgumentError("batch_size, prompt_len and new_tokens must be scalars here; loop over a sweep")
+    prefill = step_time(setup, b, s, 0, "prefill")
+    if n > 1:
+        decode_s, first, last = decode_total(setup, b, s, n - 1)
+        tpot = decode_s / (n - 1)
+    else:
+        decode_s, first, last, tpot = 0.0, None, None, float("nan")
+    total = float(prefill.seconds) + decode_s
+    return Generation(ttft_s=float(prefill.seconds), tpot_s=tpot, seconds=total, tokens_per_s=b * n / total,
+                      batch_size=b, prompt_len=s, new_tokens=n, prefill=prefill, first_decode=first,
+                      last_decode=last)

@@ -1,0 +1,146 @@
+"""The kernels a serving step is built from, in one place: decode attention over a KV cache, the
+KV-cache write, weight-only quantised matmuls, the tensor-parallel all-reduce, and the host's cost of
+dispatching an eager op.
+
+Each function returns an :class:`~gpumodel.ops.OpCost` that :func:`gpumodel.estimate.estimate` times,
+except :func:`allreduce_time` and :data:`HOST_OP_S` (seconds). Where :mod:`gpumodel.ops` has the op
+(``attention(..., kv_seq=)``, ``kv_cache_write``, ``matmul(..., weight_dtype=)``) it is used as is;
+otherwise the nearest existing op is used with its traffic set to what the kernel moves:
+
+* decode attention: ``attention(batch, heads, 1, head_dim)`` with the FLOPs of one query row over
+  ``kv_seq`` keys (:math:`4 b h s_q s_{kv} d`) and the bytes of reading ``kv_seq`` keys and values;
+* KV-cache write: one elementwise copy each for keys and values;
+* weight-only matmul: the 16-bit matmul with the weight operand's bytes at the stored width (plus
+  scales), i.e. a dequantising GEMM that streams the packed weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..dtypes import DType, bytes_per_element
+
+__all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
+           "HOST_STEP_S", "ALLREDUCE_LATENCY_S", "ALLREDUCE_STEP_S"]
+
+_ATTN_HAS_KV_SEQ = "kv_seq" in inspect.signature(ops.attention).parameters
+_MATMUL_HAS_WEIGHT_DTYPE = "weight_dtype" in inspect.signature(ops.matmul).parameters
+
+#: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
+#: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
+#: (the calibration's ``launch_s``, about 4.7 us on the H200): a graph submits its kernels back to
+#: back. Order of magnitude: NVIDIA's "Getting Started with CUDA Graphs" (A. Gray, 2019) measures
+#: about 3.4 us per short kernel with graphs against about 3.8 us without (kernel included).
+GRAPH_LAUNCH_S = 2.0e-6
+#: Host time to dispatch one eager PyTorch op from Python (module call, dispatcher, launch) [s].
+#: An assumption, not a fit: PyTorch's eager overhead is "on the order of 10 us per op" on a modern
+#: x86 host (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022, section
+#: "Overhead"), and HF modules add their ``nn.Module.__call__`` layers on top. Used by ``engine="hf"``
+#: only; a measured host cost replaces it when one exists.
+HOST_OP_S = 10e-6
+#: Host time per ``generate`` step outside the model's ops (logits processors, stopping criteria,
+#: cache bookkeeping, the per-step device sync) [s]; the same source and status as :data:`HOST_OP_S`.
+HOST_STEP_S = 1.0e-3
+#: Fixed time of one all-reduce call (kernel launch and the cross-GPU handshake) [s]. An assumption
+#: in the range of NCCL's small-message all-reduce latency inside one NVLink node (nccl-tests
+#: ``all_reduce_perf`` reports ~10-30 us for 8 B..64 KiB messages on 8x A100/H100 SXM).
+ALLREDUCE_LATENCY_S = 8e-6
+#: Extra latency per step of the ring (``2 (tp - 1)`` steps) [s]; same source as above.
+ALLREDUCE_STEP_S = 1e-6
+
+
+def _b(dtype: Any) -> float:
+    return float(bytes_per_element(dtype))
+
+
+def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: Any = "bf16", *, causal: bool = False,
+              kv_heads: Any = None, kv_seq: Any = None, kv_dtype: Any = None) -> ops.OpCost:
+    """Flash attention of ``seq`` queries over ``kv_seq`` cached keys (default ``seq``).
+
+    ``kv_dtype`` (default ``dtype``) is the cache's number format: an fp8 cache halves the K/V bytes.
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    kv_seq = seq if kv_seq is None else kv_seq
+    kv_b = _b(dtype if kv_dtype is None else kv_dtype)
+    if _ATTN_HAS_KV_SEQ:
+        op = ops.attention(batch, heads, seq, head_dim, dtype=dtype, causal=causal, impl="flash",
+                           kv_heads=kv_heads, kv_seq=kv_seq)
+        if kv_dtype is None or kv_b == _b(dtype):
+            return op
+        kv = 2.0 * batch * kv_heads * kv_seq * head_dim
+        return dataclasses.replace(op, bytes_read=op.bytes_read - kv * (_b(dtype) - kv_b))
+    if np.all(np.asarray(kv_seq) == np.asarray(seq)) and kv_dtype is None:
+        return ops.attention(batch, heads, seq, head_dim, causal=causal, dtype=dtype, kv_heads=kv_heads)
+    op = ops.attention(batch, heads, seq, head_dim, causal=causal, dtype=dtype, kv_heads=kv_heads)
+    s = _b(dtype)
+    # a query at position p sees p+1 keys; causal chunk of seq queries at the end of kv_seq keys
+    pairs = seq * kv_seq - np.where(causal, seq * (seq - 1) / 2.0, 0.0)
+    q = batch * heads * seq * head_dim * s
+    kv = 2.0 * batch * kv_heads * kv_seq * head_dim * kv_b
+    lse = batch * heads * seq * ops.STAT_BYTES
+    return dataclasses.replace(op, flops=4.0 * batch * heads * pairs * head_dim, bytes_read=q + kv,
+                               bytes_written=q + lse, breakdown={"q": q, "kv": kv, "out": q, "stats": lse})
+
+
+def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype: Any = "bf16",
+                   kv_dtype: Any = None) -> list[ops.OpCost]:
+    """The kernels that store ``tokens`` new keys and values per sequence into the cache."""
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
+    if hasattr(ops, "kv_cache_write"):
+        return [ops.kv_cache_write(batch, kv_heads, tokens, head_dim, dtype=kv_dtype)]
+    n = batch * kv_heads * tokens * head_dim
+    one = ops.elementwise(n, "int8", inputs=_b(dtype), outputs=_b(kv_dtype), flops_per_element=0)
+    return [one, one]
+
+
+def matmul(m: Any, n: Any, k: Any, dtype: Any = "bf16", weight_dtype: Any = None, group_size: int = 128) -> ops.OpCost:
+    """``[m, k] @ [k, n]`` with the ``[k, n]`` weight stored as ``weight_dtype`` (default ``dtype``).
+
+    fp8 weights with ``dtype="fp8"`` run an fp8 GEMM. int8/int4 (weight-only) keep 16-bit math and
+    read ``k n`` packed weights plus a 16-bit scale per ``group_size`` (int4 also a zero point).
+    """
+    wd = DType(str(getattr(weight_dtype, "value", weight_dtype))) if weight_dtype is not None else None
+    if wd is None or wd.value == str(getattr(dtype, "value", dtype)):
+        return ops.matmul(m, n, k, dtype)
+    if _MATMUL_HAS_WEIGHT_DTYPE:
+        return ops.matmul(m, n, k, dtype, weight_dtype=wd.value)
+    op = ops.matmul(m, n, k, dtype)
+    extra = (4.0 if wd == DType.INT4 else 2.0) / group_size if wd in (DType.INT4, DType.INT8) else 0.0
+    w = k * n * (_b(wd) + extra)
+    bd = dict(op.breakdown)
+    old = bd.get("b", k * n * _b(dtype))
+    bd["b"] = w
+    return dataclasses.replace(op, bytes_read=op.bytes_read - old + w, breakdown=bd)
+
+
+def link_bandwidth(gpu: Any) -> float:
+    """Per-direction bandwidth of one GPU's link to its peers [bytes/s]: half the NVLink total,
+    else PCIe x16 of the GPU's generation (4: 32 GB/s, 5: 64 GB/s, 6: 128 GB/s, per direction)."""
+    if gpu.nvlink_bandwidth:
+        return gpu.nvlink_bandwidth / 2.0
+    return {3: 16e9, 4: 32e9, 5: 64e9, 6: 128e9}.get(int(gpu.pcie_generation), 32e9)
+
+
+def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
+    """Time of one ring all-reduce of ``nbytes`` over ``tp`` GPUs [s] (0 when ``tp == 1``).
+
+    .. math:: t = \\alpha + 2 (p - 1) \\alpha_s + \\frac{2 (p - 1)}{p} \\frac{n}{B}
+
+    with :math:`B` the per-direction link bandwidth (:func:`link_bandwidth`), :math:`\\alpha` =
+    :data:`ALLREDUCE_LATENCY_S` and :math:`\\alpha_s` = :data:`ALLREDUCE_STEP_S`. Until a collectives
+    model exists in the package, this is the one place the serving layer models communication.
+
+    References
+    ----------
+    Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+    IJHPCA 19(1), 2005 (ring all-reduce cost).
+    """
+    if tp <= 1:
+        return 0.0 * np.asarray(nbytes, dtype=float)
+    steps = 2.0 * (tp - 1)
+    return ALLREDUCE_LATENCY_S + steps * ALLREDUCE_STEP_S + steps / tp * np.asarray(nbytes, float) / link_bandwidth(gpu)

@@ -1,0 +1,325 @@
+"""Time of one prefill and of one decode step: the sum of the step's kernels, its tensor-parallel
+all-reduces and, for eager Hugging Face ``generate``, the host's dispatch time.
+
+A step on an engine that replays CUDA graphs (``engine="graph"``) costs its kernels' times
+(:func:`gpumodel.estimate.estimate`, one stream, no overlap) plus ``2 L`` all-reduces of the hidden
+state when ``tp > 1`` (:func:`gpumodel.serving.kernels.allreduce_time`). Eager HF ``generate``
+(``engine="hf"``) dispatches every op from Python: the GPU cannot run ahead of the host, so a step
+takes :math:`\\max(t_{kernels}, t_{host})` with :math:`t_{host} = n_{ops} \\cdot` ``HOST_OP_S`` ``+``
+``HOST_STEP_S`` (:mod:`gpumodel.serving.kernels`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from .._repr import html_table
+from ..errors import ArgumentError
+from ..estimate import estimate as _estimate
+from ..vocabulary import choice, divides, format_seconds, positive_int, resolve_gpu, resolve_model, weight_dtype
+from . import kernels as K
+from .steps import allreduces_per_step, host_ops, step_kernels
+
+__all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args", "step_time"]
+
+
+class Engine(str, enum.Enum):
+    """How steps are launched: ``graph`` replays CUDA graphs (kernel time only); ``hf`` is eager HF ``generate``."""
+
+    GRAPH = "graph"
+    HF = "hf"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _show(x: Any) -> str:
+    return format_seconds(float(np.max(x)))
+
+
+@dataclass(frozen=True)
+class ServingTime:
+    """Estimated time of one prefill or one decode step on one tensor-parallel group.
+
+    Attributes
+    ----------
+    seconds : float or ndarray
+        Step time [s]; ``float(t)`` gives it (for a scalar step).
+    phase : {"prefill", "decode"}
+    tokens_per_s : float or ndarray
+        Tokens the step processes over its time: ``batch_size * prompt_len`` for a prefill,
+        ``batch_size`` new tokens for a decode step [token/s].
+    breakdown : dict
+        Seconds by kernel family (``"matmul"``, ``"attention"``, ``"kv_write"``, ``"norm"``,
+        ``"elementwise"``, ``"embedding"``, ``"logits"``, ``"allreduce"``) [s].
+    bounds : dict
+        For each family, what bounds most of its time: ``"memory"``, ``"compute"``, ``"launch"``,
+        ``"parallelism"`` or, for the all-reduce, ``"latency"``/``"link"``.
+    kernel_s : float or ndarray
+        GPU time (kernels and all-reduces) [s].
+    host_s : float or ndarray
+        Host dispatch time (0 for ``engine="graph"``) [s].
+    host_bound : bool or ndarray
+        Whether the host, not the GPU, sets the step time.
+    kernels : int
+        Kernels launched per step per GPU.
+    weight_bytes : float
+        Weight bytes each GPU reads per step [B].
+    calibrated : bool
+        Whether a calibration for this GPU timed the kernels.
+    batch_size, tokens, tp, dtype, kv_dtype, engine, model, gpu :
+        The inputs (``tokens`` = prompt length or context length).
+    """
+
+    seconds: Any
+    phase: str
+    tokens_per_s: Any
+    breakdown: dict = field(default_factory=dict)
+    bounds: dict = field(default_factory=dict)
+    kernel_s: Any = 0.0
+    host_s: Any = 0.0
+    host_bound: Any = False
+    kernels: int = 0
+    weight_bytes: float = 0.0
+    calibrated: bool = False
+    batch_size: Any = 1
+    tokens: Any = 1
+    tp: int = 1
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    engine: str = "graph"
+    model: str = ""
+    gpu: str = ""
+
+    def __float__(self) -> float:
+        return float(self.seconds)
+
+    def pick(self, i: int) -> "ServingTime":
+        """The ``i``-th configuration of an array result, as a scalar record."""
+        if np.ndim(self.seconds) == 0:
+            return self
+
+        def one(x: Any) -> Any:
+            if np.ndim(x) == 0:
+                return x
+            v = np.asarray(x)[i]
+            return v.item() if hasattr(v, "item") else v
+
+        values = {f.name: one(getattr(self, f.name)) for f in fields(self)}
+        values["breakdown"] = {k: float(one(v)) for k, v in self.breakdown.items()}
+        values["bounds"] = {k: str(one(v)) for k, v in self.bounds.items()}
+        values["host_bound"] = bool(values["host_bound"])
+        return ServingTime(**values)
+
+    def to_dict(self) -> dict:
+        """Plain fields (SI units) for JSON or a DataFrame row."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["breakdown"], out["bounds"] = dict(self.breakdown), dict(self.bounds)
+        return out
+
+    def _parts(self) -> str:
+        return ", ".join(f"{k} {_show(v)} ({self.bounds.get(k, '')})" for k, v in self.breakdown.items()
+                         if np.any(np.asarray(v) > 0))
+
+    def __repr__(self) -> str:
+        if np.ndim(self.seconds):
+            t = np.asarray(self.seconds)
+            return (f"ServingTime({self.phase} of {self.model} on {self.gpu}: {t.size} configs, "
+                    f"{format_seconds(t.min())} .. {format_seconds(t.max())})")
+        what = "prompt" if self.phase == "prefill" else "context"
+        host = f", host {_show(self.host_s)}{' (host-bound)' if self.host_bound else ''}" if self.engine == "hf" else ""
+        tp = f" x tp={self.tp}" if self.tp > 1 else ""
+        return (f"ServingTime({self.phase} of {self.model} on {self.gpu}{tp}, batch {self.batch_size}, "
+                f"{what} {self.tokens}: {_show(self.seconds)}, {float(self.tokens_per_s):,.0f} tokens/s{host}; "
+                f"{self._parts()})")
+
+    def _repr_html_(self) -> str:
+        rows = [("time", _show(self.seconds)), ("tokens/s", f"{float(np.max(self.tokens_per_s)):,.0f}"),
+                ("engine", f"{self.engine}, {self.dtype} weights, {self.kv_dtype} KV cache, tp={self.tp}")]
+        rows += [(k, f"{_show(v)} ({self.bounds.get(k, '')})") for k, v in self.breakdown.items()
+                 if np.any(np.asarray(v) > 0)]
+        if self.engine == "hf":
+            rows.append(("host", _show(self.host_s)))
+        return html_table(f"ServingTime: {self.phase} of {self.model} on {self.gpu}", rows)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The resolved arguments every serving function shares."""
+
+    cfg: Any
+    gpu: Any
+    dtype: Any
+    kv_dtype: Any
+    tp: int
+    engine: Engine
+    group_size: int = 128
+
+
+def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: Any, engine: Any,
+                         group_size: Any = 128) -> Setup:
+    """Resolve and check the arguments every serving function shares."""
+    cfg, g = resolve_model(model), resolve_gpu(gpu)
+    dt = weight_dtype(dtype, "dtype")
+    kv = None if kv_dtype is None else weight_dtype(kv_dtype, "kv_dtype", allowed=_KV_DTYPES)
+    tp = positive_int(tp, "tp")
+    if np.ndim(tp):
+        raise ArgumentError("tp must be a single positive integer")
+    divides(tp, cfg.num_heads, "tp", "the attention heads")
+    if cfg.kv_heads >= tp:
+        divides(tp, cfg.kv_heads, "tp", "the key/value heads")
+    eng = choice(Engine, engine, "engine")
+    group = positive_int(group_size, "group_size")
+    if np.ndim(group):
+        raise ArgumentError("group_size must be a single positive integer")
+    return Setup(cfg, g, dt, kv, tp, eng, group)
+
+
+def _kv_dtypes():
+    from ..dtypes import DType
+
+    return (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
+
+
+_KV_DTYPES = _kv_dtypes()
+
+
+def _bound_of(est) -> np.ndarray:
+    return np.asarray(est.bound)
+
+
+def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str) -> ServingTime:
+    """One step, arguments already resolved (see :func:`prefill_time`)."""
+    cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
+    kerns = step_kernels(cfg, batch, new_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
+    shape = np.broadcast_shapes(np.shape(batch), np.shape(new_tokens), np.shape(cached))
+    zeros = np.zeros(shape)
+    times: dict[str, Any] = {}
+    by_bound: dict[str, dict[str, Any]] = {}
+    count, calibrated, wbytes = 0, False, 0.0
+    for fam, op, n in kerns:
+        est = _estimate(op, g)
+        t = np.asarray(est.time_s, dtype=float)
+        if eng == Engine.GRAPH:
+            t = t - np.asarray(est.overhead_s, dtype=float) + K.GRAPH_LAUNCH_S
+        t = n * t + zeros
+        times[fam] = times.get(fam, zeros) + t
+        b = np.broadcast_to(_bound_of(est), shape)
+        fam_bounds = by_bound.setdefault(fam, {})
+        for label in np.unique(b):
+            fam_bounds[str(label)] = fam_bounds.get(str(label), zeros) + np.where(b == label, t, 0.0)
+        count += int(round(float(np.max(n))))
+        calibrated = calibrated or bool(est.calibrated)
+        if fam in ("matmul", "logits"):
+            wbytes += float(np.max(n * np.asarray(op.breakdown.get("b", 0.0))))
+    if tp > 1:
+        nbytes = batch * new_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
+        ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
+        times["allreduce"] = ar
+        bw_part = allreduces_per_step(cfg) * 2.0 * (tp - 1) / tp * nbytes / K.link_bandwidth(g)
+        by_bound["allreduce"] = {"link": bw_part + zeros, "latency": ar - bw_part}
+        count += allreduces_per_step(cfg)
+    kernel_s = sum(times.values())
+    if eng == Engine.HF:
+        host_s = host_ops(cfg, prefill=phase == "prefill") * K.HOST_OP_S + K.HOST_STEP_S + zeros
+    else:
+        host_s = zeros
+    seconds = np.maximum(kernel_s, host_s)
+    bounds = {}
+    for fam, parts in by_bound.items():
+        labels = list(parts)
+        stack = np.stack([np.asarray(parts[x]) for x in labels])
+        idx = np.argmax(stack, axis=0)
+        pick = np.asarray(labels, dtype=object)[idx]
+        bounds[fam] = str(pick) if np.ndim(pick) == 0 else pick
+    tokens = batch * new_tokens
+    sc = (lambda x: float(x)) if not shape else (lambda x: np.asarray(x))  # noqa: E731
+    return ServingTime(
+        seconds=sc(seconds), phase=phase, tokens_per_s=sc(tokens / seconds),
+        breakdown={k: sc(v) for k, v in times.items()}, bounds=bounds, kernel_s=sc(kernel_s), host_s=sc(host_s),
+        host_bound=bool(np.all(host_s > kernel_s)) if not shape else np.asarray(host_s > kernel_s),
+        kernels=count, weight_bytes=wbytes, calibrated=calibrated, batch_size=batch,
+        tokens=new_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
+        kv_dtype=(kv.value if kv is not None else ("fp32" if dt.value == "fp32" else "bf16")),
+        engine=eng.value, model=cfg.name, gpu=g.name)
+
+
+def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
+                 tp: int = 1, engine: str = "graph", *, kv_dtype: Any = None, group_size: int = 128) -> ServingTime:
+    """Time of the prefill: ``batch_size`` prompts of ``prompt_len`` tokens through the model at once,
+    writing their keys and values to the cache and producing the first token's logits.
+
+    Parameters
+    ----------
+    model : str, TransformerConfig or dict
+        A preset name, a config, or a Hugging Face ``config.json`` dict.
+    gpu : str or GPUSpec
+    batch_size : int or array
+        Sequences prefilled together.
+    prompt_len : int or array
+        Prompt length [token].
+    dtype : {"bf16", "fp16", "fp8", "int8", "int4", "fp32"}
+        Weight format: fp8 runs fp8 GEMMs; int8/int4 are weight-only (16-bit math).
+    tp : int
+        Tensor-parallel degree: the time is per step of the group of ``tp`` GPUs.
+    engine : {"graph", "hf"}
+        ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``hf``: eager HF ``generate``.
+    kv_dtype : {None, "bf16", "fp16", "fp8"}
+        KV-cache format (default: the activation format).
+    group_size : int
+        Weights per 16-bit scale of int8/int4 weights.
+
+    Returns
+    -------
+    ServingTime
+
+    Notes
+    -----
+    .. math:: t = \\sum_k n_k\\, t_k + 2 L\\, t_{AR}(b\\, s\\, h\\, e) \\quad (tp > 1)
+
+    over the step's kernels :math:`k` (:mod:`gpumodel.serving.steps`), each timed by
+    :func:`gpumodel.estimate.estimate`; :math:`t_{AR}` is the ring all-reduce of the hidden state.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> t = gm.prefill_time("llama-3-8b", "h200", batch_size=1, prompt_len=2048)
+    >>> t.bounds["matmul"], 0.05 < float(t) < 0.5
+    ('compute', True)
+    """
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    b, s = positive_int(batch_size, "batch_size"), positive_int(prompt_len, "prompt_len")
+    return step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
+
+
+def decode_step_time(model: Any, gpu: Any, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
+                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *, group_size: int = 128) -> ServingTime:
+    """Time of one decode step: one new token for each of ``batch_size`` sequences, each attending over
+    ``context_len`` cached tokens (and itself).
+
+    Parameters are those of :func:`prefill_time`, with ``context_len`` [token] the tokens already in
+    each sequence's cache.
+
+    Returns
+    -------
+    ServingTime
+        ``tokens_per_s`` is ``batch_size / seconds``.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> t = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=1024)
+    >>> t.bounds["matmul"], 1e-3 < float(t) < 1e-2      # about 16 GB of bf16 weights at 4.8 TB/s
+    ('memory', True)
+    >>> tp8 = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=1024, tp=8)
+    >>> float(t) / float(tp8) < 8                           # the all-reduces do not shrink with tp
+    True
+    """
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    b = positive_int(batch_size, "batch_size")
+    c = positive_int(context_len, "context_len")
+    return step_time(setup, b, 1, c, "decode")

@@ -1,0 +1,65 @@
+"""plan_training: the vectorised search agrees with the full composition; it is fast; it ranks."""
+
+import time
+import warnings
+
+import pytest
+
+import gpumodel as gm
+from gpumodel.cluster.step import parallel_training_step_time
+
+KW = dict(tokens="1T", global_batch=256, seq_len=4096)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=32, top=None, **KW)
+
+
+def test_rows_are_valid_and_ranked(plan):
+    assert plan.feasible == len(plan.rows) > 10 and plan.candidates >= plan.feasible
+    times = [r["step_s"] for r in plan.rows]
+    assert times == sorted(times)
+    for r in plan.rows[:20]:
+        assert r["dp"] * r["tp"] * r["pp"] * r["cp"] == 32 and r["headroom_bytes"] >= 0
+        assert r["micro_batch"] * r["gradient_accumulation_steps"] * r["dp"] == 256
+        assert r["days"] == pytest.approx(r["step_s"] * 1e12 / (256 * 4096) / 86400, rel=1e-3)
+
+
+def test_vectorised_model_matches_the_full_composition(plan):
+    # the planner interpolates the shard's kernel times in the micro-batch; the step evaluates them exactly
+    rows = plan.rows[:: max(1, len(plan.rows) // 25)]
+    for r in rows:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+            st = parallel_training_step_time("llama-3-8b", "dgx-h100", r["micro_batch"], 4096,
+                                             checkpointing=r["checkpointing"],
+                                             gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                             parallelism=plan.parallelism(plan.rows.index(r)), framework="megatron")
+        assert r["step_s"] == pytest.approx(st.seconds, rel=0.10), r
+        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=0.10), r
+
+
+def test_hundred_thousand_candidates_in_seconds():
+    kw = dict(tokens="1T", global_batch=4096, seq_len=8192, max_gpus=16384, micro_batches=(1, 2, 4, 8, 16))
+    gm.plan_training("llama-3-70b", "dgx-h100", **kw)  # evaluates the shard shapes once (cached)
+    t0 = time.perf_counter()
+    p = gm.plan_training("llama-3-70b", "dgx-h100", **kw)
+    elapsed = time.perf_counter() - t0
+    assert p.candidates >= 60_000
+    assert elapsed < 4.0   # about 1 s on 2 cores; generous for loaded CI machines
+
+
+def test_objective_cost_and_price():
+    p = gm.plan_training("llama-3-8b", "dgx-h100", max_gpus=64, objective="cost", price_per_gpu_hour=2.0, top=5, **KW)
+    hours = [r["gpu_hours"] for r in p.rows]
+    assert hours == sorted(hours) and p.rows[0]["cost"] == pytest.approx(2.0 * hours[0])
+    assert "<table>" in p._repr_html_() and "layouts fit" in repr(p)
+    assert p.to_dict()["rows"][0] == p.best
+
+
+def test_errors():
+    with pytest.raises(gm.ArgumentError, match="objective"):
+        gm.plan_training("llama-3-8b", "dgx-h100", objective="speed", **KW)
+    with pytest.raises(gm.ArgumentError, match="tokens"):
+        gm.plan_training("llama-3-8b", "dgx-h100", tokens="lots", global_batch=8, seq_len=128)

@@ -1,0 +1,114 @@
+"""The step of a parallel layout: dispatch, breakdown, communication and bubble arithmetic, fit."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import gpumodel as gm
+from gpumodel.cluster.collectives import system_collective_time
+from gpumodel.cluster.step import PHASES, parallel_training_step_time
+
+CFG = gm.model("llama-3.2-1b")
+
+
+def step(par, system="dgx-h100", **kw):
+    args = dict(batch_size=2, seq_len=2048, gradient_accumulation_steps=4, parallelism=par, framework="megatron")
+    args.update(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        return gm.training_step_time(CFG, system, **args)
+
+
+def test_dispatch_and_breakdown_keys():
+    st = step(gm.Parallelism(dp=8))
+    assert st.num_gpus == 8 and set(PHASES) <= set(st.breakdown)
+    assert float(st) == pytest.approx(sum(st.breakdown.values()))
+    assert st.tokens_per_s == pytest.approx(2 * 2048 * 4 * 8 / st.seconds)
+    one = gm.training_step_time(CFG, "h100", batch_size=2, seq_len=2048)      # a bare GPU: the one-GPU model
+    assert one.num_gpus == 1 and "communication" not in one.breakdown
+    by_system = gm.training_step_time(CFG, "dgx-h100", batch_size=2, seq_len=2048)  # a system: the cluster model
+    assert "communication" in by_system.breakdown and by_system.num_gpus == 1
+
+
+def test_tensor_parallel_communication_matches_hand_arithmetic():
+    # dp=1, pp=1, no recomputation: per micro-batch 2 all-reduces per layer forward + 2 backward, + 2 at the head
+    st = step(gm.Parallelism(tp=4))
+    act = 2 * 2048 * CFG.hidden_size * 2  # b s h bytes (bf16)
+    ar = system_collective_time("all_reduce", act, "dgx-h100", 4, 1)
+    assert st.breakdown["communication"] == pytest.approx(4 * (CFG.num_layers * 4 * ar + 2 * ar), rel=1e-6)
+
+
+def test_pipeline_bubble_is_p_minus_1_over_v_micro_batches():
+    for v in (1, 2):
+        st = step(gm.Parallelism(pp=4, virtual_stages=v))  # dp=1: no gradient reduction
+        per_mb = (st.seconds - st.breakdown["pipeline_bubble"] - st.breakdown["optimizer"]) / 4
+        assert st.breakdown["pipeline_bubble"] == pytest.approx(3 / v * per_mb, rel=1e-6)
+
+
+def test_more_gpus_less_time_per_step_and_tensor_parallel_splits_compute():
+    t1 = step(gm.Parallelism(dp=1))
+    t2 = step(gm.Parallelism(tp=2))
+    assert t2.breakdown["forward"] < 0.7 * t1.breakdown["forward"]
+    assert step(gm.Parallelism(dp=8)).tokens_per_s > 5 * t1.tokens_per_s
+
+
+def test_recomputation_and_selective():
+    none = step(gm.Parallelism(dp=2))
+    full = step(gm.Parallelism(dp=2), checkpointing=True)
+    sel = step(gm.Parallelism(dp=2), checkpointing="selective")
+    assert none.breakdown["recompute"] == 0 < sel.breakdown["recompute"] < full.breakdown["recompute"]
+    assert full.hfu > full.mfu and full.hardware_flops > none.hardware_flops
+
+
+def test_overlapped_frameworks_expose_less_gradient_reduction():
+    kw = dict(precision="bf16", gradient_accumulation_steps=1)
+    meg = step(gm.Parallelism(dp=64), **kw)
+    hf = step(gm.Parallelism(dp=64), **{**kw, "framework": "fsdp"})
+    assert hf.breakdown["communication"] < meg.breakdown["communication"]
+
+
+def test_zero_changes_memory_and_fit():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        z0 = step(gm.Parallelism(dp=8), batch_size=1)
+        z3 = step(gm.Parallelism(dp=8, zero=3), batch_size=1)
+    assert z3.peak_bytes < z0.peak_bytes and z3.fits
+
+
+def test_context_parallel_multiplies_attention_per_chunk():
+    st = step(gm.Parallelism(cp=4), seq_len=16384, batch_size=1)
+    assert st.num_gpus == 4 and st.breakdown["forward"] > 0
+
+
+def test_errors():
+    with pytest.raises(gm.ArgumentError, match="framework"):
+        step(gm.Parallelism(dp=2), framework="jax")
+    with pytest.raises(gm.ArgumentError, match="cp=3"):
+        step(gm.Parallelism(cp=3))
+    with pytest.raises(gm.ArgumentError, match="parallelism"):
+        gm.training_step_time(CFG, "dgx-h100", batch_size=1, seq_len=128, parallelism={"dp": 2})
+    with pytest.raises(gm.ArgumentError, match="network"):
+        step(gm.Parallelism(dp=16), system="l4")
+
+
+def test_does_not_fit_warns():
+    with pytest.warns(gm.DoesNotFitWarning):
+        parallel_training_step_time("llama-3-70b", "dgx-h100", 1, 4096, parallelism=gm.Parallelism(dp=8))
+
+
+def test_to_dict_and_repr():
+    st = step(gm.Parallelism(dp=2, tp=2))
+    assert "on 4 GPUs" in repr(st) and st.to_dict()["num_gpus"] == 4
+    assert np.isfinite(st.to_dict()["tokens_per_s_per_gpu"])
+
+
+def test_expert_parallel_adds_all_to_all_and_moe_compute_counts_top_k():
+    kw = dict(batch_size=1, seq_len=2048, gradient_accumulation_steps=2, framework="megatron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        ep = gm.training_step_time("mixtral-8x7b", "dgx-h100", parallelism=gm.Parallelism(dp=8, ep=8, zero=1), **kw)
+        dense = gm.training_step_time("mixtral-8x7b", "dgx-h100", parallelism=gm.Parallelism(dp=8, zero=1), **kw)
+    assert ep.breakdown["forward"] == pytest.approx(dense.breakdown["forward"])  # same work per token
+    assert ep.breakdown["optimizer"] < dense.breakdown["optimizer"]              # experts split over ep
+    assert 0 < ep.mfu < 0.8

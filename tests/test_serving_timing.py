@@ -1,0 +1,94 @@
+"""Prefill and decode step times: hand arithmetic, properties, arrays, errors and the result record."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gpumodel as gm
+
+
+def test_decode_batch1_is_at_least_the_weights_over_bandwidth():
+    t = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=1024)
+    weights = gm.inference_memory("llama-3-8b", 1, 1).weights_bytes          # 8.03e9 params x 2 B
+    assert weights == pytest.approx(16.06e9, rel=0.01)
+    assert t.seconds > weights / 4.8e12                                       # 3.35 ms at the datasheet 4.8 TB/s
+    assert t.seconds < 3 * weights / 4.8e12
+    assert t.bounds["matmul"] == "memory" and t.breakdown["matmul"] > 0.5 * t.seconds
+    assert t.tokens_per_s == pytest.approx(1 / t.seconds)
+    assert "allreduce" not in t.breakdown and t.kernel_s == t.seconds and t.host_s == 0
+
+
+def test_prefill_is_at_least_the_flops_over_peak():
+    cfg = gm.model("llama-3-8b")
+    t = gm.prefill_time(cfg, "h100", batch_size=4, prompt_len=2048)
+    flops = 2 * cfg.num_layers * cfg.layer_matmul_parameters() * 4 * 2048    # 2 N T over the layer matmuls
+    assert t.seconds > flops / 989.4e12
+    assert t.bounds["matmul"] == "compute"
+    assert t.tokens_per_s == pytest.approx(4 * 2048 / t.seconds)
+
+
+def test_tensor_parallel_does_not_scale_batch1_decode_linearly():
+    one = gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=512)
+    eight = gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=512, tp=8)
+    assert 1.2 < one.seconds / eight.seconds < 4
+    assert eight.breakdown["allreduce"] > 0 and eight.bounds["allreduce"] == "latency"
+    assert eight.weight_bytes == pytest.approx(one.weight_bytes / 8, rel=0.02)
+
+
+def test_quantised_weights_and_fp8_cache_are_faster_where_they_should_be():
+    kw = dict(batch_size=1, context_len=1024)
+    bf16 = gm.decode_step_time("llama-2-7b", "a100", **kw).seconds
+    int8 = gm.decode_step_time("llama-2-7b", "a100", dtype="int8", **kw).seconds
+    int4 = gm.decode_step_time("llama-2-7b", "a100", dtype="int4", **kw).seconds
+    assert bf16 > int8 > int4
+    long = dict(batch_size=64, context_len=16384)
+    assert (gm.decode_step_time("llama-3-8b", "h100", kv_dtype="fp8", **long).breakdown["attention"]
+            < 0.7 * gm.decode_step_time("llama-3-8b", "h100", **long).breakdown["attention"])
+    assert gm.prefill_time("llama-3-8b", "h100", 8, 2048, dtype="fp8").seconds < \
+        gm.prefill_time("llama-3-8b", "h100", 8, 2048).seconds
+
+
+def test_hf_engine_is_host_bound_for_small_models():
+    hf = gm.decode_step_time("llama-3.2-1b", "h200", batch_size=1, context_len=128, engine="hf")
+    graph = gm.decode_step_time("llama-3.2-1b", "h200", batch_size=1, context_len=128)
+    assert hf.host_bound and hf.seconds == hf.host_s > graph.seconds
+
+
+def test_arrays_broadcast_like_scalars():
+    batches = np.array([1, 16, 128])
+    arr = gm.decode_step_time("llama-3-8b", "h100", batch_size=batches, context_len=2048)
+    assert arr.seconds.shape == (3,) and arr.bounds["matmul"].shape == (3,)
+    for b, t in zip(batches, arr.seconds):
+        assert t == pytest.approx(gm.decode_step_time("llama-3-8b", "h100", batch_size=int(b), context_len=2048).seconds)
+    pre = gm.prefill_time("llama-3.2-1b", "h100", batch_size=1, prompt_len=[128, 1024])
+    assert pre.seconds.shape == (2,) and pre.seconds[1] > pre.seconds[0]
+
+
+@settings(max_examples=15, deadline=None)
+@given(b=st.integers(1, 256), c=st.integers(1, 32768), db=st.integers(1, 64), dc=st.integers(1, 8192))
+def test_decode_time_grows_with_batch_and_context(b, c, db, dc):
+    t = gm.decode_step_time("llama-3.2-1b", "h200", batch_size=[b, b + db, b], context_len=[c, c, c + dc]).seconds
+    assert t[1] >= t[0] * (1 - 1e-9) and t[2] >= t[0] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dtype="int3"), "dtype"), (dict(kv_dtype="int4"), "kv_dtype"), (dict(tp=3), "tp"),
+    (dict(engine="vllm"), "engine"), (dict(batch_size=0), "batch_size"), (dict(context_len=-1), "context_len"),
+])
+def test_bad_arguments_name_themselves(kwargs, match):
+    with pytest.raises(gm.ArgumentError, match=match):
+        gm.decode_step_time("llama-3-8b", "h100", **{"batch_size": 1, "context_len": 128, **kwargs})
+
+
+def test_record_converts_and_displays():
+    t = gm.prefill_time("llama-3-8b", "h100", batch_size=2, prompt_len=512, tp=2)
+    assert float(t) == t.seconds
+    d = json.loads(json.dumps(t.to_dict(), default=float))
+    assert d["phase"] == "prefill" and d["tp"] == 2 and set(d["breakdown"]) == set(t.bounds)
+    assert "prefill of llama-3-8b" in repr(t) and "<table>" in t._repr_html_()
+    with pytest.raises(Exception):
+        t.seconds = 1.0                                                        # frozen

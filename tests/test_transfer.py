@@ -1,0 +1,159 @@
+"""Transfer of the H200 calibration to other GPUs, the architecture priors, and the published A100 check."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpumodel as gm
+from gpumodel.calibration.model import PARAMETERS
+from gpumodel.calibration.priors import list_priors, prior_for
+from gpumodel.calibration.record import calibration_for
+from gpumodel.calibration.transfer import ParameterKind, classify, transfer, transfer_for
+from gpumodel.errors import UnsupportedError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_priors_load_and_every_value_is_sourced():
+    assert {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"} <= set(list_priors())
+    for name in list_priors():
+        p = prior_for({"sm80": "a100", "sm86": "rtx-3090", "sm89": "rtx-4090", "sm90": "h100",
+                       "sm100": "b200", "sm120": "rtx-5090"}[name])
+        assert p.name == name
+        for v in (*p.gemm.values(), p.bandwidth):
+            assert 0.5 < v.value <= 1.0 and 0 < v.uncertainty < 0.2 and len(v.source) > 30
+        assert len(p.attention.source) > 30
+
+
+def test_published_gemm_fractions():
+    # MAMF table (stas00/ml-engineering): A100 SXM 271.2 / 312, H100 SXM 794.5 / 989, B200 1745 / 2250
+    assert prior_for("a100").gemm_fraction("bf16")[0] == pytest.approx(271.2 / 312, abs=1e-3)
+    assert prior_for("h200").gemm_fraction("bf16")[0] == pytest.approx(794.5 / 989, abs=1e-3)
+    assert prior_for("b200").gemm_fraction("bf16")[0] == pytest.approx(1745 / 2250, abs=1e-3)
+    assert prior_for("mi300x") is None and prior_for("v100") is None
+
+
+def test_transferring_the_h200_to_itself_reproduces_its_calibration():
+    cal = calibration_for("h200")
+    t = transfer("h200")
+    assert dict(t.model.params) == dict(cal.parameters) and t.model.sm_count == cal.sm_count
+    assert all(v["datasheet_ratio"] == 1.0 and v["prior_ratio"] == 1.0 for v in t.parameters.values())
+
+
+def test_every_reference_parameter_is_carried_or_dropped_for_a_reason():
+    cal = calibration_for("h200")
+    t = transfer("a100")
+    assert set(t.model.params) | set(t.dropped) >= set(cal.parameters)
+    assert "flops_fp8" in t.dropped and "flops_fp8" not in t.model.params  # the A100 has no fp8 tensor cores
+    assert all(n.startswith("flops_") for n in t.dropped)
+    assert {classify(n) for n in PARAMETERS} <= set(ParameterKind)
+
+
+def test_hand_arithmetic_a100():
+    h, t = calibration_for("h200").parameters, transfer("a100").model.params
+    # bf16 rate: fraction of the dense peak, scaled by the MAMF fractions 0.869 (A100) / 0.803 (H100)
+    assert t["flops_bf16"] == pytest.approx(h["flops_bf16"] * 312e12 / 989.4e12 * 0.869 / 0.803, rel=1e-3)
+    # bandwidth: fraction of the datasheet, scaled by the copy fractions 0.893 (A800) / 0.90 (H200)
+    assert t["bandwidth"] == pytest.approx(h["bandwidth"] * 2039e9 / 4.8e12 * 0.893 / 0.90, rel=1e-3)
+    # a memory latency is a number of cycles: 1.98 GHz / 1.41 GHz longer
+    assert t["mem_latency_s"] == pytest.approx(h["mem_latency_s"] * 1.98 / 1.41, rel=1e-3)
+    assert t["launch_s"] == h["launch_s"]  # the launch floor is the host's and the driver's
+    assert transfer("a100").model.sm_count == 108  # waves are counted on the target's SMs
+
+
+def test_rows_in_flight_follow_the_resident_threads():
+    h, t = calibration_for("h200").parameters, transfer("rtx-4090").model.params
+    assert t["rows_per_sm_softmax"] == pytest.approx(h["rows_per_sm_softmax"] * 1536 / 2048)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100", "rtx-4090"])
+def test_named_gpus_get_transferred_estimates_with_an_expected_error(gpu):
+    for op in (gm.ops.matmul(4096, 4096, 4096), gm.ops.softmax(4096, 4096),
+               gm.ops.attention(4, 16, 2048, 128, backward=True)):
+        est = gm.estimate(op, gpu)
+        assert est.source == "transferred" and not est.calibrated
+        assert 0.0 < est.expected_error < 0.5
+    assert gm.estimate(gm.ops.matmul(4096, 4096, 4096), "h200").source == "calibrated"
+    assert gm.estimate(gm.ops.matmul(4096, 4096, 4096), gpu, calibrated=False).source == "datasheet"
+
+
+def test_no_expected_error_where_the_reference_measured_nothing():
+    # a family without validation points in the reference: a transferred time of it has no error figure
+    cal = calibration_for("h200")
+    blind = cal.model_copy(update={"validation_error": {k: v for k, v in cal.validation_error.items() if k != "softmax"}})
+    assert transfer("a100", reference=blind).expected_error(gm.ops.softmax(4096, 4096)) is None
+    # a family it did measure: its validation median, widened by the two architectures' bandwidth priors
+    err = calibration_for("h200").validation_error["softmax"].median
+    u = (0.04**2 + 0.03**2) ** 0.5  # sm80 and sm90 copy-fraction uncertainties
+    assert gm.estimate(gm.ops.softmax(4096, 4096), "a100").expected_error == pytest.approx((err**2 + u**2) ** 0.5)
+
+
+def test_transfer_refuses_what_it_cannot_do():
+    assert transfer_for("mi300x") is None and transfer_for("t4") is None
+    with pytest.raises(UnsupportedError, match="no architecture prior"):
+        transfer("v100")
+    with pytest.raises(UnsupportedError, match="no calibration"):
+        transfer("a100", reference="a100")
+
+
+def test_a_reference_with_fewer_parameters_still_transfers():
+    # the reference is read generically: a refit with another parameter set carries over the same way
+    cal = calibration_for("h200")
+    slim = cal.model_copy(update={"parameters": {k: v for k, v in cal.parameters.items() if k != "flops_tf32"}})
+    t = transfer("a100", reference=slim)
+    assert t.model.params["flops_bf16"] == transfer("a100").model.params["flops_bf16"]
+    # what the reference never measured takes the target's datasheet default
+    assert t.parameters["flops_tf32"]["kind"] == "default"
+    assert t.model.params["flops_tf32"] == pytest.approx(0.72 * 156e12)
+
+
+def test_a_new_parameter_is_classified_by_its_unit(monkeypatch):
+    # a refit may add parameters: their unit says how they carry (here an L2 working set scales with the L2 size)
+    from gpumodel.calibration import transfer as tr
+
+    monkeypatch.setitem(tr.PARAMETERS, "l2_working_set_bytes", ("bytes", "bytes an L2-resident kernel keeps"))
+    monkeypatch.setitem(tr.PARAMETERS, "adamw_step_s", ("s", "fixed time of a fused optimizer block"))
+    assert classify("l2_working_set_bytes") is ParameterKind.CAPACITY
+    assert classify("adamw_step_s") is ParameterKind.CYCLES
+    a100, h200 = gm.gpu("a100"), gm.gpu("h200")
+    ratio = tr._ratios(ParameterKind.CAPACITY, "l2_working_set_bytes", a100, h200, prior_for(a100), prior_for(h200))
+    assert ratio == (pytest.approx(40 / 60), 1.0)  # 40 MiB / 60 MiB of L2
+
+
+_GPUS = st.sampled_from(["h100", "a100", "rtx-4090", "l40s", "b200", "a10"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=_GPUS, m=st.integers(1, 16384), n=st.integers(1, 16384), k=st.integers(1, 16384),
+       rows=st.integers(1, 1 << 16), cols=st.integers(1, 1 << 15), seq=st.integers(1, 8192),
+       causal=st.booleans(), backward=st.booleans())
+def test_transferred_times_are_positive_and_never_beat_the_roofline(gpu, m, n, k, rows, cols, seq, causal, backward):
+    g = gm.gpu(gpu)
+    for op in (gm.ops.matmul(m, n, k), gm.ops.softmax(rows, cols), gm.ops.rms_norm(rows, cols),
+               gm.ops.elementwise(rows * cols, "bf16"),
+               gm.ops.attention(2, 8, seq, 128, causal=causal, backward=backward)):
+        est = gm.estimate(op, g)
+        assert est.source == "transferred"
+        assert est.time_s > 0 and est.time_s >= gm.roofline(op, g).time_s * (1 - 1e-9)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("published_kernels", ROOT / "bench" / "published_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_published_flash_attention_a100_table():
+    bench = _bench()
+    rows = bench.rows()
+    assert len(rows) == 24 and all(r["batch"] * r["seq"] == 16384 and r["heads"] * r["head_dim"] == 2048 for r in rows)
+    # repository convention: 3.5 * 4 * b * s^2 * h * d, halved when causal; (False, 128, 16k) at 203 TFLOP/s
+    r = next(r for r in rows if not r["causal"] and r["head_dim"] == 128 and r["seq"] == 16384)
+    assert r["published_s"] == pytest.approx(3.5 * 4 * 16384**2 * 16 * 128 / 203e12)
+    s = bench.summary(bench.table())
+    assert s["transferred"]["median"] <= 0.15 and s["transferred"]["median"] < s["datasheet"]["median"]
+    assert s["bar_met"]
