@@ -102,7 +102,11 @@ SHAPES = {
                                            max_position_embeddings=8192, sliding_window=None)),
     "gemma2-400m": ("gemma2", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,
                                    num_key_value_heads=4, head_dim=128, intermediate_size=4096, vocab_size=256000,
-                                   max_position_embeddings=8192, sliding_window=None)),
+                                   max_position_embeddings=8192, sliding_window=4096)),
+    # Gemma 2 alternates sliding-window and full layers (config.layer_types); a sliding layer needs a window
+    # (transformers 5 builds its cache layer and mask from it: None fails with a TypeError). 4096 is Gemma 2's
+    # released window (google/gemma-2-2b config.json); the runs stay at seq_len <= 4096, where it sees the
+    # whole causal prefix, as full attention does.
     "deepseek-v3-400m": ("deepseek_v3", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
                                              num_key_value_heads=16, q_lora_rank=384, kv_lora_rank=256,
                                              qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
