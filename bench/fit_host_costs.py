@@ -2,7 +2,7 @@
 
 Reads the ``"host"`` and ``"layers"`` records of a file written by ``bench/measure_step_time.py``
 (microbenchmarks only: training-step records are ignored) and writes
-``specs/calibrations/<gpu>-host.yaml``, which ``gm.training_step_time`` reads for that GPU.
+``specs/hosts/<gpu>.yaml``, which ``gm.training_step_time`` reads for that GPU.
 
 Usage::
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's gpumodel
 
 from gpumodel.calibration.host import fit_host_costs, load_rows, save_host_costs
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{env.get('cpu', '')}, {env.get('cpu_count', '')} cores, Python {env.get('python', '')}, "
               f"torch {env.get('torch', '')}, transformers {env.get('transformers', '')}, {env.get('gpu', '')}")
     hc = fit_host_costs(rows, source=source)
-    out = args.out or ROOT / "specs" / "calibrations" / f"{args.gpu}-host.yaml"
+    out = args.out or ROOT / "specs" / "hosts" / f"{args.gpu}.yaml"
     save_host_costs(hc, out, {"gpu": args.gpu, "date": env.get("date", ""), "torch_version": env.get("torch", ""),
                               "transformers_version": env.get("transformers", "")})
     print(f"wrote {out}")

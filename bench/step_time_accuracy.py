@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's gpumodel
 
 import gpumodel as gm
 

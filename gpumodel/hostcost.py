@@ -15,7 +15,7 @@ over a whole step in a few numpy calls.
 The per-op costs are properties of the host (CPU, Python, torch and transformers versions), not of
 the GPU: :class:`HostCosts` holds them, measured on the machine by ``bench/measure_step_time.py`` or
 :func:`gpumodel.calibration.host.measure_host` and shipped for the H200 machine in
-``specs/calibrations/h200-sxm-host.yaml``. Without such a file, :data:`DEFAULT_HOST` is used and the
+``specs/hosts/h200-sxm.yaml``. Without such a file, :data:`DEFAULT_HOST` is used and the
 step time is labelled uncalibrated.
 
 References
@@ -39,7 +39,7 @@ from .errors import ArgumentError, SpecError
 
 __all__ = ["HostCosts", "DEFAULT_HOST", "host_costs_for", "load_host_costs", "timeline", "Timeline"]
 
-_SPECS = Path(__file__).resolve().parent.parent / "specs" / "calibrations"
+_SPECS = Path(__file__).resolve().parent.parent / "specs" / "hosts"
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,13 @@ class HostCosts:
     zero_grad_tensor_s : float
         ``zero_grad(set_to_none=True)`` per parameter tensor.
     layers : dict
-        Optional, per Hugging Face ``model_type`` (key ``"<model_type>"`` without autocast,
-        ``"<model_type>/amp"`` under it, ``.../ckpt`` with activation checkpointing): ``{"forward": x, "backward": x, "fixed_forward": x,
-        "fixed_backward": x}``, the ratio of the host time measured on tiny models of that family
-        (per decoder layer, and outside the layers) to the per-op sum, which the Python glue of each
-        family's modeling code sets. 1 where absent.
+        Optional, per Hugging Face ``model_type`` or ``"*"`` for all of them (key ``"<model_type>"`` without
+        autocast, ``"<model_type>/amp"`` under it, ``.../ckpt`` with activation checkpointing):
+        ``{"forward": x, "backward": x, "fixed_forward": x, "fixed_backward": x}``, the ratio of the host
+        time measured on tiny models to the per-op sum (per decoder layer, and outside the layers), which
+        the Python glue of the modeling code sets. A family's own entry comes first, then ``"*"``; 1 where
+        absent. Half-precision models (bf16, fp16: their casts are real kernels, as under autocast) use
+        the autocast entry.
     calibrated : bool
         Whether these were measured on the host (else defaults).
     source : str
@@ -117,14 +119,17 @@ class HostCosts:
 
     def layer_scale(self, family: str, amp: bool, checkpointing: bool = False) -> dict:
         """Ratios of measured to per-op host time for a family's layers (1 where not measured)."""
-        keys = (f"{family}/amp", family) if amp else (family, f"{family}/amp")
-        if checkpointing:
-            keys = tuple(k + "/ckpt" for k in keys) + keys
+        keys: tuple = ()
+        for fam in (family, "*"):
+            base = (f"{fam}/amp", fam) if amp else (fam, f"{fam}/amp")
+            keys += (tuple(k + "/ckpt" for k in base) if checkpointing else ()) + base
         for key in keys:
             if key in self.layers:
-                return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0,
-                        **self.layers[key]}
-        return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0}
+                out = {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0, **self.layers[key]}
+                # measured with checkpointing, the backward's ratio covers its recomputed forward too
+                out.setdefault("recompute", out["backward"] if key.endswith("/ckpt") else out["forward"])
+                return out
+        return {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0, "fixed_backward": 1.0, "recompute": 1.0}
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -152,7 +157,7 @@ def load_host_costs(path: str | os.PathLike) -> HostCosts:
 
 def host_costs_for(gpu_name: str, host: Any = None) -> HostCosts:
     """The host costs to use with ``gpu_name``: ``host`` if given (record or YAML path), else the shipped
-    ``specs/calibrations/<gpu>-host.yaml``, else :data:`DEFAULT_HOST`."""
+    ``specs/hosts/<gpu>.yaml``, else :data:`DEFAULT_HOST`."""
     if isinstance(host, HostCosts):
         return host
     if host is not None:
@@ -160,7 +165,7 @@ def host_costs_for(gpu_name: str, host: Any = None) -> HostCosts:
             raise ArgumentError(f"host must be a HostCosts record or a path to a host-cost YAML file, got "
                                 f"{type(host).__name__}")
         return load_host_costs(host)
-    path = _SPECS / f"{gpu_name}-host.yaml"
+    path = _SPECS / f"{gpu_name}.yaml"
     return load_host_costs(path) if path.exists() else DEFAULT_HOST
 
 

@@ -6,9 +6,11 @@ of the two implementations transformers v5 ships (``experts_implementation``):
 
 * ``"grouped_mm"`` (the default): sort the ``T k`` (token, expert) pairs by expert, gather their
   hidden states, ``histc`` + ``cumsum`` for the group offsets, two grouped matmuls (gate/up, down)
-  around the gated activation, weight by the router, scatter back and sum over ``k``. No host
-  synchronisation. ``grouped_mm`` is not autocast-enabled: its input is cast to the weights' dtype,
-  so under ``amp_*`` (fp32 weights) the expert matmuls run in fp32.
+  around the gated activation, weight by the router, scatter back and sum over ``k``. ``grouped_mm``
+  is not autocast-enabled: its input is cast to the weights' dtype, so under ``amp_*`` (fp32 weights)
+  the expert matmuls run in fp32, where PyTorch has no grouped kernel: ATen reads the group offsets
+  back to the host (a synchronisation) and runs one ``mm`` per expert, and so do the two grouped
+  matmuls of its backward. In bf16/fp16 one grouped kernel runs, with no synchronisation.
 * ``"eager"``: a one-hot mask, ``nonzero`` over the experts that received tokens, and a Python loop
   over them; per expert ``torch.where`` (a ``nonzero``), a gather, two ``F.linear`` on slices of the
   3-D expert weights (autocast casts each slice again: slices are not cached), the activation,
@@ -66,7 +68,7 @@ def _router(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int) -
     L.views += 4
 
 
-def _grouped(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int) -> None:
+def _grouped(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, load: Any = None) -> None:
     h, k, i = cfg.hidden_size, cfg.experts_per_token, cfg.expert_size
     tk = t * k
     w = p                                      # grouped_mm runs in the weights' dtype
@@ -79,11 +81,22 @@ def _grouped(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, 
     L.mem(cfg.num_experts, 4, 4, grad=False)   # cumsum
     if n != w:
         L.cast(tk * h, n, w)
+    groups = [m for m in expert_tokens(cfg, t, load) if m > 0]
     for m_out, m_in in ((2 * i, h), (h, i)):
         if m_out == h:
             L.mem(tk * i, w, w, 4)             # act(gate)
             L.mem(tk * i, 2 * w, w, inputs=2)  # * up
-        L.mm(tk, m_out, m_in, wdt)
+        if w != 4:
+            L.mm(tk, m_out, m_in, wdt)
+            continue
+        # fp32 has no grouped kernel: ATen copies the offsets to the host (a synchronisation) and runs one
+        # mm per expert, dispatched from C++; the backward's two grouped mms (input and weight gradients) do
+        # the same. Backward entries are listed in reverse: the layer's backward list runs reversed.
+        L.sync()
+        for m in groups:
+            L.add(ops.matmul(m, m_out, m_in, "fp32"), kind="launch")
+        L.backward += [(ops.matmul(m_in, m_out, m, "fp32"), 1, "launch") for m in reversed(groups)] + [(None, 1)]
+        L.backward += [(ops.matmul(m, m_in, m_out, "fp32"), 1, "launch") for m in reversed(groups)] + [(None, 1)]
     L.mem(tk * h, w + 4, w, inputs=2)          # * routing weights
     L.mem(tk, 8, 8, grad=False)                # inverse permutation (arange, scatter)
     L.mem(tk * h, w, w)                        # weighted_out[inv_perm]
@@ -140,7 +153,7 @@ def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int,
     if experts == "eager":
         _eager(L, cfg, t, n, r, c, p, expert_load)
     else:
-        _grouped(L, cfg, t, n, r, c, p)
+        _grouped(L, cfg, t, n, r, c, p, expert_load)
     if cfg.shared_expert_intermediate_size:
         _mlp(L, cfg, t, n, c, p, cfg.shared_expert_intermediate_size)
         if cfg.shared_expert_gate:

@@ -186,6 +186,22 @@ def _rope(L: _Layer, t: int, widths, r: int, c: int) -> None:
     L.views += 6
 
 
+def _split_backward(L: _Layer, cfg: TransformerConfig, t: int, widths: tuple, c: int) -> None:
+    """Backward of splitting a fused projection's output (listed after it: the backward runs reversed).
+
+    ``split``/``chunk`` (GPT-2, GPT-NeoX) concatenate the parts' gradients in one kernel; Phi-3 slices
+    (``qkv[..., :q]``): each slice's gradient is a zero-filled full-width tensor with the slice copied
+    in, and autograd adds the three.
+    """
+    full = t * sum(widths)
+    if cfg.family != "phi3":
+        L.backward.append((memory_kernel(full, c, c, 0), 1))
+        return
+    for w in widths:
+        L.backward += [(memory_kernel(full, 0, c, 0), 1), (memory_kernel(t * w, c, c, 0), 1)]
+    L.backward.append((memory_kernel(full, 2 * c, c), len(widths) - 1))
+
+
 def _attention_block(L: _Layer, cfg: TransformerConfig, b: int, s: int, n: int, r: int, c: int, p: int) -> None:
     t, h = b * s, cfg.hidden_size
     q, kv = cfg.q_dim, cfg.kv_dim
@@ -195,6 +211,7 @@ def _attention_block(L: _Layer, cfg: TransformerConfig, b: int, s: int, n: int, 
     elif cfg.fused_qkv:
         _linear(L, t, q + 2 * kv, h, n, c, p, cfg.qkv_bias)
         L.views += 4
+        _split_backward(L, cfg, t, (q, kv, kv), c)
     else:
         for width in (q, kv, kv):
             _linear(L, t, width, h, n, c, p, cfg.qkv_bias)
@@ -220,6 +237,7 @@ def _mlp(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int, widt
         if cfg.fused_gate_up:
             _linear(L, t, 2 * width, h, n, c, p, cfg.mlp_bias)
             L.views += 2
+            L.backward.append((memory_kernel(t * 2 * width, c, c, 0), 1))  # chunk's backward: cat the gradients
         else:
             for _ in range(2):
                 _linear(L, t, width, h, n, c, p, cfg.mlp_bias)

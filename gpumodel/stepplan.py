@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import ops
 from .hostcost import DEFAULT_HOST, HostCosts
 from .stepkernels import (COMPUTE_DTYPE, FUSED_PASSES, OPTIMIZER_PASSES, PARAM_DTYPE, _SIZE, _Layer, _cast_for_matmul,
@@ -75,7 +77,7 @@ def _fuse_chains(L: _Layer) -> _Layer:
         else:
             chain.append(op)
     flush()
-    out.backward += [(op, n) for op, n in L.backward if op.name in ("matmul", "attention")]
+    out.backward += [(op, n, *k) for op, n, *k in L.backward if op is not None and op.name in ("matmul", "attention")]
     return out
 
 
@@ -95,8 +97,11 @@ def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float =
                       ckpt: bool = False) -> list[Entry]:
     per = host.launch_s if compiled else scale * (host.backward_op_s + (host.checkpoint_backward_s if ckpt else 0.0))
     entries: list[Entry] = [] if compiled else [(None, scale * L.views * host.view_s, False)]
-    for op, n in reversed(L.backward):
-        entries += [(op, per, False)] * n
+    for op, n, *kind in reversed(L.backward):
+        if op is None:  # the host waits for the device (a size read back), then dispatches on
+            entries.append((None, 0.0, True))
+            continue
+        entries += [(op, host.launch_s if kind == ["launch"] else per, False)] * n
     return entries
 
 
@@ -150,7 +155,7 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
 
     blocks: list[Block] = []
     accum = gradient_accumulation_steps
-    sc = host.layer_scale(cfg.family, amp, checkpointing)
+    sc = host.layer_scale(cfg.family, amp or precision in ("bf16", "fp16"), checkpointing)
     ck = checkpointing
     for micro in range(accum):
         blocks.append(Block("forward", _forward_entries(embed, host, amp, compile, sc["fixed_forward"])))
@@ -162,7 +167,7 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
         blocks.append(Block("backward", _backward_entries(head, host, compile, sc["fixed_backward"])))
         for L, n in reversed(layers):
             bwd = _backward_entries(L, host, compile, sc["backward"], ck)
-            redo = _forward_entries(L, host, amp, compile, sc["forward"], ck) if checkpointing else []
+            redo = _forward_entries(L, host, amp, compile, sc["recompute"], ck) if checkpointing else []
             blocks.append(Block("backward", redo + bwd, n, recompute=len(redo)))
         blocks.append(Block("backward", _backward_entries(embed, host, compile, sc["fixed_backward"])))
         grads = cfg.num_parameters()
@@ -183,6 +188,22 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     return blocks
 
 
+#: ``multi_tensor_apply`` (foreach and fused optimizers): elements per chunk, chunks (blocks) per launch, and
+#: tensors per launch by the number of tensor lists (PyTorch ``aten/src/ATen/native/cuda/MultiTensorApply.cuh``).
+CHUNK_SIZE, MAX_BLOCKS = 65536, 320
+MAX_TENSORS = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}
+
+
+def foreach_launches(numel: float, tensors: int, lists: int) -> int:
+    """Kernels one foreach op launches over ``tensors`` tensors of ``numel`` elements in all.
+
+    ``multi_tensor_apply`` starts a new launch when its tensor list or its 320 blocks of 65536
+    elements are full, so a large model's pass is split into ``numel / (320 * 65536)`` launches.
+    """
+    by_tensors = -(-tensors // MAX_TENSORS[max(1, min(5, lists))])
+    return int(max(by_tensors, np.ceil(numel / (CHUNK_SIZE * MAX_BLOCKS)), 1))
+
+
 def _optimizer_block(cfg: TransformerConfig, optimizer: str, p: int, n_tensors: int, host: HostCosts,
                      fused: bool, foreach: bool) -> Block:
     params = cfg.num_parameters()
@@ -190,8 +211,13 @@ def _optimizer_block(cfg: TransformerConfig, optimizer: str, p: int, n_tensors: 
     host_s = host.optimizer_cost(optimizer, impl, n_tensors)
     passes = FUSED_PASSES.get(optimizer, OPTIMIZER_PASSES[optimizer]) if fused else OPTIMIZER_PASSES[optimizer]
     if impl != "forloop":
-        return Block("optimizer", [(memory_kernel(params, rd * p, wr * p, 2), host_s / len(passes), False)
-                                   for rd, wr in passes])
+        kernels = []
+        for rd, wr in passes:
+            n = foreach_launches(params, n_tensors, rd)
+            extra = n - foreach_launches(0, n_tensors, rd)   # launches beyond those the host benchmark made
+            per = (host_s / len(passes) + extra * host.launch_s) / n
+            kernels += [(memory_kernel(params / n, rd * p, wr * p, 2), per, False)] * n
+        return Block("optimizer", kernels)
     per = params / n_tensors  # one kernel per tensor and pass
     kernels = [(memory_kernel(per, rd * p, wr * p, 2), host_s / (len(passes) * n_tensors), False)
                for rd, wr in passes]

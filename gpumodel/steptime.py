@@ -194,7 +194,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     calibrated, calibration :
         Passed to :func:`gpumodel.estimate.estimate` for the kernels.
     host : HostCosts or path, optional
-        Per-op host costs (default: the shipped ``<gpu>-host.yaml`` measured on that GPU's machine, else
+        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
         :data:`gpumodel.hostcost.DEFAULT_HOST`).
     parallelism : Parallelism, optional
         A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager

@@ -65,19 +65,27 @@ def test_fit_takes_medians_and_optimizer_lines():
     assert isinstance(hc, HostCosts) and hc.layer_scale("llama", True)["forward"] == 1.0
 
 
-def test_layer_ratio_is_measured_over_per_op_host_time_of_tiny_models():
+def test_layer_ratio_is_the_median_over_tiny_models_of_all_families():
     from gpumodel.calibration.host import _plan_host
     tiny = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
             "intermediate_size": 128, "vocab_size": 256}
     rows = []
-    model = {n: _plan_host(DEFAULT_HOST, tiny | {"num_hidden_layers": n}, True) for n in (2, 4)}
-    for n in (2, 4):  # measured: twice the per-op sum per layer, the same outside the layers
-        fixed = {p: model[2][p] - 2 * (model[4][p] - model[2][p]) / 2 for p in ("forward", "backward")}
-        per = {p: (model[4][p] - model[2][p]) / 2 for p in ("forward", "backward")}
+    for n, ratio in ((2, 2.0), (4, 2.5), (6, 40.0)):  # one outlier (a single noisy timing) does not move the median
+        model = _plan_host(DEFAULT_HOST, tiny | {"num_hidden_layers": n}, True)
         rows.append({"kind": "layers", "family": "llama", "layers": n, "amp": True,
                      "hf_config": tiny | {"num_hidden_layers": n},
-                     **{f"host_{p}_s": fixed[p] + n * 2 * per[p] for p in ("forward", "backward")}})
+                     **{f"host_{p}_s": ratio * model[p] for p in ("forward", "backward")}})
     hc = fit_host_costs(rows)  # no per-op rows: per-op costs stay the defaults
-    scale = hc.layer_scale("llama", amp=False)  # falls back to the autocast measurement
-    assert scale["forward"] == pytest.approx(2.0) and scale["backward"] == pytest.approx(2.0)
-    assert scale["fixed_forward"] == pytest.approx(1.0)
+    assert set(hc.layers) == {"*/amp"}
+    scale = hc.layer_scale("mistral", amp=False)  # any family; without autocast falls back to the autocast entry
+    assert scale["forward"] == pytest.approx(2.5) and scale["backward"] == pytest.approx(2.5)  # median of 2, 2.5, 40
+    assert scale["fixed_forward"] == pytest.approx(2.5) and scale["recompute"] == pytest.approx(2.5)
+    assert hc.layer_scale("llama", amp=True, checkpointing=True)["recompute"] == pytest.approx(2.5)
+
+
+def test_checkpointed_entry_scales_the_recompute_with_the_backward():
+    hc = HostCosts(layers={"*/amp": {"forward": 3.0, "backward": 1.5}, "*/amp/ckpt": {"forward": 3.0, "backward": 1.6}})
+    assert hc.layer_scale("gpt2", amp=True)["recompute"] == 3.0                        # no checkpointing entry used
+    assert hc.layer_scale("gpt2", amp=True, checkpointing=True)["recompute"] == 1.6    # measured over the whole backward
+    assert HostCosts().layer_scale("gpt2", amp=True) == {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0,
+                                                         "fixed_backward": 1.0, "recompute": 1.0}

@@ -138,30 +138,29 @@ def _plan_host(hc: HostCosts, hf_config: dict, amp: bool, ckpt: bool = False) ->
 
 
 def _layer_scales(hc: HostCosts, rows: list[dict]) -> dict:
-    """Per family and autocast: measured over per-op host time of tiny models of 2 and 4 layers."""
-    runs: dict[tuple[str, bool, bool], dict[int, dict]] = {}
+    """Measured over per-op host time of the tiny models, pooled over the families (key ``"*"``).
+
+    The ratio is the Python glue of Hugging Face's modeling code per dispatched op (module calls,
+    views, asserts, autocast's bookkeeping), much the same across families; each tiny model is timed
+    once, so single models are noisy (their 2- and 4-layer difference more so) and the median over all
+    models of one autocast / checkpointing setting is kept, for the whole forward and the whole backward.
+    """
+    groups: dict[tuple[bool, bool], dict[str, list[float]]] = {}
     for r in rows:
-        runs.setdefault((r["family"], bool(r["amp"]), bool(r.get("checkpointing"))), {})[int(r["layers"])] = r
-    scales = {}
-    for (family, amp, ckpt), by_n in runs.items():
-        if not {2, 4} <= set(by_n):
-            continue
-        two, four = by_n[2], by_n[4]
         try:
-            m2, m4 = _plan_host(hc, two["hf_config"], amp, ckpt), _plan_host(hc, four["hf_config"], amp, ckpt)
-        except Exception:  # noqa: BLE001 - a family the reader does not know keeps per-op costs
+            model = _plan_host(hc, r["hf_config"], bool(r["amp"]), bool(r.get("checkpointing")))
+        except Exception:  # noqa: BLE001 - a family the reader does not know is left out
             continue
-        entry = {}
+        g = groups.setdefault((bool(r["amp"]), bool(r.get("checkpointing"))), {"forward": [], "backward": []})
         for phase in ("forward", "backward"):
-            meas_layer = (four[f"host_{phase}_s"] - two[f"host_{phase}_s"]) / 2
-            model_layer = (m4[phase] - m2[phase]) / 2
-            meas_fixed = two[f"host_{phase}_s"] - 2 * meas_layer
-            model_fixed = m2[phase] - 2 * model_layer
-            if model_layer > 0 and meas_layer > 0:
-                entry[phase] = round(meas_layer / model_layer, 4)
-            if model_fixed > 0 and meas_fixed > 0:
-                entry[f"fixed_{phase}"] = round(meas_fixed / model_fixed, 4)
-        scales[family + ("/amp" if amp else "") + ("/ckpt" if ckpt else "")] = entry
+            if model[phase] > 0 and r[f"host_{phase}_s"] > 0:
+                g[phase].append(r[f"host_{phase}_s"] / model[phase])
+    scales = {}
+    for (amp, ckpt), g in groups.items():
+        if g["forward"] and g["backward"]:
+            f, b = round(statistics.median(g["forward"]), 4), round(statistics.median(g["backward"]), 4)
+            scales["*" + ("/amp" if amp else "") + ("/ckpt" if ckpt else "")] = {
+                "forward": f, "backward": b, "fixed_forward": f, "fixed_backward": b}
     return scales
 
 

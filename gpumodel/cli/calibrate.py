@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the fitted parameters as JSON (keys below)")
     p.add_argument("--host-out", metavar="FILE",
-                   help="also measure this host's per-op costs of eager PyTorch and write them (the <gpu>-host.yaml "
-                        "training_step_time reads, or pass it as host=)")
+                   help="also measure this host's per-op costs of eager PyTorch and write them (as in "
+                        "specs/hosts/<gpu>.yaml, which training_step_time reads; or pass it as host=)")
     p.set_defaults(func=_run)
 
 
