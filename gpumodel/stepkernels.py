@@ -144,17 +144,23 @@ def _norm(L: _Layer, cfg: TransformerConfig, t: int, r: int, p: int, width: int 
         if r != 4:
             L.mem(t * h, r, 4)                 # x.to(float32)
         L.mem(t * h, 4, 4)                     # pow(2)
+        L.backward.append((memory_kernel(t * h, 4, 4), 2))  # pow_backward: grad * (2 * x.pow(1)), two more passes
         L.row(ops.reduce_sum(t, h, "fp32"), t * h, 4)  # mean(-1)
-        L.mem(t, 4, 4)                         # + eps, rsqrt
+        L.mem(t, 4, 4)                         # + eps
+        L.mem(t, 4, 4)                         # rsqrt
         L.mem(t * h, 8, 4, inputs=2)           # x * rsqrt(var)
+        L.backward.append((ops.reduce_sum(t, h, "fp32"), 1))  # ... the broadcast factor's gradient sums over h
         if r != 4:
             L.mem(t * h, 4, r)                 # .to(input dtype)
         out = max(p, r)
         L.mem(t * h, r, out)                   # weight * x
+        w_dt = "fp32" if out == 4 else "bf16"  # the weight's gradient: grad * x, summed over the tokens
+        L.backward += [(memory_kernel(t * h, r + out, out), 1), (ops.reduce_sum(h, t, w_dt), 1)]
         if cfg.family.startswith("gemma"):
             L.mem(h, p, p)                     # Gemma: (1 + weight)
         return out
     L.row(ops.layer_norm(t, h, "fp32" if r == 4 else "bf16"), t * h, r)  # native layer_norm (autocast: fp32)
+    L.backward.append((ops.reduce_sum(h, 2 * t, "fp32" if r == 4 else "bf16"), 1))  # weight and bias gradients
     return r
 
 
