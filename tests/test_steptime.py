@@ -159,3 +159,63 @@ def test_hfu_counts_recomputation():
 def test_bad_options(kwargs, match):
     with pytest.raises(gm.ArgumentError, match=match):
         _st("gpt2", **kwargs)
+
+
+MIXTRAL_TINY = {"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
+                "num_key_value_heads": 8, "intermediate_size": 2048, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "vocab_size": 32000}
+
+
+def _syncs_and_matmuls(cfg, precision):
+    from gpumodel.stepplan import step_plan
+    syncs = mms = 0
+    for block in step_plan(gm.TransformerConfig.from_hf(cfg), 8, 1024, precision, "adamw", False):
+        syncs += block.repeat * sum(bool(k[2]) for k in block.kernels)
+        mms += block.repeat * sum(k[0] is not None and k[0].name == "matmul" for k in block.kernels)
+    return syncs, mms
+
+
+def test_fp32_grouped_mm_falls_back_to_a_loop_over_experts_with_synchronisations():
+    # under autocast the expert weights are fp32 and ATen has no fp32 grouped kernel: per MoE layer the two
+    # forward grouped mms and the two of each backward read the offsets back (6 syncs; the H200 profile of this
+    # 8-layer shape shows 48 device-to-host copies) and run one mm per expert: 8 x (2 + 4) = 48 per layer
+    amp_syncs, amp_mms = _syncs_and_matmuls(MIXTRAL_TINY, "amp_bf16")
+    bf16_syncs, bf16_mms = _syncs_and_matmuls(MIXTRAL_TINY, "bf16")
+    assert amp_syncs - bf16_syncs == 8 * 6
+    assert amp_mms - bf16_mms == 8 * (48 - 6)
+
+
+def test_foreach_optimizer_passes_split_into_launches_of_320_chunks():
+    from gpumodel.stepplan import foreach_launches
+    # 320 blocks x 65,536 elements = 20,971,520 elements per launch: 3.2e9 / 20.97e6 -> 153 launches per pass
+    # (the H200 profile of Llama-3.2-3B's foreach AdamW step: 1232 multi_tensor_apply kernels = 8 passes x 154)
+    assert foreach_launches(3.2e9, 255, 2) == 153
+    assert foreach_launches(4096 * 256, 256, 2) == 4       # small tensors: 64 tensors per launch with 2 lists
+    assert foreach_launches(0, 8, 4) == 1
+
+
+def test_phi3_slices_its_fused_projection_and_sums_three_full_gradients():
+    from gpumodel.stepkernels import _Layer, _split_backward
+    phi3 = gm.TransformerConfig.from_hf({"model_type": "phi3", "hidden_size": 512, "num_hidden_layers": 2,
+                                         "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
+                                         "vocab_size": 1000})
+    L = _Layer("bf16")
+    _split_backward(L, phi3, 100, (512, 512, 512), 2)
+    # 3 x (zero-fill the full 100 x 1536 gradient, copy the slice) + 2 adds
+    assert sum(n for _, n in L.backward) == 3 * 2 + 2
+    assert sum(n * float(op.bytes) for op, n in L.backward) == pytest.approx(
+        3 * (100 * 1536 * 2 + 100 * 512 * 4) + 2 * 100 * 1536 * 6)
+    L = _Layer("bf16")
+    _split_backward(L, gm.model("gpt2"), 100, (768, 768, 768), 2)   # split(): one cat of the three gradients
+    assert sum(n for _, n in L.backward) == 1
+
+
+def test_parallel_layouts_delegate_and_refuse_the_eager_options():
+    one = _st("gpt2", gpu="h100", batch_size=1)
+    assert one.num_gpus == 1 and "host_wait" in one.breakdown
+    mega = gm.training_step_time("gpt2", "h100", batch_size=1, seq_len=512, framework="megatron")
+    assert "communication" in mega.breakdown                      # the cluster model, on one GPU
+    with pytest.raises(gm.ArgumentError, match="fused, clip_grad_norm"):
+        gm.training_step_time("gpt2", "dgx-h100", batch_size=1, seq_len=512, fused=True, clip_grad_norm=1.0)
+    with pytest.raises(gm.ArgumentError, match="framework"):
+        gm.training_step_time("gpt2", "h100", batch_size=1, seq_len=512, framework="jax")
