@@ -113,6 +113,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
     L.mem(tk * (e + 1), 8, 8 / tk, grad=False)  # sum over tokens
     L.mem(e, 8, 1, grad=False)                 # greater
     L.mem(e, 1, 8, grad=False)                 # nonzero
+    L.kinds[-1] = "nonzero"
     L.sync()
     L.mem(t * h, 0, r, grad=False)             # zeros_like(hidden_states)
     full_up, full_down = e * 2 * i * h, e * h * i
@@ -122,6 +123,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
         L.mem(1, 8, 1, grad=False)             # expert_idx == num_experts
         L.sync()
         L.mem(tk, 1, 16, grad=False)           # torch.where(expert_mask[idx]): nonzero
+        L.kinds[-1] = "nonzero"
         L.sync()
         L.mem(m * h, n, n)                     # hidden_states[token_idx]
         L.backward.append((memory_kernel(t * h, 0, n), 1))   # its gradient: a full zero tensor...

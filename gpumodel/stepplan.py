@@ -87,7 +87,7 @@ def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scal
         return [(op, host.launch_s, False) for op in L.forward]
     extra = host.checkpoint_forward_s if ckpt else 0.0
     per_op = {"op": host.op_s + (host.autocast_s if amp else 0.0) + extra, "cast": host.op_s + extra,
-              "launch": host.launch_s}
+              "launch": host.launch_s, "nonzero": max(host.nonzero_s - host.item_s, host.op_nograd_s)}
     glue = (None, scale * (L.modules * host.module_s + L.views * host.view_s), False)
     syncs = set(L.syncs)
     return [glue] + [(op, scale * per_op[k], i in syncs) for i, (op, k) in enumerate(zip(L.forward, L.kinds))]

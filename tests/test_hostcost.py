@@ -1,5 +1,7 @@
 """The host/device timeline and the host-cost record and fit."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -71,7 +73,7 @@ def test_layer_ratio_is_the_median_over_tiny_models_of_all_families():
             "intermediate_size": 128, "vocab_size": 256}
     rows = []
     for n, ratio in ((2, 2.0), (4, 2.5), (6, 40.0)):  # one outlier (a single noisy timing) does not move the median
-        model = _plan_host(DEFAULT_HOST, tiny | {"num_hidden_layers": n}, True)
+        model = _plan_host(replace(DEFAULT_HOST, layers={}), tiny | {"num_hidden_layers": n}, True)
         rows.append({"kind": "layers", "family": "llama", "layers": n, "amp": True,
                      "hf_config": tiny | {"num_hidden_layers": n},
                      **{f"host_{p}_s": ratio * model[p] for p in ("forward", "backward")}})
@@ -87,5 +89,5 @@ def test_checkpointed_entry_scales_the_recompute_with_the_backward():
     hc = HostCosts(layers={"*/amp": {"forward": 3.0, "backward": 1.5}, "*/amp/ckpt": {"forward": 3.0, "backward": 1.6}})
     assert hc.layer_scale("gpt2", amp=True)["recompute"] == 3.0                        # no checkpointing entry used
     assert hc.layer_scale("gpt2", amp=True, checkpointing=True)["recompute"] == 1.6    # measured over the whole backward
-    assert HostCosts().layer_scale("gpt2", amp=True) == {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0,
-                                                         "fixed_backward": 1.0, "recompute": 1.0}
+    assert HostCosts(layers={}).layer_scale("gpt2", amp=True) == {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0,
+                                                                  "fixed_backward": 1.0, "recompute": 1.0}

@@ -99,6 +99,9 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
         out["checkpoint_backward_s"] = max(statistics.median(ck_b), 0.0)
     if by.get("launch_inplace_add_1elem"):
         out["launch_s"] = by["launch_inplace_add_1elem"][0]["host_per_op_s"]
+    nonzero = [r["host_per_op_s"] for r in by.get("op_nonzero", []) if not r.get("grad")]
+    if nonzero:
+        out["nonzero_s"] = nonzero[0]
     if by.get("item_idle"):
         out["item_s"] = by["item_idle"][0]["host_per_op_s"]
     if by.get("graph_tiny_kernel"):
@@ -120,7 +123,8 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     zero = _line([(r["tensors"], r["host_per_op_s"]) for r in by.get("zero_grad", [])])
     if zero:
         out["zero_grad_tensor_s"] = zero[1]
-    hc = replace(DEFAULT_HOST, **out, calibrated=bool(out), source=source or "fitted from host microbenchmarks")
+    hc = replace(DEFAULT_HOST, **out, layers={}, calibrated=bool(out),
+                 source=source or "fitted from host microbenchmarks")
     return replace(hc, layers=_layer_scales(hc, layer_rows))
 
 
