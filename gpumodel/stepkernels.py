@@ -23,6 +23,8 @@ Hugging Face transformers ``modeling_llama.py`` and ``modeling_gpt2.py`` (v4.40-
 
 from __future__ import annotations
 
+import math
+
 from . import ops
 from .transformer import MLPType, NormType, PositionType, TransformerConfig
 
@@ -57,6 +59,7 @@ def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: fl
     Expressed as :func:`gpumodel.ops.elementwise` over 1-byte elements with ``read_bytes`` inputs
     and ``write_bytes`` outputs, so that mixed-dtype kernels (a bf16 + fp32 add) have exact traffic.
     """
+    numel = max(1, math.ceil(numel))  # an even split of a tensor list may leave a fraction per launch
     return ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops)
 
 
