@@ -85,7 +85,7 @@ def one_run(torch, transformers, shape, run, device, steps):
         else:
             t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
     n_params = sum(p.numel() for p in params)
-    del model, opt, params
+    model = opt = params = None  # drop the references (step() shares these names)
     return {"shape": shape[0], "family": shape[1], "hidden": shape[2], "layers": shape[3], "heads": shape[4],
             "kv_heads": shape[5], "ffn": shape[6], "vocab": shape[7], "n_params": n_params, "batch": batch, "seq": seq,
             "precision": precision, "optimizer": optimizer, "checkpointing": ckpt, "attn": "sdpa",

@@ -38,8 +38,6 @@ V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer M
 
 from __future__ import annotations
 
-import enum
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
 

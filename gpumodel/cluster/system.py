@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
