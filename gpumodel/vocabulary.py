@@ -284,11 +284,16 @@ def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) 
     return arr
 
 
+_INT64_LIMIT = 2.0**63  # a float at or beyond this is no int64
+
+
 def _integers(value: Any, name: str, lowest: int, what: str):
     arr = _numeric_array(value, name, what)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise ArgumentError(f"{name} must be {what}, got {value!r}")
+        if np.any(np.abs(arr) >= _INT64_LIMIT):
+            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}")
     if np.any(arr < lowest):
         bad = arr.min()
         raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
@@ -310,7 +315,7 @@ def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowe
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
             raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
+        if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
             raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
     arr = arr.astype(np.int64)
     bad = arr < low if high is None else (arr < low) | (arr > high)
