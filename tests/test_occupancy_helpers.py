@@ -109,7 +109,7 @@ def test_next_step_at_the_warp_limit():
     step = gm.next_occupancy_step("9.0", 256, 32)
     assert not step.reachable and step.registers_per_thread is None
     assert "no more blocks" in str(step)
-    with pytest.raises(ValueError, match="scalars"):
+    with pytest.raises(ValueError, match="threads_per_block must be a single value"):
         gm.next_occupancy_step("9.0", np.array([128, 256]), 32)
 
 
