@@ -255,7 +255,17 @@ def resolve_model(model: Any, name: str = "model"):
     if isinstance(model, str):
         return lookup(model)
     if isinstance(model, Mapping):
-        return TransformerConfig.from_hf(model)
+        from pydantic import ValidationError
+
+        from .specs import _describe_errors
+        from .transformer import HFConfigError
+
+        try:
+            return TransformerConfig.from_hf(model)
+        except HFConfigError as exc:
+            raise HFConfigError(f"{name}: {exc}") from None
+        except ValidationError as exc:  # a value out of range: the record's own checks
+            raise HFConfigError(f"{name}: the Hugging Face config does not make a valid model: {_describe_errors(exc)}") from None
     raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
 
