@@ -34,7 +34,9 @@ import numpy as np
 from ._callable import make_callable
 
 from ._repr import ResultRecord, html_table
-from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op, scalar_or_array
+from .errors import ArgumentError
+from .vocabulary import flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, resolve_op, \
+    scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
@@ -73,7 +75,7 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     1365.3
     """
     if over not in ("total", "read"):
-        raise ValueError(f"over must be 'total' or 'read', got {over!r}")
+        raise ArgumentError(f"over={over!r} is not one of 'total', 'read'")
     op = resolve_op(op)
     denom = op.bytes if over == "total" else op.bytes_read
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -126,6 +128,8 @@ def attainable_flops(intensity: Any, peak: Any, bandwidth: Any) -> Any:
     >>> attainable_flops([0.5, 2048.0], 989.4e12, 3.35e12) / 1e12
     array([  1.675, 989.4  ])
     """
+    intensity = nonnegative_number(intensity, "intensity")
+    peak, bandwidth = positive_number(peak, "peak"), positive_number(bandwidth, "bandwidth")
     return scalar_or_array(np.minimum(peak, np.multiply(intensity, bandwidth)))
 
 
@@ -172,7 +176,7 @@ def peak_for(op: OpCost, gpu: GPUSpec | str, *, sparse: bool = False) -> float:
 
 def _bandwidth(g: GPUSpec, level: str) -> float:
     if level not in LEVELS and level not in ("device", "dram", "memory", "l1", "registers"):
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        raise ArgumentError(f"level={level!r} is not one of {', '.join(map(repr, LEVELS))}")
     return g.bandwidth(level)
 
 
