@@ -48,7 +48,7 @@ def all_gpus() -> list[GPUSpec]:
     return GPU_CATALOG.records()
 
 
-def load_gpus(path: str | os.PathLike, replace: bool = False) -> list[GPUSpec]:
+def load_gpus(path: str | os.PathLike, *, replace: bool = False) -> list[GPUSpec]:
     """Validate the GPU records in a YAML file or folder and make them known to :func:`gpu`.
 
     Parameters
