@@ -292,7 +292,7 @@ class GPUSpec(_Record):
         lvl = self.level(level)
         if lvl is None or lvl.bandwidth is None:
             known = ["hbm"] + [m.level for m in self.memory_hierarchy if m.bandwidth is not None]
-            raise ValueError(f"{self.name} has no published bandwidth for level {level!r}; levels with one: {known}")
+            raise UnsupportedError(f"{self.name} has no published bandwidth for level={level!r}; levels with one: {known}")
         return lvl.bandwidth
 
     def __repr__(self) -> str:
