@@ -14,13 +14,17 @@ References
 S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model for
 multicore architectures", Communications of the ACM 52(4), 2009.
 
+M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores", 2026,
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+(the H100 ridge point and the matmul and ReLU examples).
+
 Examples
 --------
 >>> import gpumodel as gm
->>> round(gm.ridge_point("h100", "bf16"))             # 989.4e12 / 3.35e12, the seed's 295
+>>> round(gm.ridge_point("h100", "bf16"))             # 989.4e12 / 3.35e12 = 295 (Brenndoerfer 2026)
 295
 >>> r = gm.roofline(gm.ops.elementwise(4096 * 4096, "fp16"), "h100")
->>> r.bound, gm.arithmetic_intensity(r.op, over="read")   # the seed's ReLU: 0.5 FLOP/byte
+>>> r.bound, gm.arithmetic_intensity(r.op, over="read")   # Brenndoerfer's ReLU: 0.5 FLOP/byte
 ('memory', 0.5)
 """
 
@@ -58,7 +62,7 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     op : OpCost
     over : {"total", "read"}
         Divide by all traffic (reads + writes, the roofline's convention) or by bytes read only
-        (the seed article's convention for its matmul and ReLU examples).
+        (the convention of Brenndoerfer 2026 for its matmul and ReLU examples).
 
     Returns
     -------
