@@ -418,3 +418,29 @@ def _flag_params():
 @pytest.mark.parametrize("param", list(_flag_params()))
 def test_flags_are_keyword_only(param):
     assert param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+# ---------------------------------------------------------------------------------------------- names, records, dicts
+#: one number out of each function that takes a model and a GPU
+MODEL_GPU_CALLS = {
+    "training_memory": (lambda m, g: gm.training_memory(m, 2, 128).peak_bytes),
+    "inference_memory": (lambda m, g: gm.inference_memory(m, 2, 128).peak_bytes),
+    "fits": (lambda m, g: bool(gm.fits(m, g, 2, 128))),
+    "max_batch_size": (lambda m, g: gm.max_batch_size(m, g, 128)),
+    "min_gpus": (lambda m, g: gm.min_gpus(m, g, 2, 128).num_gpus),
+    "training_step_time": (lambda m, g: float(gm.training_step_time(m, g, 2, 128))),
+    "training_time": (lambda m, g: float(gm.training_time(m, g, 1e9, 2, 128))),
+    "prefill_time": (lambda m, g: float(gm.prefill_time(m, g, batch_size=2, prompt_len=128))),
+    "generation_time": (lambda m, g: float(gm.generation_time(m, g, batch_size=2, prompt_len=128, new_tokens=8))),
+    "serving_capacity": (lambda m, g: gm.serving_capacity(m, g, prompt_len=128, output_len=8).max_concurrency),
+}
+
+
+@pytest.mark.parametrize("name", MODEL_GPU_CALLS)
+def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
+    fn = MODEL_GPU_CALLS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_name = fn("gpt2", "h100")
+        assert fn(gm.model("gpt2"), gm.gpu("h100")) == by_name
+        assert fn(gm.TransformerConfig.from_hf(HF_LLAMA), "H100 SXM5") == fn(dict(HF_LLAMA), gm.gpu("h100"))
