@@ -15,6 +15,10 @@ Usage::
     python bench/calibration_accuracy.py                                   # shipped H200 calibration
     python bench/calibration_accuracy.py --calibration my-gpu.yaml --points my-validation.jsonl
     python bench/calibration_accuracy.py --json
+
+By default the points are every committed VALIDATION file (``validation*.jsonl``); the last
+lines say whether the acceptance bar holds: overall median <= 5% and p90 <= 15%, every family
+median <= 8% and p90 <= 25%.
 """
 
 from __future__ import annotations
@@ -29,18 +33,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DATA = ROOT / "tests" / "data" / "calibration"
+#: the acceptance bar: (median, p90) of |predicted / measured - 1| overall and per family
+BAR_OVERALL, BAR_FAMILY = (0.05, 0.15), (0.08, 0.25)
 
 
 def evaluate(calibration, points_path, gpu=None) -> dict:
+    """Per-family accuracy of the calibrated, uncalibrated and roofline estimates on one or more point files."""
     import gpumodel as gm
     from gpumodel.calibration.fit import load_points, point_set
     from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
 
-    _, points = load_points(points_path)
+    paths = [points_path] if isinstance(points_path, (str, Path)) else list(points_path)
+    points = [pt for path in paths for pt in load_points(path)[1]]
     ps = point_set(points)
     g = gm.gpu(gpu or calibration.gpu)
     models = {"calibrated": calibration.model(),
-              "uncalibrated": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False)}
+              "uncalibrated": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, gpu=g)}
     preds = {name: np.empty(len(ps.points)) for name in (*models, "roofline")}
     for _, op, _, idx in ps.groups:
         for name, model in models.items():
@@ -63,7 +71,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calibration", default=None, help="calibration YAML (default: the shipped one for --gpu)")
     p.add_argument("--gpu", default="h200-sxm")
-    p.add_argument("--points", default=str(DATA / "validation.jsonl"), help="measured points (JSON lines)")
+    p.add_argument("--points", nargs="+", default=sorted(str(x) for x in DATA.glob("validation*.jsonl")),
+                   help="measured points (JSON lines); default: every validation*.jsonl")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from gpumodel.calibration.record import calibration_for, load_calibration
@@ -78,19 +87,33 @@ def main(argv=None) -> int:
 
         print(json.dumps(res, indent=2))
         return 0
-    print(f"points: {args.points}\ncalibration: {cal.gpu} ({cal.device_name}, {cal.date[:10]})\n")
+    print(f"points: {', '.join(Path(x).name for x in args.points)}\n"
+          f"calibration: {cal.gpu} ({cal.device_name}, {cal.date[:10]})\n")
     fams = list(res["calibrated"])
-    head = f"{'family':16s} {'n':>4s} | {'calibrated':^22s} | {'uncalibrated':^22s} | {'datasheet roofline':^22s}"
+    head = f"{'family':22s} {'n':>4s} | {'calibrated':^22s} | {'uncalibrated':^22s} | {'datasheet roofline':^22s}"
     print(head)
-    print(f"{'':16s} {'':>4s} | " + " | ".join(f"{'median':>6s} {'p90':>6s} {'bias':>7s}" for _ in range(3)))
+    print(f"{'':22s} {'':>4s} | " + " | ".join(f"{'median':>6s} {'p90':>6s} {'bias':>7s}" for _ in range(3)))
     print("-" * len(head))
     for fam in fams:
         cells = []
         for name in ("calibrated", "uncalibrated", "roofline"):
             r = res[name][fam]
             cells.append(f"{r['median']:6.1%} {r['p90']:6.1%} {r['bias']:+7.1%}")
-        print(f"{fam:16s} {res['calibrated'][fam]['n']:4d} | " + " | ".join(cells))
+        print(f"{fam:22s} {res['calibrated'][fam]['n']:4d} | " + " | ".join(cells))
+    misses = bar_misses(res["calibrated"])
+    print("\nbar (overall median <= 5%, p90 <= 15%; every family median <= 8%, p90 <= 25%): "
+          + ("met" if not misses else "missed by " + ", ".join(misses)))
     return 0
+
+
+def bar_misses(table: dict) -> list[str]:
+    """The families (and "overall") of an accuracy table that miss the acceptance bar."""
+    out = []
+    for fam, r in table.items():
+        med, p90 = BAR_OVERALL if fam == "overall" else BAR_FAMILY
+        if r["median"] > med or r["p90"] > p90:
+            out.append(f"{fam} ({r['median']:.1%} / {r['p90']:.1%})")
+    return out
 
 
 if __name__ == "__main__":

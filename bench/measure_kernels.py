@@ -14,6 +14,8 @@ format of :mod:`gpumodel.calibration.bench` (``op``, ``kernel``, ``dtype``, ``sh
 Usage (on the GPU)::
 
     python bench/measure_kernels.py --out validation.jsonl
+    python bench/measure_kernels.py --set widened --fit-out fit_widened.jsonl --out validation_widened.jsonl \
+        --budget-s 290 --kernel-names      # composite and serving ops: FIT then VALIDATION
     python bench/measure_kernels.py --out /tmp/v.jsonl --dry-run     # tiny, CPU, tests the code
 """
 
@@ -27,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import _case  # noqa: E402
+from gpumodel.calibration.plan import _case, widened_cases  # noqa: E402
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
@@ -84,11 +86,116 @@ def validation_cases(fp8: bool = True) -> list[dict]:
     return cases
 
 
+def widened_validation_cases() -> list[dict]:
+    """VALIDATION shapes of the composite and serving ops and of the shapes the first plan left thin.
+
+    Disjoint from :func:`gpumodel.calibration.plan.widened_cases` (the FIT side): other row counts
+    and widths, other head counts and sequence lengths, other vocabularies, other LLM widths.
+    """
+    cases = []
+    for family in ("reduce_sum", "softmax", "layer_norm", "rms_norm"):
+        for rows in (24576, 65536, 196608, 1000000):
+            for cols in (96, 128, 200, 512, 768, 2048):
+                if rows * cols <= 2**28 and (family == "reduce_sum" or cols != 96):
+                    cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        cases.append(_case(family, family, "fp32", rows=500000, cols=128))
+    for seq, batch, heads, d in ((512, 1, 32, 128), (512, 4, 8, 128), (512, 16, 16, 128), (512, 2, 12, 64),
+                                 (320, 8, 16, 128), (640, 1, 16, 64), (1024, 1, 8, 128)):
+        for causal in (False, True):
+            for backward in (False, True):
+                cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=d,
+                                   causal=causal, backward=backward))
+    for m, n, k in ((4096, 4096, 2048), (2048, 11008, 4096), (8192, 1024, 1024), (1024, 8192, 2048),
+                    (16384, 4096, 128), (1000, 3000, 2000), (256, 320, 256), (3333, 4444, 555)):
+        cases.append(_case("matmul", "mm", "tf32", m=m, n=n, k=k))
+    for m, n, k in ((4096, 12288, 4096), (1024, 1024, 16384)):
+        cases.append(_case("matmul", "linear", "tf32", m=m, n=n, k=k))
+    for b, h, seq, d in ((1, 40, 1024, 128), (2, 12, 768, 64), (1, 16, 3000, 64), (8, 16, 512, 128)):
+        for causal in (False, True):
+            for backward in (False, True):
+                cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                                   causal=causal, impl="naive", backward=backward, dropout=0.0))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b * h, m=seq, n=seq, k=d))
+        cases.append(_case("softmax", "softmax", "bf16", rows=b * h * seq, cols=seq))
+    for b, h, seq, d in ((1, 40, 1024, 128), (8, 16, 512, 128)):
+        for backward in (False, True):
+            cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                               causal=True, impl="naive", backward=backward, dropout=0.1))
+    for b, h, seq, d in ((2, 8, 2048, 64), (4, 12, 1024, 64)):  # the same maths through SDPA's math backend
+        for backward in (False, True):
+            cases.append(_case("attention", "sdpa_math", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                               causal=True, impl="naive", backward=backward, dropout=0.0))
+    for tokens in (1024, 4096, 16384):
+        for vocab in (49152, 151936, 32768):
+            for backward in (False, True):
+                cases.append(_case("cross_entropy", "cross_entropy", "bf16", tokens=tokens, vocab=vocab,
+                                   upcast=True, backward=backward))
+    for tokens, vocab, dt, upcast in ((4096, 32000, "bf16", False), (3000, 128256, "fp32", False),
+                                      (512, 262144, "bf16", True), (8000, 50257, "bf16", False)):
+        for backward in (False, True):
+            cases.append(_case("cross_entropy", "cross_entropy", dt, tokens=tokens, vocab=vocab, upcast=upcast,
+                               backward=backward))
+    for tokens in (1024, 8192, 16384):
+        for vocab, hidden in ((128256, 4096), (32000, 5120), (151936, 3584)):
+            for backward in (False, True):
+                cases.append(_case("embedding", "embedding", "bf16", tokens=tokens, vocab=vocab, hidden=hidden,
+                                   backward=backward))
+    for m, n, k in ((2048, 28672, 8192), (128, 8192, 8192), (1, 4096, 4096), (64, 14336, 4096), (8192, 8192, 1024),
+                    (4000, 6144, 4096)):
+        cases.append(_case("matmul", "mm", "fp8", m=m, n=n, k=k))
+    for numel, tensors, dt in ((100_000, 4, "fp32"), (3_000_000, 32, "fp32"), (50_000_000, 200, "fp32"),
+                               (300_000_000, 32, "fp32"), (7_000_000, 1, "fp32"), (1_000_000_000, 290, "fp32"),
+                               (3_000_000, 4, "bf16"), (80_000_000, 100, "bf16"), (500_000_000, 8, "bf16")):
+        cases.append(_case("adamw_step", "adamw_fused", dt, numel=numel, tensors=tensors))
+    for kv_seq in (256, 1024, 4096, 16384, 32000):
+        for batch, heads, kv_heads in ((2, 32, 8), (16, 64, 8), (128, 32, 8), (4, 16, 16)):
+            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=1, head_dim=128,
+                               causal=False, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+    for seq, kv_seq in ((128, 4096), (1024, 16384), (32, 1000), (512, 3072)):
+        for batch, heads, kv_heads in ((1, 32, 8), (2, 40, 8)):
+            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=128,
+                               causal=True, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+    for tokens in (1, 64, 512, 4096):
+        for batch, kv_heads, head_dim in ((4, 8, 128), (64, 8, 128), (16, 4, 64)):
+            cases.append(_case("kv_cache_write", "index_copy", "bf16", batch=batch, kv_heads=kv_heads, tokens=tokens,
+                               head_dim=head_dim))
+    for weight_dtype in ("int8", "int4", "fp8"):
+        for m in (1, 4, 16, 64, 256, 2048):
+            for n, k in ((6144, 4096), (4096, 14336), (28672, 8192)):
+                cases.append(_case("matmul", "weight_only", "bf16", m=m, n=n, k=k, weight_dtype=weight_dtype))
+    for m in (2, 8, 32, 128, 200):  # skinny weight-bound bf16 GEMMs through F.linear
+        for n, k in ((6144, 4096), (4096, 14336), (28672, 8192)):
+            cases.append(_case("matmul", "linear", "bf16", m=m, n=n, k=k))
+    seen: set = set()
+    unique = []
+    for c in cases:  # a naive-attention part may repeat a grid shape
+        key = (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
+
+
+def _profiled(case: dict) -> bool:
+    """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
+    s = case["shape"]
+    return case["op"] in ("cross_entropy", "embedding", "adamw_step", "kv_cache_write") or (
+        "kv_seq" in s or "weight_dtype" in s or s.get("impl") == "naive" or (
+            case["op"] == "attention" and s.get("seq", 1024) <= 512))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--time-budget", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--set", choices=["base", "widened"], default="base",
+                   help="base: the first validation set; widened: the composite/serving validation set, and with "
+                        "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first")
+    p.add_argument("--fit-out", default=None, help="with --set widened: measure the FIT cases into this file too")
+    p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
+                   help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
+    p.add_argument("--kernel-names", action="store_true",
+                   help="record the kernels PyTorch launches for composite/serving cases (torch.profiler)")
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     args = p.parse_args(argv)
@@ -103,14 +210,23 @@ def main(argv: list[str] | None = None) -> int:
         def timer(fn):
             """triton.testing.do_bench, median, L2 cleared before each rep"""
             return do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e-3
-    t0 = time.perf_counter()
-    env, points = run_benchmarks(validation_cases(fp8), mode="validation", dry_run=args.dry_run, jsonl=args.out,
-                                 time_budget_s=args.time_budget, timer=timer)
-    bad = [pt for pt in points if pt.get("time_s") is None]
-    print(f"{len(points)} validation points ({len(bad)} failed) on {env.get('device_name')} "
-          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    for pt in bad[:10]:
-        print(f"  failed: {pt['op']} {pt['dtype']} {pt['shape']}: {pt['error']}", file=sys.stderr)
+    runs = [("validation", validation_cases(fp8), args.out)]
+    if args.set == "widened":
+        runs = [("validation", widened_validation_cases(), args.out)]
+        if args.fit_out:
+            runs.insert(0, ("fit-widened", widened_cases(), args.fit_out))
+    total = sum(len(cases) for _, cases, _ in runs)
+    names = _profiled if args.kernel_names else None
+    for mode, cases, out in runs:
+        t0 = time.perf_counter()
+        budget = None if args.time_budget is None else args.time_budget * len(cases) / total
+        env, points = run_benchmarks(cases, mode=mode, dry_run=args.dry_run, jsonl=out, time_budget_s=budget,
+                                     timer=timer, kernel_names=names)
+        bad = [pt for pt in points if pt.get("time_s") is None]
+        print(f"{mode}: {len(points)} of {len(cases)} points ({len(bad)} failed) on {env.get('device_name')} "
+              f"in {time.perf_counter() - t0:.1f} s -> {out}", file=sys.stderr)
+        for pt in bad[:10]:
+            print(f"  failed: {pt['op']} {pt['dtype']} {pt['shape']}: {pt['error']}", file=sys.stderr)
     return 0
 
 

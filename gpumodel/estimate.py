@@ -64,7 +64,8 @@ def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationMod
     else:
         cal = None
     if cal is None:
-        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet"),
+        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet",
+                                 gpu=g),
                 "datasheet", "uncalibrated: datasheet peaks x default efficiencies", None)
     return cal.model(), "calibrated", f"calibrated on {cal.device_name}, {cal.date[:10]}", cal
 
@@ -95,11 +96,9 @@ def _expected_error(record: Any, op: Any) -> Any:
         return None
     if hasattr(record, "expected_error"):
         return record.expected_error(op)
-    err = record.validation_error
-    key = op.name
-    if op.name == "attention":
-        key = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
-    hit = err.get(key)
+    from .calibration.fit import op_family
+
+    hit = record.validation_error.get(op_family(op))
     return None if hit is None else hit.median
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -54,6 +53,8 @@ class OpName(str, enum.Enum):
     EMBEDDING = "embedding"
     CROSS_ENTROPY = "cross_entropy"
     ATTENTION = "attention"
+    ADAMW_STEP = "adamw_step"
+    KV_CACHE_WRITE = "kv_cache_write"
     FUSED = "fused"
 
     def __str__(self) -> str:
@@ -204,19 +205,27 @@ def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCos
 
 
 # ---------------------------------------------------------------------------- helpers
-def _size(value: Any, name: str) -> Any:
-    """A size argument as a float or float array; NaN, infinite or negative is an error naming it."""
-    if type(value) in (int, float) and 0 <= value < math.inf:  # the scalar fast path
-        return float(value)
+def _vocab(resolver: Callable[..., Any], *args: Any) -> Any:
+    """Call a :mod:`gpumodel.vocabulary` resolver; its error is raised as an :class:`OpArgumentError`."""
     try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise OpArgumentError(f"{name} must be a number or an array of numbers, got {value!r}") from None
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if bad.any():
-        shown = arr if arr.ndim == 0 else arr[bad].ravel()[0]
-        raise OpArgumentError(f"{name} must be a finite number >= 0, got {float(shown)!r}")
-    return float(arr) if arr.ndim == 0 else arr
+        return resolver(*args)
+    except ArgumentError as exc:
+        raise OpArgumentError(str(exc)) from None
+
+
+def _size(value: Any, name: str) -> Any:
+    """A size argument (a positive integer or integer array, :func:`~gpumodel.vocabulary.positive_int`) as floats."""
+    from .vocabulary import positive_int
+
+    v = _vocab(positive_int, value, name)
+    return float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=float)
+
+
+def _amount(value: Any, name: str) -> Any:
+    """A count that may be fractional or zero (:func:`~gpumodel.vocabulary.nonnegative_number`)."""
+    from .vocabulary import nonnegative_number
+
+    return _vocab(nonnegative_number, value, name)
 
 
 def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: str,
@@ -238,7 +247,7 @@ def list_ops() -> list[str]:
     """Names of the registered op cost formulas.
 
     >>> list_ops()[:3]
-    ['attention', 'bmm', 'cross_entropy']
+    ['adamw_step', 'attention', 'bmm']
     """
     return sorted(_REGISTRY)
 

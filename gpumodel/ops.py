@@ -28,21 +28,26 @@ import numpy as np
 
 from .dtypes import DType, bytes_per_element, dtype as _dtype
 from .opcost import (
-    DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _finish, _size, cost, list_ops, register,
-    size_arguments,
+    DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _amount, _finish, _size, _vocab, cost,
+    list_ops, register, size_arguments,
 )
+from .vocabulary import choice, flag, weight_dtype as _weight_dtype
 
 __all__ = [
     "OpCost", "OpName", "AttentionImpl", "OpArgumentError", "UnknownOpError", "DuplicateOpError",
     "register", "cost", "list_ops", "size_arguments",
     "matmul", "bmm", "elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding",
-    "cross_entropy", "attention", "fuse",
+    "cross_entropy", "attention", "adamw_step", "kv_cache_write", "fuse",
 ]
 
 #: bytes of one token id (PyTorch's int64 index tensors)
 INDEX_BYTES = 8
 #: bytes of one fp32 statistic (softmax log-sum-exp kept by FlashAttention)
 STAT_BYTES = 4
+#: elements per scale of group-wise int4 weights (the common group size of GPTQ/AWQ/tinygemm checkpoints)
+INT4_GROUP = 128
+#: bytes of one scale (bf16) of a quantised weight; int4 groups keep a scale and a zero point
+SCALE_BYTES = 2
 
 
 class AttentionImpl(str, enum.Enum):
@@ -57,39 +62,54 @@ class AttentionImpl(str, enum.Enum):
 
 # ---------------------------------------------------------------------------- ops
 @register(OpName.MATMUL.value)
-def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCost:
+def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype: DType | str | None = None) -> OpCost:
     """``C[m, n] = A[m, k] @ B[k, n]`` on tensor cores.
 
     Parameters
     ----------
-    m, n, k : float or array_like
+    m, n, k : int or array_like
         Matrix sizes [element].
     dtype : str
         Number format of A, B and C ("bf16", "fp16", "tf32" = fp32 data on tensor cores, "fp8", ...).
+    weight_dtype : {"int8", "int4", "fp8"}, optional
+        Weight-only quantisation: B (the ``k x n`` weight) is stored in this format and dequantised
+        on the fly, A and C stay in ``dtype``. int8 has a scale per output channel, int4 a scale and
+        a zero point per group of 128 along ``k``, fp8 one scale.
 
     Returns
     -------
     OpCost
-        ``breakdown`` has the bytes of ``a``, ``b`` and ``out``.
+        ``breakdown`` has the bytes of ``a``, ``b`` (with its scales) and ``out``.
 
     Notes
     -----
-    .. math:: F = 2mnk, \\quad R = (mk + kn)\\,s, \\quad W = mn\\,s
+    .. math:: F = 2mnk, \\quad R = mk\\,s + kn\\,s_w, \\quad W = mn\\,s
 
-    with :math:`s` the bytes per element. The seed's 4096^3 fp16 example: ``F/R`` = 2048 FLOP/byte.
+    with :math:`s` the bytes per element and :math:`s_w` those of the weight. The seed's 4096^3
+    fp16 example: ``F/R`` = 2048 FLOP/byte.
 
     Examples
     --------
     >>> op = matmul(4096, 4096, 4096, "fp16")
     >>> op.flops / op.bytes_read   # 2*4096**3 / (2*4096**2 * 2)
     2048.0
+    >>> matmul(1, 4096, 4096, weight_dtype="int4").breakdown["b"] / 2**20   # 4096**2/2 + 2*2*4096*32 bytes
+    8.5
     """
     m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
-    a, b, c = m * k * s, k * n * s, m * n * s
-    return _finish(OpName.MATMUL, dt, 2.0 * m * n * k, a + b, c, "tensor",
-                   {"m": m, "n": n, "k": k}, {"a": a, "b": b, "out": c})
+    a, c = m * k * s, m * n * s
+    shape: dict[str, Any] = {"m": m, "n": n, "k": k}
+    if weight_dtype is None:
+        b = k * n * s
+    else:
+        wdt = _vocab(_weight_dtype, weight_dtype, "weight_dtype", (DType.INT8, DType.INT4, DType.FP8))
+        scales = {DType.INT8: n * SCALE_BYTES, DType.INT4: 2 * SCALE_BYTES * n * np.ceil(k / INT4_GROUP),
+                  DType.FP8: 4.0 + 0.0 * n}[wdt]
+        b = k * n * bytes_per_element(wdt) + scales
+        shape["weight_dtype"] = wdt.value
+    return _finish(OpName.MATMUL, dt, 2.0 * m * n * k, a + b, c, "tensor", shape, {"a": a, "b": b, "out": c})
 
 
 @register(OpName.BMM.value)
@@ -133,8 +153,8 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     0.5
     """
     numel = _size(numel, "numel")
-    inputs, outputs = _size(inputs, "inputs"), _size(outputs, "outputs")
-    fpe = _size(flops_per_element, "flops_per_element")
+    inputs, outputs = _amount(inputs, "inputs"), _amount(outputs, "outputs")
+    fpe = _amount(flops_per_element, "flops_per_element")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
@@ -229,95 +249,136 @@ def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
 
 
 @register(OpName.EMBEDDING.value)
-def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16") -> OpCost:
+def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16", *, backward: bool = False) -> OpCost:
     """Embedding lookup: gather one ``hidden``-wide row of a ``vocab x hidden`` table per token.
+
+    Parameters
+    ----------
+    tokens, vocab, hidden : int or array_like
+        Token ids looked up, rows of the table, row width [element].
+    dtype : str
+    backward : bool
+        The gradient of the table instead (PyTorch's ``embedding_dense_backward``).
 
     Notes
     -----
-    Reads the gathered rows and the int64 token ids, writes the output; no FLOPs:
-    :math:`R = t h s + 8t`, :math:`W = t h s`. Rows repeated within a batch are counted each time
-    (a gather kernel reads a row per token; L2 hits on repeats are not modelled). ``vocab`` sets
-    the table size but not the traffic.
+    Forward reads the gathered rows and the int64 token ids and writes the output; no FLOPs:
+    :math:`R = t h s + 8t`, :math:`W = t h s`. Rows repeated within a batch are counted each time.
+    Backward produces a dense ``vocab x hidden`` gradient: it reads the output gradient and the
+    ids and writes the whole table (zeros where no token points) and adds one row per token:
+    :math:`R = t h s + 8t`, :math:`W = v h s`, :math:`F = t h`.
 
     Examples
     --------
     >>> embedding(10, 32000, 16, "fp32").bytes_read   # 10*16*4 + 10*8
     720.0
+    >>> embedding(10, 32000, 16, "fp32", backward=True).bytes_written   # the dense gradient: 32000*16*4
+    2048000.0
     """
     tokens, vocab, hidden = _size(tokens, "tokens"), _size(vocab, "vocab"), _size(hidden, "hidden")
+    backward = _vocab(flag, backward, "backward")
     dt = _dtype(dtype)
-    rows = tokens * hidden * bytes_per_element(dt)
+    s = bytes_per_element(dt)
+    rows = tokens * hidden * s
     ids = tokens * INDEX_BYTES
-    return _finish(OpName.EMBEDDING, dt, 0.0 * tokens, rows + ids, rows, "vector",
-                   {"tokens": tokens, "vocab": vocab, "hidden": hidden},
+    shape = {"tokens": tokens, "vocab": vocab, "hidden": hidden, "backward": backward}
+    if backward:
+        table = vocab * hidden * s
+        return _finish(OpName.EMBEDDING, dt, tokens * hidden, rows + ids, table, "vector", shape,
+                       {"activations": rows, "indices": ids, "weights": table})
+    return _finish(OpName.EMBEDDING, dt, 0.0 * tokens, rows + ids, rows, "vector", shape,
                    {"weights": rows, "indices": ids, "activations": rows})
 
 
 @register(OpName.CROSS_ENTROPY.value)
-def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16") -> OpCost:
-    """Cross-entropy loss per token from ``tokens x vocab`` logits (forward, one fused kernel).
+def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16", *, backward: bool = False,
+                  upcast: bool = True) -> OpCost:
+    """Cross-entropy loss per token from ``tokens x vocab`` logits: log-softmax and NLL.
+
+    Parameters
+    ----------
+    tokens, vocab : int or array_like
+    dtype : str
+        Format of the logits.
+    backward : bool
+        The gradient of the logits instead of the loss.
+    upcast : bool
+        Whether the logits are cast to fp32 first, as Hugging Face's causal-LM losses do
+        (``logits.float()``); it does not change the minimal traffic below, only the kernels
+        PyTorch runs (a cast, then log-softmax and NLL in fp32), which the time model charges.
 
     Notes
     -----
-    Reads the logits and the int64 targets, writes one loss per token in ``dtype``:
+    Forward reads the logits and the int64 targets, writes one loss per token in ``dtype``:
     :math:`R = tv\\,s + 8t`, :math:`W = t\\,s`. FLOPs are 4 per logit for the log-sum-exp (max,
-    subtract, exp, sum): :math:`F = 4tv`.
+    subtract, exp, sum): :math:`F = 4tv`. Backward reads the saved log-probabilities and the targets
+    and writes the gradient ``softmax - onehot``: :math:`R = tv\\,s + 8t`, :math:`W = tv\\,s`,
+    :math:`F = 2tv` (exp and subtract).
 
     Examples
     --------
     >>> cross_entropy(2, 10, "fp32").bytes_read     # 2*10*4 + 2*8
     96.0
+    >>> cross_entropy(2, 10, "fp32", backward=True).bytes_written   # the logits' gradient, 2*10*4
+    80.0
     """
     tokens, vocab = _size(tokens, "tokens"), _size(vocab, "vocab")
+    backward, upcast = _vocab(flag, backward, "backward"), _vocab(flag, upcast, "upcast")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     logits, ids = tokens * vocab * s, tokens * INDEX_BYTES
-    return _finish(OpName.CROSS_ENTROPY, dt, 4.0 * tokens * vocab, logits + ids, tokens * s, "vector",
-                   {"tokens": tokens, "vocab": vocab}, {"activations": logits + tokens * s, "indices": ids})
-
-
-def _bool(value: Any, name: str) -> Any:
-    arr = np.asarray(value)
-    if arr.dtype != bool:
-        raise OpArgumentError(f"{name} must be True or False (or a boolean array), got {value!r}")
-    return bool(arr) if arr.ndim == 0 else arr
+    shape = {"tokens": tokens, "vocab": vocab, "backward": backward, "upcast": upcast}
+    if backward:
+        return _finish(OpName.CROSS_ENTROPY, dt, 2.0 * tokens * vocab, logits + ids, logits, "vector", shape,
+                       {"activations": 2 * logits, "indices": ids})
+    return _finish(OpName.CROSS_ENTROPY, dt, 4.0 * tokens * vocab, logits + ids, tokens * s, "vector", shape,
+                   {"activations": logits + tokens * s, "indices": ids})
 
 
 @register(OpName.ATTENTION.value)
-def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, causal: Any = False, dtype: DType | str = "bf16",
-              impl: AttentionImpl | str = "flash", backward: bool = False, kv_heads: Any = None) -> OpCost:
+def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | str = "bf16", *, causal: bool = False,
+              impl: AttentionImpl | str = "flash", backward: bool = False, kv_heads: Any = None, kv_seq: Any = None,
+              dropout: float = 0.0) -> OpCost:
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d)) V``, forward or backward.
 
     Parameters
     ----------
-    batch, heads, seq, head_dim : float or array_like
-        Batch size, query heads, sequence length (queries = keys) [token], head dimension [element].
-    causal : bool or array of bool
-        Causal mask: half of the score matrix is useful work.
+    batch, heads, seq, head_dim : int or array_like
+        Batch size, query heads, query tokens, head dimension [element].
     dtype : str
+    causal : bool
+        Causal mask (aligned to the last key: query ``i`` of ``seq`` sees the first
+        ``kv_seq - seq + i + 1`` keys); with ``seq == kv_seq`` half of the scores are useful work.
     impl : {"flash", "naive"}
-        ``flash`` (FlashAttention) keeps the ``seq x seq`` scores on chip; ``naive`` writes the
+        ``flash`` (FlashAttention) keeps the ``seq x kv_seq`` scores on chip; ``naive`` writes the
         scores and the softmax output to device memory and reads them back.
     backward : bool
         Cost of the backward pass instead of the forward.
-    kv_heads : float or array_like, optional
+    kv_heads : int or array_like, optional
         Key/value heads (grouped-query attention); defaults to ``heads``. Must divide ``heads``.
+    kv_seq : int or array_like, optional
+        Keys and values attended to (a KV cache: decode has ``seq = 1``, chunked prefill
+        ``seq < kv_seq``); defaults to ``seq``.
+    dropout : float
+        Dropout probability on the attention weights (training); the naive form writes a mask.
 
     Notes
     -----
     FLOPs follow the FlashAttention-2 paper's convention (Dao 2023, Sec. 4.1): the two matmuls
-    ``Q K^T`` and ``P V`` give :math:`F_{fwd} = 4 b h s^2 d`, halved when causal; softmax and
-    scaling are not counted. Backward: ``flash`` runs 5 matmuls (it recomputes ``Q K^T``), so
-    :math:`F_{bwd} = 2.5 F_{fwd}` as in that paper; ``naive`` keeps ``P`` and runs 4, :math:`2 F_{fwd}`.
+    ``Q K^T`` and ``P V`` give :math:`F_{fwd} = 4 b h s s_{kv} d\\,f`, with :math:`f` the unmasked
+    fraction of the scores (1; causal :math:`1 - s / (2 s_{kv})`, i.e. 1/2 when :math:`s = s_{kv}`);
+    softmax and scaling are not counted. Backward: ``flash`` runs 5 matmuls (it recomputes
+    ``Q K^T``), so :math:`F_{bwd} = 2.5 F_{fwd}` as in that paper; ``naive`` keeps ``P`` and runs 4.
 
-    Traffic (``q = b h s d`` elements, ``kv = b h_{kv} s d``, ``S = b h s^2``; ``s_e`` bytes each):
+    Traffic (``q = b h s d`` elements, ``kv = b h_{kv} s_{kv} d``, ``S = b h s s_{kv}``):
 
     * flash forward reads Q, K, V and writes O and the fp32 log-sum-exp (``b h s``);
       backward reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
     * naive forward runs ``S = Q K^T`` (read Q, K; write S), ``P = softmax(S)`` (mask and scale
-      fused; read S, write P), ``O = P V`` (read P, V; write O). Backward runs ``dV = P^T dO``,
-      ``dP = dO V^T``, ``dS = P * (dP - rowsum(dP * P))``, ``dQ = dS K``, ``dK = dS^T Q``: score-sized
-      traffic of 5 reads and 2 writes. The causal mask does not shrink the ``seq x seq`` buffers.
+      fused; read S, write P), ``O = P V`` (read P, V; write O); dropout adds a read and a write
+      of ``P`` and a one-byte mask per score. Backward runs ``dV = P^T dO``, ``dP = dO V^T``,
+      ``dS = P * (dP - rowsum(dP * P))``, ``dQ = dS K``, ``dK = dS^T Q``: score-sized traffic of 5
+      reads and 2 writes. The causal mask does not shrink the score buffers.
 
     References
     ----------
@@ -330,27 +391,31 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, causal: Any = Fal
     0.274877906944
     >>> attention(1, 32, 4096, 128, causal=True).flops / op.flops
     0.5
+    >>> attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096).bytes_read / 2**20   # decode: the KV cache, 2*8*8*4096*128*2 B
+    128.0625
     """
     batch, heads = _size(batch, "batch"), _size(heads, "heads")
     seq, head_dim = _size(seq, "seq"), _size(head_dim, "head_dim")
     kv_heads = heads if kv_heads is None else _size(kv_heads, "kv_heads")
-    causal, backward = _bool(causal, "causal"), _bool(backward, "backward")
-    if np.ndim(backward):
-        raise OpArgumentError("backward must be a single True or False")
-    if np.any((np.asarray(kv_heads) == 0) & (np.asarray(heads) > 0)) or np.any(
-            np.fmod(heads, np.where(np.asarray(kv_heads) > 0, kv_heads, 1)) != 0):
+    kv_seq = seq if kv_seq is None else _size(kv_seq, "kv_seq")
+    causal, backward = _vocab(flag, causal, "causal"), _vocab(flag, backward, "backward")
+    impl = _vocab(choice, AttentionImpl, impl, "impl")
+    dropout = _amount(dropout, "dropout")
+    if np.ndim(dropout) or dropout >= 1.0:
+        raise OpArgumentError(f"dropout must be a single probability in [0, 1), got {dropout!r}")
+    if np.any(np.fmod(heads, kv_heads) != 0):
         raise OpArgumentError(f"kv_heads must divide heads; got heads={heads!r}, kv_heads={kv_heads!r}")
-    try:
-        impl = AttentionImpl(str(getattr(impl, "value", impl)).lower())
-    except ValueError:
-        raise OpArgumentError(f"impl must be one of {[i.value for i in AttentionImpl]}, got {impl!r}") from None
+    if causal and np.any(np.asarray(seq) > np.asarray(kv_seq)):
+        raise OpArgumentError(f"a causal attention needs seq <= kv_seq; got seq={seq!r}, kv_seq={kv_seq!r}")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
 
-    fwd = 4.0 * batch * heads * seq**2 * head_dim * np.where(causal, 0.5, 1.0)
+    frac = 1.0 - seq / (2.0 * kv_seq) if causal else 1.0
+    fwd = 4.0 * batch * heads * seq * kv_seq * head_dim * frac
     q = batch * heads * seq * head_dim * s          # also O, dO, dQ
-    kv = batch * kv_heads * seq * head_dim * s      # each of K, V, dK, dV
-    scores = batch * heads * seq**2 * s
+    kv = batch * kv_heads * kv_seq * head_dim * s   # each of K, V, dK, dV
+    scores = batch * heads * seq * kv_seq * s
+    mask = batch * heads * seq * kv_seq if dropout > 0 else 0.0 * scores   # one byte per score
     lse = batch * heads * seq * STAT_BYTES
     if impl is AttentionImpl.FLASH and not backward:
         flops, read, written = fwd, q + 2 * kv, q + lse
@@ -360,18 +425,89 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, causal: Any = Fal
         bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "stats": lse}
     elif not backward:
         # S = QK^T: read q, k, write S | P = softmax(S): read S, write P | O = PV: read P, v, write O
-        flops, read, written = fwd, q + 2 * kv + 2 * scores, q + 2 * scores
-        bd = {"q": q, "kv": 2 * kv, "out": q, "scores": 4 * scores}
+        drop = scores if dropout > 0 else 0.0
+        flops, read, written = fwd, q + 2 * kv + 2 * scores + drop, q + 2 * scores + drop + mask
+        bd = {"q": q, "kv": 2 * kv, "out": q, "scores": 4 * scores + 2 * drop + mask}
     else:
         # dV = P^T dO: read P, dO, write dV | dP = dO V^T: read dO, V, write dP
         # dS: read P, dP, write dS | dQ = dS K: read dS, K, write dQ | dK = dS^T Q: read dS, Q, write dK
         flops = 2.0 * fwd
-        read = 5 * scores + 2 * q + 2 * kv + q
+        read = 5 * scores + 2 * q + 2 * kv + q + mask
         written = 2 * scores + 2 * kv + q
-        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores}
+        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores + mask}
     shape = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads,
-             "causal": causal, "backward": backward, "impl": impl.value}
+             "kv_seq": kv_seq, "causal": causal, "backward": backward, "impl": impl.value, "dropout": dropout}
     return _finish(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)
+
+
+@register(OpName.ADAMW_STEP.value)
+def adamw_step(numel: Any, param_dtype: DType | str = "fp32", *, tensors: Any = 1) -> OpCost:
+    """One AdamW update of ``numel`` parameters held in ``tensors`` tensors (a fused multi-tensor kernel).
+
+    Parameters
+    ----------
+    numel : int or array_like
+        Parameters updated [element].
+    param_dtype : str
+        Format of the parameters, their gradients and the two moment buffers (PyTorch keeps the
+        moments in the parameters' format).
+    tensors : int or array_like
+        Parameter tensors the ``numel`` are spread over (the multi-tensor kernel walks a list of
+        them in chunks; ``torch.optim.AdamW(fused=True)`` launches one kernel per group of tensors).
+
+    Notes
+    -----
+    Reads the parameter, its gradient and both moments and writes the parameter and both moments:
+    :math:`R = 4Ns`, :math:`W = 3Ns`. FLOPs, counting the two moment updates (3 each), the bias
+    corrections folded into the step size, the square root, the division, the weight decay and the
+    update: :math:`F = 12N`.
+
+    References
+    ----------
+    I. Loshchilov, F. Hutter, "Decoupled Weight Decay Regularization", ICLR 2019.
+
+    Examples
+    --------
+    >>> op = adamw_step(10**9, "fp32", tensors=290)
+    >>> op.bytes / 1e9                    # 7 * 4 bytes per parameter
+    28.0
+    """
+    numel, tensors = _size(numel, "numel"), _size(tensors, "tensors")
+    dt = _dtype(param_dtype)
+    s = bytes_per_element(dt)
+    return _finish(OpName.ADAMW_STEP, dt, 12.0 * numel, 4.0 * numel * s, 3.0 * numel * s, "vector",
+                   {"numel": numel, "tensors": tensors}, {"weights": 2.0 * numel * s, "gradients": numel * s,
+                                                          "optimizer": 4.0 * numel * s})
+
+
+@register(OpName.KV_CACHE_WRITE.value)
+def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype: DType | str = "bf16") -> OpCost:
+    """Write the keys and values of ``tokens`` new tokens into a KV cache (one layer).
+
+    Parameters
+    ----------
+    batch, kv_heads, tokens, head_dim : int or array_like
+        Sequences, key/value heads, new tokens per sequence, head dimension.
+    dtype : str
+        Format of the cache.
+
+    Notes
+    -----
+    Reads the new K and V and writes them into the cache: :math:`R = W = 2 b h_{kv} t d\\,s`, plus the
+    int64 positions (:math:`8t`) read.
+
+    Examples
+    --------
+    >>> kv_cache_write(1, 8, 1, 128).bytes_written     # K and V of one token: 2*8*128*2 bytes
+    4096.0
+    """
+    batch, kv_heads = _size(batch, "batch"), _size(kv_heads, "kv_heads")
+    tokens, head_dim = _size(tokens, "tokens"), _size(head_dim, "head_dim")
+    dt = _dtype(dtype)
+    kv = 2.0 * batch * kv_heads * tokens * head_dim * bytes_per_element(dt)
+    return _finish(OpName.KV_CACHE_WRITE, dt, 0.0 * kv, kv + tokens * INDEX_BYTES, kv, "vector",
+                   {"batch": batch, "kv_heads": kv_heads, "tokens": tokens, "head_dim": head_dim},
+                   {"activations": kv, "indices": tokens * INDEX_BYTES, "kv_cache": kv})
 
 
 def fuse(*ops: OpCost) -> OpCost:

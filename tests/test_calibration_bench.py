@@ -114,3 +114,46 @@ def test_cli_calibrate_from_points_needs_no_gpu(tmp_path, capsys):
     cal = load_calibration(out)
     assert cal.gpu == "h200-sxm" and len(cal.points) == 122
     assert "wrote" in capsys.readouterr().out
+
+
+def _measure_kernels():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "measure_kernels", Path(__file__).resolve().parent.parent / "bench" / "measure_kernels.py")
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    return mk
+
+
+def test_widened_validation_is_disjoint_from_every_fit_plan():
+    from gpumodel.calibration.plan import sweep_cases, widened_cases
+
+    mk = _measure_kernels()
+    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
+    fit = {key(c) for c in fit_cases("full") + sweep_cases() + widened_cases()}
+    val = [key(c) for c in mk.widened_validation_cases()]
+    assert not fit & set(val)
+    assert len(set(val)) == len(val)
+    ops = {c["op"] for c in mk.widened_validation_cases()}
+    assert {"cross_entropy", "embedding", "adamw_step", "kv_cache_write", "attention"} <= ops
+    shapes = [c["shape"] for c in mk.widened_validation_cases()]
+    assert any(s.get("impl") == "naive" for s in shapes) and any(s.get("kv_seq") for s in shapes)
+    assert {s.get("weight_dtype") for s in shapes} >= {"int8", "int4", "fp8"}
+
+
+@pytest.mark.slow
+def test_widened_dry_run_on_cpu(tmp_path):
+    pytest.importorskip("torch", reason="the dry run needs torch (any build)")
+    from gpumodel.calibration.plan import widened_cases
+
+    mk = _measure_kernels()
+    fit, val = tmp_path / "fit.jsonl", tmp_path / "val.jsonl"
+    # every op and variant of both sets, a few cases each, through the script's own entry point
+    assert mk.main(["--set", "widened", "--fit-out", str(fit), "--out", str(val), "--dry-run",
+                    "--budget-s", "60"]) == 0
+    points = [json.loads(x) for x in fit.read_text().splitlines()[1:]]
+    assert len(points) == len(widened_cases())
+    assert all(p["time_s"] > 0 for p in points), [p for p in points if not p.get("time_s")][:3]
+    assert len(val.read_text().splitlines()) == len(mk.widened_validation_cases()) + 1

@@ -276,3 +276,67 @@ def test_breakdown_adds_up_to_the_traffic(op):
 
 def test_label_names_op_and_sizes():
     assert ops.matmul(4096, 4096, 4096).label == "matmul m=4096 n=4096 k=4096"
+
+
+# ------------------------------------------------------------------ keyword-only flags, serving and training ops
+def test_flags_are_keyword_only_and_dtype_is_the_fifth_argument():
+    op = ops.attention(1, 32, 4096, 128, "bf16")                  # issue: this used to be read as causal="bf16"
+    assert op.dtype.value == "bf16" and op.shape["causal"] is False
+    with pytest.raises(TypeError):
+        ops.attention(1, 32, 4096, 128, "bf16", True)              # noqa: flags are keyword-only
+    with pytest.raises(TypeError):
+        ops.matmul(4, 4, 4, "bf16", "int8")
+    for bad in ("yes", 1, None):
+        with pytest.raises(OpArgumentError, match="backward"):
+            ops.cross_entropy(8, 100, backward=bad)
+        with pytest.raises(OpArgumentError, match="backward"):
+            ops.embedding(8, 100, 16, backward=bad)
+
+
+def test_sizes_are_positive_integers():
+    for bad in (0, 1.5, -3, True, "8"):
+        with pytest.raises(OpArgumentError, match="tokens"):
+            ops.kv_cache_write(1, 8, bad, 128)
+    assert ops.matmul(np.int64(8), 8.0, 8).flops == 2 * 8**3
+
+
+def test_decode_attention_reads_the_kv_cache():
+    # Llama-3-8B decode: 32 query heads, 8 KV heads, 4096 cached tokens, batch 8, bf16
+    op = ops.attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096)
+    kv = 2 * 8 * 8 * 4096 * 128 * 2                              # K and V: 128 MiB
+    q = 8 * 32 * 1 * 128 * 2
+    assert op.bytes_read == kv + q and op.flops == 4 * 8 * 32 * 1 * 4096 * 128
+    # a causal chunk of 512 queries over 4096 keys: the queries see 3585..4096 keys, 1 - 512/(2*4096) of all
+    chunk = ops.attention(1, 32, 512, 128, causal=True, kv_seq=4096)
+    assert chunk.flops == pytest.approx(4 * 32 * 512 * 4096 * 128 * (1 - 512 / 8192))
+    with pytest.raises(OpArgumentError, match="kv_seq"):
+        ops.attention(1, 32, 512, 128, causal=True, kv_seq=256)
+    with pytest.raises(OpArgumentError, match="dropout"):
+        ops.attention(1, 8, 64, 64, impl="naive", dropout=1.0)
+
+
+def test_weight_only_matmul_reads_the_packed_weight():
+    m, n, k = 1, 4096, 4096
+    bf16 = ops.matmul(m, n, k)
+    int8 = ops.matmul(m, n, k, weight_dtype="int8")
+    int4 = ops.matmul(m, n, k, weight_dtype="int4")
+    assert int8.breakdown["b"] == n * k + 2 * n                    # one byte a weight + a bf16 scale per channel
+    assert int4.breakdown["b"] == n * k / 2 + 2 * 2 * n * k / 128  # half a byte + scale and zero per 128 weights
+    assert int8.flops == bf16.flops and int4.shape["weight_dtype"] == "int4"
+    with pytest.raises(OpArgumentError, match="weight_dtype"):
+        ops.matmul(m, n, k, weight_dtype="int3")
+
+
+def test_adamw_and_kv_cache_write_costs():
+    op = ops.adamw_step(10**6, "bf16", tensors=10)
+    assert (op.bytes_read, op.bytes_written) == (4 * 2e6, 3 * 2e6)  # p, g, m, v in; p, m, v out (bf16)
+    kv = ops.kv_cache_write(4, 8, 16, 128, "fp16")
+    assert kv.bytes_written == 2 * 4 * 8 * 16 * 128 * 2
+    assert {"adamw_step", "kv_cache_write"} <= set(ops.list_ops())
+
+
+def test_backward_costs_of_embedding_and_cross_entropy():
+    bwd = ops.embedding(4096, 32000, 4096, "bf16", backward=True)
+    assert bwd.bytes_written == 32000 * 4096 * 2                   # the dense table gradient
+    ce = ops.cross_entropy(4096, 32000, "bf16", backward=True)
+    assert ce.bytes_written == 4096 * 32000 * 2 and ce.shape["upcast"] is True

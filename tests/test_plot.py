@@ -61,7 +61,7 @@ def test_roofline_several_gpus_dtypes_and_levels():
 
 
 def test_roofline_vector_op_draws_every_configuration():
-    fig = gm.plot.roofline("h100", ops=[ops.matmul(np.logspace(0, 4, 9), 4096, 4096)])
+    fig = gm.plot.roofline("h100", ops=[ops.matmul(np.round(np.logspace(0, 4, 9)), 4096, 4096)])
     assert len(_points(fig.axes[0])) == 9
 
 

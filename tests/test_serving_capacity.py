@@ -32,7 +32,11 @@ def test_targets_are_met_and_cost_throughput():
     assert slo.requests_per_s == pytest.approx(slo.output_tokens_per_s / 256)
     assert slo.gpus_for(10 * slo.requests_per_s) == 40 and slo.replicas_for(slo.requests_per_s / 2) == 1
     c = slo.curve
-    assert np.all(np.diff(c["concurrency"]) > 0) and np.all(np.diff(c["requests_per_s"]) > 0)
+    assert np.all(np.diff(c["concurrency"]) > 0)
+    # throughput rises with concurrency, up to the small steps of the GEMMs' tile quantisation (from 243 to
+    # 277 sequences a decode GEMM needs a third row of 128-row tiles)
+    rps = np.asarray(c["requests_per_s"])
+    assert rps[-1] > 2 * rps[0] and np.all(np.diff(rps) > -0.02 * rps[:-1])
     assert np.all(np.diff(c["tpot_s"]) > 0)
 
 

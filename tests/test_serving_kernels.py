@@ -37,7 +37,18 @@ def test_weight_only_matmul_streams_packed_weights():
 
 def test_kv_write_moves_new_tokens():
     ops = K.kv_cache_write(4, 8, 1, 128, "bf16", "fp8")
-    assert sum(float(o.bytes) for o in ops) == pytest.approx(2 * 4 * 8 * 128 * (2 + 1))  # K and V: read bf16, write fp8
+    # K and V: read bf16, write fp8; plus the int64 cache position of the one new token
+    assert sum(float(o.bytes) for o in ops) == pytest.approx(2 * 4 * 8 * 128 * (2 + 1) + 8)
+    assert [o.name for o in ops] == ["kv_cache_write"]
+
+
+def test_adapter_uses_the_ops_records():
+    dec = K.attention(8, 32, 1, 128, "bf16", kv_heads=8, kv_seq=4096)
+    assert dec.shape["kv_seq"] == 4096 and dec.shape["seq"] == 1                 # the split-KV decode model
+    mixed = K.attention(1, 32, np.array([1, 512]), 128, causal=np.array([False, True]), kv_seq=np.array([4096, 512]))
+    assert mixed.shape["causal"] is True                                          # one query: the mask masks nothing
+    assert K.matmul(1, 4096, 4096, "bf16", "int4").shape["weight_dtype"] == "int4"
+    assert "weight_dtype" not in K.matmul(1, 4096, 4096, "bf16", "int8").shape   # a fused dequantising GEMM
 
 
 def test_allreduce_ring_cost_by_hand():

@@ -72,7 +72,9 @@ def test_arrays_broadcast_like_scalars():
 @given(b=st.integers(1, 256), c=st.integers(1, 32768), db=st.integers(1, 64), dc=st.integers(1, 8192))
 def test_decode_time_grows_with_batch_and_context(b, c, db, dc):
     t = gm.decode_step_time("llama-3.2-1b", "h200", batch_size=[b, b + db, b], context_len=[c, c, c + dc]).seconds
-    assert t[1] >= t[0] * (1 - 1e-9) and t[2] >= t[0] * (1 - 1e-9)
+    # up to the steps of the kernels' launch choices: FlashAttention's split-KV heuristic may give a longer
+    # cache more splits, and a GEMM of a few more rows other tiles (at most ~3% on a sweep of both)
+    assert t[1] >= t[0] * (1 - 0.05) and t[2] >= t[0] * (1 - 0.05)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -28,11 +28,12 @@ import sys
 import time
 from typing import Any, Callable
 
-from .plan import Case, fit_cases, sweep_cases  # noqa: F401  (re-exported: the plans live in plan.py)
+from .plan import Case, fit_cases, sweep_cases, widened_cases  # noqa: F401  (re-exported: the plans live in plan.py)
+from .runners import RUNNERS
 
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
-    "measure", "run_benchmarks", "environment_info", "progress",
+    "measure", "run_benchmarks", "environment_info", "progress", "launched_kernels", "widened_cases",
 ]
 
 from ..errors import GpumodelError
@@ -60,8 +61,9 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32
 def _shrink(case: Case) -> Case:
     """A tiny version of a case, for dry runs on the CPU."""
     shape = dict(case["shape"])
-    caps = {"m": 48, "n": 40, "k": 32, "batch": 3, "numel": 4096, "rows": 8, "cols": 64, "seq": 32,
-            "heads": 2, "head_dim": 16}
+    caps = {"m": 48, "n": 40, "k": 64, "batch": 3, "numel": 4096, "rows": 8, "cols": 64, "seq": 32,
+            "heads": 2, "kv_heads": 1, "head_dim": 16, "tokens": 24, "vocab": 100, "hidden": 16, "kv_seq": 40,
+            "tensors": 3}
     for key, cap in caps.items():
         if key in shape and not isinstance(shape[key], bool):
             shape[key] = min(int(shape[key]), cap)
@@ -78,6 +80,11 @@ def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
 
     def randn(*shape, dtype=None):
         return torch.randn(*shape, device=device, dtype=dtype or tdt, generator=gen)
+
+    for name, applies, runner in RUNNERS:
+        if op == name and applies(s):
+            tdt = getattr(torch, _TORCH_DTYPES.get(dt, "bfloat16"))
+            return runner(torch, {**s, "kernel": kernel}, tdt, randn, device)
 
     if op in ("matmul", "bmm"):
         batch = (int(s["batch"]),) if op == "bmm" else ()
@@ -179,22 +186,44 @@ def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
 
 
 def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
-            rep_s: float = 0.1, timer: Callable | None = None) -> dict:
+            rep_s: float = 0.1, timer: Callable | None = None, kernel_names: bool = False) -> dict:
     """Run one case and return the point: the case plus ``time_s`` [s] and ``reps``.
 
     ``timer(fn) -> seconds`` replaces the built-in event timer (e.g. ``triton.testing.do_bench``).
+    ``kernel_names=True`` adds ``launches``: the GPU kernels one call launched (from the profiler).
     """
     if dry_run:
         case = _shrink(case)
         device = "cpu"
     fn = make_runner(case, device)
+    if getattr(fn, "kernel", None):  # the runner fell back to another call than the case names
+        case = {**case, "kernel": fn.kernel}
     if dry_run:
         t, reps = _time_cpu(fn)
     elif timer is not None:
         t, reps = float(timer(fn)), -1
     else:
         t, reps = time_events(fn, flush, warmup_s=rep_s / 4, rep_s=rep_s)
-    return {**case, "time_s": t, "reps": reps}
+    point = {**case, "time_s": t, "reps": reps}
+    if kernel_names and not dry_run:
+        point["launches"] = launched_kernels(fn)
+    return point
+
+
+def launched_kernels(fn: Callable[[], Any]) -> list[str]:
+    """Names of the GPU kernels one call of ``fn`` launches, in order (``torch.profiler``; [] if unavailable)."""
+    torch = _torch()
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        events = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        return [e.name[:120] for e in sorted(events, key=lambda e: e.time_range.start)][:40]
+    except Exception:  # noqa: BLE001 - the profiler is optional
+        return []
 
 
 # ----------------------------------------------------------------------------- environment
@@ -261,12 +290,14 @@ class progress:
 
 def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run: bool = False,
                    jsonl: str | os.PathLike | None = None, show_progress: bool = True,
-                   time_budget_s: float | None = None, timer: Callable | None = None) -> tuple[dict, list[dict]]:
+                   time_budget_s: float | None = None, timer: Callable | None = None,
+                   kernel_names: Callable[[Case], bool] | None = None) -> tuple[dict, list[dict]]:
     """Measure ``cases`` (default :func:`fit_cases(mode) <fit_cases>`); returns ``(environment, points)``.
 
     Points are appended to ``jsonl`` as they are measured (one JSON object a line, the
     environment first), so an interrupted run keeps what it measured. A case that fails
-    (e.g. an unsupported dtype) is recorded with ``"error"`` and no time.
+    (e.g. an unsupported dtype) is recorded with ``"error"`` and no time. ``kernel_names(case)``
+    says for which cases to record the launched kernels (see :func:`measure`).
     """
     torch = _torch()
     device = "cpu" if dry_run else "cuda"
@@ -298,7 +329,8 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
             if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
                 break
             try:
-                point = measure(case, device, flush, dry_run=dry_run, rep_s=rep_s, timer=timer)
+                point = measure(case, device, flush, dry_run=dry_run, rep_s=rep_s, timer=timer,
+                                kernel_names=bool(kernel_names and kernel_names(case)))
             except Exception as exc:  # noqa: BLE001 - record and go on
                 point = {**case, "time_s": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
                 if not dry_run:

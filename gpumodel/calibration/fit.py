@@ -38,9 +38,10 @@ UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "ro
                 "row_latency_s": 1e-4,
                 # `bandwidth` is the copy rate; read-only streams (a sum, a skinny GEMM's big operand) have no
                 # read/write bus turnarounds and may pass it, up to about the datasheet (4.8 / 4.2 TB/s on the H200)
-                "bw_eff_reduce_sum": 1.15, "bw_eff_stream": 1.15, "bw_eff_gemm": 1.0,
+                "bw_eff_reduce_sum": 1.15, "bw_eff_stream": 1.15, "bw_eff_gemm": 1.0, "bw_eff_attention": 1.15,
+                "bw_eff_int4_mm": 1.15, "bw_eff_int8_mm": 1.15,
                 **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm",
-                                                "cross_entropy", "embedding")},
+                                                "embedding", "adamw_step")},
                 **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}
 LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "row_overlap_p": 1.0, "norm_overlap_p": 1.0,
                 "attn_overlap_p": 1.0}
@@ -83,34 +84,73 @@ class PointSet:
         return out
 
 
-def _build(op: str, dtype: str, shapes: list[Mapping[str, Any]]):
-    from gpumodel import ops
+#: shape entries that are one value per group of points (flags, names, the dropout probability)
+_SCALAR_KEYS = ("dropout",)
 
-    keys = [k for k in shapes[0] if not isinstance(shapes[0][k], (bool, str))]
-    arrays = {k: np.array([float(s[k]) for s in shapes]) for k in keys}
-    flags = {k: v for k, v in shapes[0].items() if isinstance(v, (bool, str))}
-    if op == "attention":
-        causal = np.array([bool(s.get("causal", False)) for s in shapes])
-        flags = {"backward": bool(shapes[0].get("backward", False)), "causal": causal}
-        if "kv_heads" not in arrays:
-            arrays["kv_heads"] = arrays["heads"]
-    return getattr(ops, op)(**arrays, **flags, dtype=dtype)
+
+def _scalar_key(key: str, value: Any) -> bool:
+    return isinstance(value, (bool, str)) or value is None or key in _SCALAR_KEYS
+
+
+def _build(op: str, dtype: str, shapes: list[Mapping[str, Any]]):
+    """One broadcast :class:`~gpumodel.ops.OpCost` for points sharing op, dtype and flags."""
+    import inspect
+
+    from gpumodel import ops
+    from gpumodel.opcost import _lookup
+
+    first = shapes[0]
+    arrays = {k: np.array([float(s[k]) for s in shapes]) for k in first if not _scalar_key(k, first[k])}
+    flags = {k: v for k, v in first.items() if _scalar_key(k, v) and v is not None}
+    func = _lookup(op)
+    params = inspect.signature(func).parameters
+    dt_name = "dtype" if "dtype" in params else next(n for n in params if n.endswith("dtype"))
+    return getattr(ops, op)(**arrays, **flags, **{dt_name: dtype})
 
 
 def family_of(point: Mapping[str, Any]) -> str:
-    """Reporting family of a point: the op name, attention split by direction."""
+    """Reporting family of a point: the op name; attention by form and direction, weight-only GEMMs apart.
+
+    >>> family_of({"op": "attention", "shape": {"seq": 1, "kv_seq": 4096, "backward": False}})
+    'attention_decode'
+    """
+    s = point["shape"]
     if point["op"] == "attention":
-        return "attention_bwd" if point["shape"].get("backward") else "attention_fwd"
+        if s.get("impl", "flash") == "naive":
+            return "attention_naive_bwd" if s.get("backward") else "attention_naive_fwd"
+        if s.get("kv_seq") is not None and s["kv_seq"] != s["seq"]:
+            return "attention_decode"
+        return "attention_bwd" if s.get("backward") else "attention_fwd"
+    if point["op"] == "matmul" and s.get("weight_dtype"):
+        return "matmul_weight_only"
+    if point["op"] in ("cross_entropy", "embedding") and s.get("backward"):
+        return f"{point['op']}_bwd"
     return point["op"]
 
 
+def op_family(op: Any) -> str:
+    """The reporting family (:func:`family_of`) of an op record, e.g. to look up its validation error.
+
+    >>> from gpumodel import ops
+    >>> op_family(ops.attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096))
+    'attention_decode'
+    """
+    shape = {k: (v if isinstance(v, (bool, str)) or v is None else
+                 (float(np.ravel(v)[0]) if np.size(v) else None)) for k, v in op.shape.items()}
+    if op.name == "attention" and "kv_seq" in op.shape:
+        differ = np.any(np.asarray(op.shape["kv_seq"]) != np.asarray(op.shape["seq"]))
+        shape["kv_seq"], shape["seq"] = (1.0, 0.0) if differ else (0.0, 0.0)
+    return family_of({"op": op.name, "shape": shape})
+
+
 def point_set(points: Iterable[Mapping[str, Any]]) -> PointSet:
-    """Group points into broadcast ops (one per op, dtype, attention direction)."""
+    """Group points into broadcast ops (one per op, dtype, flags and set of arguments)."""
     points = tuple(p for p in points if p.get("time_s"))
     buckets: dict[tuple, list[int]] = {}
     for i, pt in enumerate(points):
-        key = (pt["op"], pt["dtype"], bool(pt["shape"].get("backward", False)),
-               tuple(sorted(k for k in pt["shape"])))
+        shape = pt["shape"]
+        flags = tuple(sorted((k, str(v)) for k, v in shape.items() if _scalar_key(k, v)))
+        key = (pt["op"], pt["dtype"], flags, tuple(sorted(shape)))
         buckets.setdefault(key, []).append(i)
     groups = []
     for (op, dtype, _, _), idx in buckets.items():
@@ -134,39 +174,62 @@ def relative_errors(model: CalibrationModel, ps: PointSet) -> np.ndarray:
 
 
 def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
+    """The parameters the points can determine: those of the mechanisms of the families measured."""
+    from .composite import WEIGHT_ONLY_PATH
+
     fams = {fam for fam, *_ in ps.groups}
     dtypes = {op.dtype.value for fam, op, *_ in ps.groups if fam in ("matmul", "bmm")}
+    weights = {op.shape.get("weight_dtype") for fam, op, *_ in ps.groups if fam == "matmul_weight_only"}
+    attention = {f for f in fams if f.startswith("attention")}
+    # composite ops are priced by the kernels they launch: their families free those kernels' parameters too
+    uses = set(fams)
+    if fams & {"attention_naive_fwd", "attention_naive_bwd"}:
+        uses |= {"bmm", "elementwise", "softmax"}
+    if fams & {"cross_entropy", "cross_entropy_bwd"}:
+        uses |= {"elementwise", "softmax"}
+    if fams & {"embedding_bwd", "kv_cache_write"}:
+        uses |= {"elementwise"}
+    if "matmul_weight_only" in fams:
+        uses |= {"elementwise", "matmul", "reduce_sum"}
     free = ["launch_s", "bandwidth"]
-    if fams - {"matmul", "bmm", "attention_fwd", "attention_bwd"}:
+    if uses - {"matmul", "bmm", *attention}:
         free += ["vector_overlap_p"]
-    if fams & {"matmul", "bmm"}:
-        free += ["overlap_p"]
-    if "elementwise" in fams:
-        free += ["vector_flops"]
-    if fams & {"matmul", "bmm"}:
-        free += ["l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth", "split_overhead_s",
-                 "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
+    if uses & {"matmul", "bmm"}:
+        free += ["overlap_p", "l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth",
+                 "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
-    rows = sorted(fams & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding"})
+    if "elementwise" in uses:
+        free += ["vector_flops"]
+    rows = sorted(uses & {"softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding", "adamw_step"})
     if set(rows) & set(GENERIC_ROW_FAMILIES):
         free += ["row_latency_s", "norm_overlap_p"]
-    if fams & {"softmax", "reduce_sum"}:
+    if uses & {"softmax", "reduce_sum"}:
         free += ["mem_latency_s", "block_sync_s", "row_overlap_p"]
     for fam in rows:
         free += [f"bw_eff_{fam}"]
         if fam in GENERIC_ROW_FAMILIES:
             free += [f"row_rate_{fam}", f"rows_per_sm_{fam}", f"unaligned_eff_{fam}"]
-    if "softmax" in fams:
+    if "softmax" in uses:
         free += ["rows_per_sm_softmax", "softmax_warp_step_s", "softmax_reg_step_s",
                  *(f"elem_rate_softmax_{k}" for k in ("warp", "reg", "block"))]
-    if "reduce_sum" in fams:
-        free += ["sum_block_s", "sum_step_s", "global_reduce_s"]
-    if fams & {"attention_fwd", "attention_bwd"}:
-        free += ["attn_overlap_p"]
+    if "reduce_sum" in uses:
+        free += ["sum_block_s", "sum_warp_s", "sum_step_s", "global_reduce_s"]
+    if attention - {"attention_naive_fwd", "attention_naive_bwd"}:
+        free += ["attn_overlap_p", "sm_bandwidth"]
     for d in ("fwd", "bwd"):
-        if f"attention_{d}" in fams:
+        if f"attention_{d}" in fams or (d == "fwd" and "attention_decode" in fams):
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
-    return free
+    if "attention_decode" in fams:
+        free += ["bw_eff_attention"]
+    if fams & {"cross_entropy", "cross_entropy_bwd"}:
+        free += ["nll_step_s"]
+    if "embedding_bwd" in fams:
+        free += ["embedding_token_s", "embedding_sort_s"]
+    if "adamw_step" in fams:
+        free += ["adamw_host_s", "adamw_host_tensor_s"]
+    for w in sorted(x for x in weights if x and WEIGHT_ONLY_PATH[x] not in ("dequant_linear", "scaled_mm_dynamic")):
+        free += [f"bw_eff_{w}_mm", f"flops_{w}_mm"]
+    return list(dict.fromkeys(k for k in free if k in params))
 
 
 def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free: list[str] | None = None,
@@ -191,13 +254,33 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
 
     x = np.clip(np.array([math.log(start.params[k]) for k in free]), lo, hi)
     r = residual(x)
+    # which points each parameter moves (a model evaluation per parameter, once): the Jacobian then
+    # re-evaluates only those groups, which is most of the fit's time saved
+    base = model_at(x)
+    touched = []
+    for j, key in enumerate(free):
+        xj = x.copy()
+        xj[j] += 0.05
+        moved = model_at(xj)
+        touched.append([g for g, (_, op, _, idx) in enumerate(ps.groups)
+                        if not np.allclose(predict(moved, op).time_s, predict(base, op).time_s, rtol=1e-12)])
+
+    def residual_groups(xv: np.ndarray, groups: list[int], out: np.ndarray) -> np.ndarray:
+        m = model_at(xv)
+        out = out.copy()
+        for g in groups:
+            _, op, _, idx = ps.groups[g]
+            pred = np.log(np.asarray(predict(m, op).time_s, dtype=float)) - logt[idx]
+            out[idx] = _HUBER * np.sign(pred) * np.sqrt(2.0 * (np.sqrt(1.0 + (pred / _HUBER) ** 2) - 1.0))
+        return out
+
     cost, lam, h = float(r @ r), 1e-2, 1e-4
     for it in range(iterations):
-        J = np.empty((r.size, x.size))
+        J = np.zeros((r.size, x.size))
         for j in range(x.size):
             xj = x.copy()
             xj[j] += h
-            J[:, j] = (residual(xj) - r) / h
+            J[:, j] = (residual_groups(xj, touched[j], r) - r) / h
         A, g = J.T @ J, J.T @ r
         improved = False
         while lam < 1e10:

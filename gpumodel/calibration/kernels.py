@@ -23,11 +23,15 @@ import numpy as np
 
 __all__ = ["softmax_plan", "sum_plan", "MAX_THREADS_PER_SM", "SMEM_PER_BLOCK"]
 
-MAX_THREADS_PER_SM = 2048  # resident threads per SM on sm_70..sm_90 data-center GPUs
-SMEM_PER_BLOCK = 48 * 1024  # default shared memory per block (cudaDeviceProp.sharedMemPerBlock)
+#: resident threads per SM on sm_70..sm_90 data-center GPUs (CUDA C++ Programming Guide, "Technical
+#: Specifications per Compute Capability"); a model of a known GPU takes its record's ``max_threads_per_sm``
+MAX_THREADS_PER_SM = 2048
+#: default shared memory per block (``cudaDeviceProp.sharedMemPerBlock``, the same guide's table); a model of a
+#: known GPU takes its architecture record's ``shared_memory_per_block``
+SMEM_PER_BLOCK = 48 * 1024
 
 
-def softmax_plan(rows: Any, cols: Any, e: float) -> dict[str, np.ndarray]:
+def softmax_plan(rows: Any, cols: Any, e: float, smem_per_block: int = SMEM_PER_BLOCK) -> dict[str, np.ndarray]:
     """Which kernel ``torch.softmax(x, -1)`` runs for rows of ``cols`` elements of ``e`` bytes, and its shape.
 
     From PyTorch's ``host_softmax`` (aten/src/ATen/native/cuda/SoftMax.cu): rows of at most 2048
@@ -51,13 +55,14 @@ def softmax_plan(rows: Any, cols: Any, e: float) -> dict[str, np.ndarray]:
     regs = np.ceil(cols / 1024.0)
     reg = ~warp & (regs < 10)
     block = ~warp & ~reg
-    smem = block & (cols * e < SMEM_PER_BLOCK - 128) & (np.mod(cols, vec) == 0)
+    smem = block & (cols * e < smem_per_block - 128) & (np.mod(cols, vec) == 0)
     return {"warp": warp, "reg": reg, "block": block, "regs": regs, "passes": np.where(smem, 1.0, 3.0),
             "lane_elems": 2.0 ** np.ceil(np.log2(np.maximum(cols, 32.0))) / 32.0,
             "steps": np.ceil(cols / (1024.0 * vec))}
 
 
-def sum_plan(rows: Any, cols: Any, e: float, sm_count: int) -> dict[str, np.ndarray]:
+def sum_plan(rows: Any, cols: Any, e: float, sm_count: int,
+             threads_per_sm: int = MAX_THREADS_PER_SM) -> dict[str, np.ndarray]:
     """The launch ``x.sum(-1)`` gets from PyTorch's ``setReduceConfig`` (aten/src/ATen/native/cuda/Reduce.cuh).
 
     The reduced (contiguous) dimension maps to ``block.x`` lanes and rows to ``block.y`` warps
@@ -65,7 +70,8 @@ def sum_plan(rows: Any, cols: Any, e: float, sm_count: int) -> dict[str, np.ndar
     with 16-byte loads; when that leaves at least ``16 * block.y`` (or 256) values, the warps of a
     block share one row instead of taking one row each, and when a thread still has 256 or more
     and the grid is small, each row is split over several blocks (``ctas``) that combine through
-    global memory. Returns ``blocks``, ``threads``, ``ctas`` and ``steps`` (loads per thread).
+    global memory. Returns ``blocks``, ``threads``, ``ctas``, ``steps`` (loads per thread) and
+    ``split`` (whether the warps of a block share a row, and so end in a block-wide reduction).
 
     Examples
     --------
@@ -87,7 +93,8 @@ def sum_plan(rows: Any, cols: Any, e: float, sm_count: int) -> dict[str, np.ndar
     split = (vpt >= 16 * bh) | (vpt >= 256)
     vpt = np.where(split, np.ceil(cols / (bw * bh)), vpt)
     blocks = np.where(split, rows, np.ceil(rows / bh))
-    target = sm_count * np.floor(MAX_THREADS_PER_SM / threads)
+    target = sm_count * np.floor(threads_per_sm / threads)
     ctas = np.where(split & (vpt >= 256) & (blocks <= target),
                     np.maximum(np.minimum(np.ceil(target / blocks), np.ceil(vpt / 16)), np.ceil(vpt / 256)), 1.0)
-    return {"blocks": blocks * ctas, "threads": threads, "ctas": ctas, "steps": np.ceil(np.ceil(vpt / ctas) / vec)}
+    return {"blocks": blocks * ctas, "threads": threads, "ctas": ctas, "steps": np.ceil(np.ceil(vpt / ctas) / vec),
+            "split": split}

@@ -52,7 +52,7 @@ full rate takes longer. Memory-bound ops (elementwise, norms, cross entropy):
     t = t_{launch} + \\max_q\\left(\\frac{Q}{\\epsilon_f \\alpha B},\\ \\frac{F}{R_v},\\
         \\max\\left(1, \\frac{r}{P \\rho_f}\\right)\\left(\\tau + \\frac{c}{\\alpha v_f}\\right)\\right)
 
-(the row term joins with the sharpness :math:`q_n` for the norms) with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
+(for the norms the row term joins through the wave pipeline :math:`P_W` below, sharpness :math:`q_n`) with :math:`\\epsilon_f` the family's bandwidth efficiency, :math:`\\alpha` its rate factor for
 rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
 FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
 :math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
@@ -64,17 +64,22 @@ memory latency of one load step, :math:`\\tau_b` the fixed time of a block (its 
 
 .. math::
 
-    t_{lat} = \\lceil n_b/P \\rceil \\tau_s + W_b s L_s + [\\text{split rows}]\\, t_{global}, \\quad
+    t_{lat} = [\\text{shared rows}]\\lceil n_b/P \\rceil \\tau_s + [\\text{own rows}]\\, W_b \\tau_w + W_b s L_s
+        + [\\text{split rows}]\\, t_{global}, \\quad
     W_b = \\lceil n_b / (P \\beta) \\rceil
 
     t_{sum} = t_{launch} + \\max\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
         + \\frac{1}{W_b} \\min\\left(\\frac{Q}{\\epsilon B}, t_{lat}\\right)
 
-    t_{softmax} = t_{launch} + \\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k},\\
-        W_k (\\tau_b + \\ell_k)\\right)
+    t_{softmax} = t_{launch} + P_{W_k}\\left(\\max_{q_r}\\left(\\frac{Q}{\\epsilon B},\\ \\frac{r\\,c_k}{E_k}\\right),\\
+        W_k (\\tau_b + \\ell_k)\\right), \\quad
+    P_W(a, b) = \\max(a, b) + \\frac{\\max_q(a, b) - \\max(a, b)}{W}
 
 with :math:`n_b` blocks, :math:`\\beta` blocks resident per SM, :math:`\\tau_s` and :math:`L_s` the
-sum's block time and load step. The sum is a two-stage pipeline over its :math:`W_b` waves of
+sum's block time and load step. Blocks whose warps share a row end in a block-wide reduction, and an
+SM works through those one after another (:math:`\\tau_s` per block); blocks whose warps each own a
+row (short rows, e.g. 128 columns) reduce with warp shuffles only, which overlap across the resident
+blocks: :math:`\\tau_w` per wave. The sum is a two-stage pipeline over its :math:`W_b` waves of
 blocks (:math:`W_b \\max(a, b) + \\min(a, b)` for per-wave times :math:`a, b`): within one wave a
 thread's dependent loads queue behind the stream (the two add up), while from wave to wave the
 latency of one wave hides behind the streaming of the next, so a sum of many waves streams at the
@@ -91,8 +96,15 @@ causal), per direction :math:`d \\in \\{fwd, bwd\\}`:
 
 .. math::
 
-    t = t_{launch} + \\max\\left(\\frac{\\lceil N/P \\rceil P}{N} \\max_{p_a}\\left(\\frac{F}{R_d},
+    t = n_k t_{launch} + \\max\\left(\\frac{\\lceil N/P \\rceil P}{N} \\max_{p_a}\\left(\\frac{F}{R_d},
         \\frac{S}{R_{s,d}}\\right) + \\lceil N/P \\rceil t_{0,d},\\ \\frac{Q}{B}\\right)
+
+with :math:`N` the tiles after FlashAttention's split of the keys (decode, short prefills) and
+:math:`B` capped by what the busy SMs can pull; see :mod:`gpumodel.calibration.attention`. Ops
+PyTorch runs as several kernels (naive attention, cross-entropy, embedding backward, the fused
+AdamW step, KV-cache writes, weight-only GEMMs) are the sums of their kernels' times
+(:mod:`gpumodel.calibration.composite`). Each op name has one model, registered with
+:func:`predictor`; :func:`predict` looks it up.
 
 References
 ----------
@@ -106,29 +118,39 @@ Multiplication on the GPU", PPoPP 2023. T. Dao, "FlashAttention-2", 2023.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .kernels import MAX_THREADS_PER_SM, softmax_plan, sum_plan
+from gpumodel.opcost import OpName
+
+from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK, softmax_plan, sum_plan
 from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, PARAMETERS, ROW_FAMILIES,
                          default_parameters)
 
 __all__ = [
     "CalibrationModel", "Prediction", "PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES",
-    "default_parameters", "predict",
+    "default_parameters", "predict", "predictor", "predicted_ops",
 ]
 
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
+#: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
+WHOLE_WAVE_DTYPES = ("tf32", "fp32")
 STREAM_MAX_EDGE = 64  # a GEMM with m, n or k at most this (one tile edge) may run as a stream (GEMV, small k)
-ATTN_BLOCK = 128  # query rows per flash-attention tile
 
 
 @dataclass(frozen=True)
 class CalibrationModel:
-    """A GPU's named model parameters (see :data:`PARAMETERS`) and its SM count."""
+    """A GPU's named model parameters (see :data:`PARAMETERS`), its SM count and its record.
+
+    ``gpu`` is the :class:`~gpumodel.hardware.GPUSpec` (or its name) the model describes; the
+    launch limits the kernel plans need (resident threads per SM, shared memory per block) are
+    read from it and its architecture record. Without one, those of sm_70..sm_90 data-center
+    GPUs are used (:data:`~gpumodel.calibration.kernels.MAX_THREADS_PER_SM`,
+    :data:`~gpumodel.calibration.kernels.SMEM_PER_BLOCK`).
+    """
 
     params: Mapping[str, float]
     sm_count: int
@@ -137,6 +159,7 @@ class CalibrationModel:
     #: what the parameters were fitted to: op names, and ``"matmul:<dtype>"`` for GEMM dtypes;
     #: empty means "everything" for a calibrated model
     measured: frozenset = frozenset()
+    gpu: Any = None
 
     def __post_init__(self) -> None:
         bad = [k for k, v in self.params.items() if not (np.isfinite(v) and v > 0)]
@@ -144,9 +167,35 @@ class CalibrationModel:
             raise ValueError(f"model parameters must be finite and > 0: {', '.join(bad)}")
         if int(self.sm_count) < 1:
             raise ValueError(f"sm_count must be >= 1, got {self.sm_count!r}")
+        if isinstance(self.gpu, str):  # a name: the catalog's record, or none for a GPU the catalog lacks
+            from gpumodel.errors import GpumodelError
+            from gpumodel.vocabulary import resolve_gpu
+
+            try:
+                object.__setattr__(self, "gpu", resolve_gpu(self.gpu))
+            except GpumodelError:
+                object.__setattr__(self, "gpu", None)
 
     def replace(self, **params: float) -> "CalibrationModel":
-        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured)
+        return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured,
+                                self.gpu)
+
+    @property
+    def threads_per_sm(self) -> int:
+        """Resident threads per SM (the GPU record's ``max_threads_per_sm``)."""
+        return int(self.gpu.max_threads_per_sm) if self.gpu is not None else MAX_THREADS_PER_SM
+
+    @property
+    def smem_per_block(self) -> int:
+        """Default shared memory per block [byte] (the architecture record's ``shared_memory_per_block``)."""
+        if self.gpu is None or not self.gpu.compute_capability:
+            return SMEM_PER_BLOCK
+        from gpumodel.arch import arch_limits
+
+        try:
+            return int(arch_limits(self.gpu).shared_memory_per_block)
+        except Exception:  # noqa: BLE001 - an architecture without a record keeps the common default
+            return SMEM_PER_BLOCK
 
     def covers(self, op: Any) -> bool:
         """Whether this op's family (and, for GEMMs, dtype) was among the measured kernels."""
@@ -228,9 +277,14 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     feed = p["l2_bandwidth"] / P
     bytes_min = _f(op.bytes)
     best = best_c = best_m = best_par = None
+    # fp32-data GEMMs (tf32 on tensor cores, fp32 on CUDA cores) run as whole waves of output tiles:
+    # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
+    # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no split-K or stream-K evening them out
+    dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+    splits, stream_k = ((1,), False) if dt in WHOLE_WAVE_DTYPES else (SPLITS, True)
     for tm, tn in TILES:
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
-        for split in SPLITS:
+        for split in splits:
             if split > 1 and np.all(base_tiles >= P):
                 continue
             tiles = base_tiles * split
@@ -245,7 +299,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]
-            if split == 1:  # stream-K: the same tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+            if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
                 t_c2 = base_tiles / P * t_tile
                 t2 = _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"]
                 cands.append((t2, t_c2, t_m, np.ones_like(t2)))
@@ -276,32 +330,50 @@ def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
     return np.ceil(np.maximum(blocks, 1.0) / (P * per_sm))
 
 
-def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Time of softmax or sum beside the traffic: latency of the rows in flight and (softmax) the element rate.
+def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Softmax or sum beside the traffic: the latency of the rows in flight, the element rate and the waves.
 
-    For the sum the second value is the number of waves of resident blocks (its pipeline depth).
+    Returns ``(t_lat, t_rate, waves)``: the latency-bound time, the element-rate time (0 for the sum)
+    and the waves of resident blocks (or, for the warp softmax, of rows) the kernel goes through.
     """
     p, P = model.params, float(model.sm_count)
     rows, cols, e = _f(op.shape["rows"]), _f(op.shape["cols"]), _bpe(op)
     L, tau = p["mem_latency_s"], p["block_sync_s"]
     if op.name == "reduce_sum":
-        k = sum_plan(rows, cols, e, model.sm_count)
-        per_sm = np.minimum(4.0, np.floor(MAX_THREADS_PER_SM / k["threads"]))  # __launch_bounds__(nt, 4)
-        # an SM works through its blocks' reductions one after another; their loads overlap (per_sm blocks at once)
+        k = sum_plan(rows, cols, e, model.sm_count, model.threads_per_sm)
+        per_sm = np.minimum(4.0, np.floor(model.threads_per_sm / k["threads"]))  # __launch_bounds__(nt, 4)
         waves = _waves(k["blocks"], per_sm, P)
-        t_lat = (np.ceil(k["blocks"] / P) * p.get("sum_block_s", tau) + waves * k["steps"] * p.get("sum_step_s", L)
+        # warps sharing a row end in a block-wide reduction, and an SM works through those one after another
+        # while the loads of its resident blocks overlap; warps owning a row each reduce with shuffles, and
+        # a wave of such blocks costs one shuffle tree
+        serial = np.where(k["split"], np.ceil(k["blocks"] / P) * p.get("sum_block_s", tau),
+                          waves * p.get("sum_warp_s", 0.0))
+        t_lat = (serial + waves * k["steps"] * p.get("sum_step_s", L)
                  + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0))
-        return t_lat, waves  # for the sum: the waves of resident blocks, not an element-rate time
-    k = softmax_plan(rows, cols, e)
-    per_sm = MAX_THREADS_PER_SM / 1024.0
-    t_warp = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0) * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
-    t_reg = _waves(rows, per_sm, P) * (tau + k["regs"] * p["softmax_reg_step_s"])
-    t_block = _waves(rows, per_sm, P) * (tau + k["passes"] * k["steps"] * L)
+        return t_lat, 0.0 * t_lat, waves
+    k = softmax_plan(rows, cols, e, model.smem_per_block)
+    per_sm = model.threads_per_sm / 1024.0
+    warp_waves = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0)
+    block_waves = _waves(rows, per_sm, P)
+    t_warp = warp_waves * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
+    t_reg = block_waves * (tau + k["regs"] * p["softmax_reg_step_s"])
+    t_block = block_waves * (tau + k["passes"] * k["steps"] * L)
     t_lat = np.where(k["warp"], t_warp, np.where(k["reg"], t_reg, t_block))
     t_rate = np.where(k["warp"], rows * cols / p["elem_rate_softmax_warp"],
                       np.where(k["reg"], rows * k["regs"] * 1024.0 / p["elem_rate_softmax_reg"],
                                rows * cols / p["elem_rate_softmax_block"]))
-    return t_lat, t_rate
+    return t_lat, t_rate, np.where(k["warp"], warp_waves, block_waves)
+
+
+def _pipeline(a: np.ndarray, b: np.ndarray, q: float, waves: np.ndarray) -> np.ndarray:
+    """Traffic ``a`` and latency ``b`` of a kernel of ``waves`` waves of blocks.
+
+    Within one wave the two overlap partly (the soft maximum of sharpness ``q``); from wave to wave
+    the latency of one wave hides behind the streaming of the next, so only ``1/waves`` of that
+    partial overlap remains: ``max(a, b) + (softmax_q(a, b) - max(a, b)) / waves``.
+    """
+    hi = np.maximum(a, b)
+    return hi + (_soft_max(a, b, q) - hi) / np.maximum(waves, 1.0)
 
 
 def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
@@ -309,60 +381,62 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
     if fam in ("softmax", "reduce_sum") and "rows" in op.shape:
         t_m = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{fam}"])
-        t_lat, t_rate = _row_kernel(model, op)
+        t_lat, t_rate, waves = _row_kernel(model, op)
         q = p["row_overlap_p"]
-        if fam == "reduce_sum" and "sum_step_s" in p:  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
-            waves, t_rate = t_rate, 0.0 * t_m  # (records fitted before it lack sum_step_s: soft maximum below)
+        if fam == "reduce_sum":  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
             body = np.maximum(t_m, t_lat) + np.minimum(t_m, t_lat) / waves
-        elif fam == "reduce_sum":
-            body = _soft_max(t_m, t_lat, q)
-            t_rate = 0.0 * t_m
         else:
-            body = _soft_max(_soft_max(t_m, t_rate, q), t_lat, q)
+            body = _pipeline(_soft_max(t_m, t_rate, q), t_lat, q, waves)
         launch = p["launch_s"] * np.ones_like(body)
         return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
     eff = p[f"bw_eff_{fam}"]
-    if "rows" in op.shape and "cols" in op.shape:  # rows of 16-byte multiples load vectorized
+    if "rows" in op.shape and "cols" in op.shape and f"unaligned_eff_{fam}" in p:  # 16-byte rows load vectorized
         eff = eff * np.where(np.mod(_f(op.shape["cols"]) * _bpe(op), 16.0) == 0, 1.0, p[f"unaligned_eff_{fam}"])
     t_m = _f(op.bytes) / (p["bandwidth"] * eff)
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
+    q = p["vector_overlap_p"]
     if "rows" in op.shape and f"rows_per_sm_{fam}" in p:
         rows, cols = _f(op.shape["rows"]), _f(op.shape["cols"])
         slots = P * p[f"rows_per_sm_{fam}"]
         waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
         t_rows = waves * (p["row_latency_s"] + cols / (p[f"row_rate_{fam}"] * eff / p[f"bw_eff_{fam}"]))
         par = rows / (waves * slots)
+        body = _pipeline(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q), waves)
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
-    q = p["vector_overlap_p"]
-    body = _soft_max(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q) if "rows" in op.shape else q)
+        body = _soft_max(t_m, t_c, q)
     launch = p["launch_s"] * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
 
 
-def _attention(model: CalibrationModel, op: Any) -> Prediction:
-    p, P = model.params, float(model.sm_count)
-    s = op.shape
-    if str(s.get("impl", "flash")) != "flash":
-        raise ValueError("the calibrated model covers flash attention only (impl='flash'); "
-                         "estimate a naive attention as its matmuls and softmax")
-    b, h, seq = _f(s["batch"]), _f(s["heads"]), _f(s["seq"])
-    causal = np.asarray(s.get("causal", False), dtype=bool)
-    bwd = bool(np.any(s.get("backward", False)))
-    tiles = b * h * np.ceil(seq / ATTN_BLOCK)
-    waves = np.ceil(tiles / P)
-    scores = b * h * seq * seq * np.where(causal, 0.5, 1.0)
-    d = "bwd" if bwd else "fwd"
-    per_sm = _soft_max(_f(op.flops) / p[f"attn_flops_{d}"], scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
-    t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
-    t_m = _f(op.bytes) / p["bandwidth"]
-    body = np.maximum(t_c, t_m)
-    launch = p["launch_s"] * (2.0 if bwd else 1.0) * np.ones_like(body)  # backward: preprocess + main kernel
-    return Prediction(launch + body, t_c, t_m, launch, tiles / (waves * P))
+#: op name -> the function that predicts its time (see :func:`predictor`)
+_PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}
+
+
+def predictor(*names: OpName) -> Callable:
+    """Decorator: the model of the ops named ``names`` (members of :class:`~gpumodel.opcost.OpName`)."""
+
+    def deco(func: Callable[[CalibrationModel, Any], Prediction]) -> Callable:
+        for name in names:
+            key = OpName(name).value
+            if key in _PREDICTORS:
+                raise ValueError(f"op {key!r} already has a time model ({_PREDICTORS[key].__qualname__})")
+            _PREDICTORS[key] = func
+        return func
+
+    return deco
+
+
+def predicted_ops() -> list[str]:
+    """Names of the ops with a time model of their own (others are charged as a memory-bound stream)."""
+    return sorted(_PREDICTORS)
 
 
 def predict(model: CalibrationModel, op: Any) -> Prediction:
     """Model time of ``op`` (an :class:`~gpumodel.ops.OpCost`) on the modelled GPU.
+
+    The op's name picks its model from the registry filled by :func:`predictor`; an op of another
+    name (a user's own :class:`~gpumodel.ops.OpCost`) is charged as a memory-bound stream.
 
     Examples
     --------
@@ -372,15 +446,27 @@ def predict(model: CalibrationModel, op: Any) -> Prediction:
     >>> round(float(t) * 1e3, 3)                                     # 2**30 B / (0.87 * 3.35 TB/s) + 4 us
     0.372
     """
-    if op.name in ("matmul", "bmm"):
-        return _gemm(model, op)
-    if op.name == "attention":
-        return _attention(model, op)
-    if op.name == "fused":
-        if op.unit == "tensor":
-            raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
-        return _fused(model, op)
-    return _memory_bound(model, op)
+    return _PREDICTORS.get(op.name, _memory_bound)(model, op)
+
+
+@predictor(OpName.MATMUL, OpName.BMM)
+def _matmul(model: CalibrationModel, op: Any) -> Prediction:
+    if op.shape.get("weight_dtype") is not None:
+        from .composite import weight_only_matmul
+
+        return weight_only_matmul(model, op)
+    return _gemm(model, op)
+
+
+predictor(OpName.ELEMENTWISE, OpName.SOFTMAX, OpName.LAYER_NORM, OpName.RMS_NORM, OpName.REDUCE_SUM)(
+    lambda model, op: _memory_bound(model, op))
+
+
+@predictor(OpName.FUSED)
+def _fused_op(model: CalibrationModel, op: Any) -> Prediction:
+    if op.unit == "tensor":
+        raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
+    return _fused(model, op)
 
 
 def _fused(model: CalibrationModel, op: Any) -> Prediction:
@@ -398,3 +484,6 @@ def _fused(model: CalibrationModel, op: Any) -> Prediction:
     par = np.min(np.stack(np.broadcast_arrays(*[_f(r.parallelism) for r in row_parts])), axis=0)
     return Prediction(whole.overhead_s + np.maximum(body, floor), whole.compute_s, np.maximum(whole.memory_s, floor),
                       whole.overhead_s, par, {"row_limited_s": floor})
+
+
+from . import attention as _attention_models, composite as _composite_models  # noqa: E402,F401  (register theirs)

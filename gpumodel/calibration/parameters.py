@@ -1,77 +1,177 @@
-"""The named parameters of the calibrated time model and their datasheet defaults (numpy only).
+"""The named parameters of the calibrated time model and their datasheet defaults, in one sourced table.
 
 Every parameter is one mechanism of :mod:`gpumodel.calibration.model` (see its Notes); its value is
 fitted to measured kernels by :mod:`gpumodel.calibration.fit`, or, for a GPU without a
-calibration, set from the datasheet and :data:`DEFAULT_EFFICIENCY` by :func:`default_parameters`.
+calibration, set by :func:`default_parameters` from the GPU's record (datasheet peaks, SM count)
+and the rule of :data:`DEFAULTS`. Each rule names where its number comes from: a datasheet
+fraction observed on the H200 measurements (``tests/data/calibration/README.md``), the CUDA
+programming guide, or PyTorch's kernel source.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
-__all__ = ["PARAMETERS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES", "GENERIC_ROW_FAMILIES",
-           "default_parameters"]
+__all__ = ["PARAMETERS", "DEFAULTS", "DEFAULT_EFFICIENCY", "GEMM_DTYPES", "ROW_FAMILIES", "GENERIC_ROW_FAMILIES",
+           "WEIGHT_ONLY_DTYPES", "default_parameters", "Default"]
 
 #: dtypes that get their own achievable-FLOP/s parameter ``flops_<dtype>``
 GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
-#: row-wise memory-bound families
-ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "cross_entropy", "embedding")
+#: memory-bound families with a bandwidth fraction ``bw_eff_<family>``
+ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding", "adamw_step")
 #: row families modelled as "a row per block" with fitted rows in flight (softmax and sum have kernel plans)
-GENERIC_ROW_FAMILIES = ("layer_norm", "rms_norm", "cross_entropy", "embedding")
+GENERIC_ROW_FAMILIES = ("layer_norm", "rms_norm")
+#: weight formats with a weight-streaming GEMM kernel of their own (``bw_eff_<w>_mm``, ``flops_<w>_mm``)
+WEIGHT_ONLY_DTYPES = ("int4", "int8")
 
-#: Default efficiencies for a GPU without a calibration (fractions of the datasheet), from the
-#: observations behind the calibration work on an H200 with PyTorch: large bf16 GEMMs reach about
-#: 70-75% of the dense peak, memory-bound kernels 85-90% of the datasheet bandwidth, a launch
-#: costs a few microseconds.
+_H200 = "H200 measurements, tests/data/calibration/README.md"
+_GUIDE = "CUDA C++ Programming Guide, 'Technical Specifications per Compute Capability'"
+_TORCH = "PyTorch source, aten/src/ATen/native/cuda"
+
+#: Default efficiencies for a GPU without a calibration (fractions of the datasheet): large bf16
+#: GEMMs reach about 70-75% of the dense peak, memory-bound kernels 85-90% of the datasheet
+#: bandwidth, a launch costs a few microseconds as CUDA events see it (H200 measurements).
 DEFAULT_EFFICIENCY = {"flops": 0.72, "bandwidth": 0.87, "l2_bandwidth": 0.8, "launch_s": 4e-6}
 
-#: name -> (unit, meaning). Per-dtype ``flops_<dtype>`` and per-family ``bw_eff_<family>`` exist too.
-PARAMETERS: dict[str, tuple[str, str]] = {
-    "launch_s": ("s", "fixed time of one kernel launch, as CUDA events see it"),
-    "bandwidth": ("bytes/s", "achievable device-memory bandwidth of a streaming kernel"),
-    "l2_bandwidth": ("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory"),
-    "tile_overhead_s": ("s", "fixed time per GEMM output tile (prologue, epilogue)"),
-    "unaligned_flops": ("FLOP/s", "rate cap of tensor GEMMs whose k or n rows are not multiples of 16 bytes"),
-    "overlap_p": ("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs and attention"),
-    "vector_overlap_p": ("1", "the same sharpness for memory-bound kernels (math vs traffic)"),
-    "attn_overlap_p": ("1", "the same sharpness for flash attention (tensor-core math vs softmax)"),
-    "sm_bandwidth": ("bytes/s", "device-memory rate one SM can pull; caps the bandwidth of kernels using few SMs"),
-    "bw_eff_gemm": ("1", "device-memory rate of a tiled GEMM's traffic as a fraction of `bandwidth`"),
-    "stream_overhead_s": ("s", "fixed time of a skinny GEMM run as one stream (GEMV, small k), beyond the launch"),
-    "bw_eff_stream": ("1", "rate of that stream (big operand or output) as a fraction of `bandwidth`"),
-    "split_overhead_s": ("s", "extra time of a split-K GEMM (the partial-sum reduction pass)"),
-    "vector_flops": ("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)"),
-    "row_latency_s": ("s", "fixed time of one row of a row-wise kernel (reductions, sync)"),
-    **{f"unaligned_eff_{f}": ("1", f"rate factor of {f} when a row is not a multiple of 16 bytes (no vector loads)")
-       for f in GENERIC_ROW_FAMILIES},
-    "mem_latency_s": ("s", "time of one dependent step of a softmax thread keeping one 16-byte load in flight"),
-    "norm_overlap_p": ("1", "sharpness of the overlap of traffic and row time of the norms (a row per block)"),
-    "row_overlap_p": ("1", "sharpness of the overlap of traffic, element rate and row latency of softmax"),
-    "block_sync_s": ("s", "fixed time of a softmax block (block-wide reductions, __syncthreads)"),
-    "sum_block_s": ("s", "fixed time of a sum block (its block-wide reduction and the store of its result)"),
-    "sum_step_s": ("s", "time of one dependent step of a sum thread (a 16-byte load and its accumulation)"),
-    "global_reduce_s": ("s", "extra time of a sum split over several blocks per row (semaphore, second stage)"),
-    "rows_per_sm_softmax": ("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)"),
-    "softmax_warp_step_s": ("s", "time per element a lane holds in the warp-per-row softmax"),
-    "softmax_reg_step_s": ("s", "time per register of a row of the register softmax (2049-9216 columns)"),
-    **{f"elem_rate_softmax_{k}": ("elements/s", f"element throughput of the {k} softmax kernel")
-       for k in ("warp", "reg", "block")},
-    "attn_flops_fwd": ("FLOP/s", "achievable matmul rate inside flash attention, forward"),
-    "attn_flops_bwd": ("FLOP/s", "achievable matmul rate inside flash attention, backward"),
-    "attn_score_rate_fwd": ("1/s", "score elements (softmax, masking) per second, forward"),
-    "attn_score_rate_bwd": ("1/s", "score elements per second, backward"),
-    "attn_tile_overhead_fwd_s": ("s", "fixed time per 128-row tile of flash attention forward (load Q, write O)"),
-    "attn_tile_overhead_bwd_s": ("s", "fixed time per 128-row tile of flash attention backward (dQ accumulation, stats)"),
-    **{f"flops_{d}": ("FLOP/s", f"achievable {d} GEMM rate with full waves and large tiles") for d in GEMM_DTYPES},
-    **{f"bw_eff_{f}": ("1", f"{f} bandwidth as a fraction of `bandwidth`") for f in ("elementwise", *ROW_FAMILIES)},
-    **{f"row_rate_{f}": ("elements/s", f"rate at which one block works through one row of {f}")
-       for f in GENERIC_ROW_FAMILIES},
-    **{f"rows_per_sm_{f}": ("1", f"rows of {f} in flight per SM") for f in GENERIC_ROW_FAMILIES},
+
+class Default(NamedTuple):
+    """A parameter's unit, meaning, default rule ``rule(gpu, bw) -> value`` and the source of that rule."""
+
+    unit: str
+    meaning: str
+    rule: Callable[[Any, float], float]
+    source: str
+
+
+def _const(v: float) -> Callable[[Any, float], float]:
+    return lambda gpu, bw: v
+
+
+def _l2(gpu: Any, bw: float) -> float:
+    try:
+        return gpu.bandwidth("l2") * DEFAULT_EFFICIENCY["l2_bandwidth"]
+    except Exception:  # noqa: BLE001 - no published L2 figure: 3.5x HBM (H100/H200 L2 vs HBM microbenchmarks)
+        return 3.5 * gpu.memory_bandwidth * DEFAULT_EFFICIENCY["l2_bandwidth"]
+
+
+def _bf16(gpu: Any) -> float:
+    return gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
+
+
+_E = DEFAULT_EFFICIENCY
+#: name -> :class:`Default`. Per-dtype ``flops_<dtype>`` and per-family entries are generated below.
+DEFAULTS: dict[str, Default] = {
+    "launch_s": Default("s", "fixed time of one kernel launch, as CUDA events see it", _const(_E["launch_s"]), _H200),
+    "bandwidth": Default("bytes/s", "achievable device-memory bandwidth of a streaming kernel",
+                         lambda g, bw: bw, f"datasheet x {_E['bandwidth']} ({_H200}: copy at 88-91%)"),
+    "l2_bandwidth": Default("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory",
+                            _l2, "published L2 bandwidth x 0.8, else 3.5x HBM"),
+    "tile_overhead_s": Default("s", "fixed time per GEMM output tile (prologue, epilogue)", _const(1.5e-6), _H200),
+    "unaligned_flops": Default("FLOP/s", "rate cap of tensor GEMMs whose k or n rows are not multiples of 16 bytes",
+                               lambda g, bw: 0.15 * _bf16(g), f"{_H200}: 100-170 TFLOP/s of 989"),
+    "overlap_p": Default("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs",
+                         _const(4.0), "start value of the fit"),
+    "vector_overlap_p": Default("1", "the same sharpness for memory-bound kernels (math vs traffic, host vs GPU)",
+                                _const(3.0), "start value of the fit"),
+    "attn_overlap_p": Default("1", "the same sharpness for flash attention (tensor-core math vs softmax)",
+                              _const(3.0), "start value of the fit"),
+    "sm_bandwidth": Default("bytes/s", "device-memory rate one SM can pull; caps kernels using few SMs",
+                            lambda g, bw: 2.0 * bw / g.sm_count, "twice the fair share (start value of the fit)"),
+    "bw_eff_gemm": Default("1", "device-memory rate of a tiled GEMM's traffic as a fraction of `bandwidth`",
+                           _const(1.0), "start value of the fit"),
+    "stream_overhead_s": Default("s", "fixed time of a skinny GEMM run as one stream (GEMV, small k)",
+                                 _const(3e-6), _H200),
+    "bw_eff_stream": Default("1", "rate of that stream (big operand or output) as a fraction of `bandwidth`",
+                             _const(1.0), _H200),
+    "split_overhead_s": Default("s", "extra time of a split-K GEMM (the partial-sum reduction pass)",
+                                _const(2e-6), "one launch"),
+    "vector_flops": Default("FLOP/s", "achievable CUDA-core rate of elementwise math (as counted by the op)",
+                            lambda g, bw: g.peak_flops("fp32") / 8, "fp32 peak / 8 (special functions)"),
+    "row_latency_s": Default("s", "fixed time of one row of a norm (its block reductions, sync)", _const(1e-6),
+                             _H200),
+    "mem_latency_s": Default("s", "time of one dependent step of a thread keeping one 16-byte load in flight",
+                             _const(0.6e-6), "HBM latency, H100 microbenchmarks (~0.5-0.7 us)"),
+    "norm_overlap_p": Default("1", "sharpness of the overlap of traffic and row time of the norms in one wave",
+                              _const(3.0), "start value of the fit"),
+    "row_overlap_p": Default("1", "sharpness of the overlap of traffic, element rate and row latency of softmax",
+                             _const(3.0), "start value of the fit"),
+    "block_sync_s": Default("s", "fixed time of a softmax block (block-wide reductions, __syncthreads)",
+                            _const(1e-6), _H200),
+    "sum_block_s": Default("s", "fixed time of a sum block whose warps share a row (its block-wide reduction)",
+                           _const(1e-6), _H200),
+    "sum_warp_s": Default("s", "fixed time of a wave of sum blocks whose warps each own a row (warp shuffles only)",
+                          _const(0.5e-6), "five shuffle steps and a store"),
+    "sum_step_s": Default("s", "time of one dependent step of a sum thread (a 16-byte load and its accumulation)",
+                          _const(0.6e-6), "HBM latency"),
+    "global_reduce_s": Default("s", "extra time of a sum split over several blocks per row", _const(2e-6),
+                               "one more pass through global memory"),
+    "rows_per_sm_softmax": Default("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)",
+                                   _const(16.0), f"{_TORCH}/PersistentSoftmax.cuh (128-thread blocks)"),
+    "softmax_warp_step_s": Default("s", "time per element a lane holds in the warp-per-row softmax", _const(0.1e-6),
+                                   _H200),
+    "softmax_reg_step_s": Default("s", "time per register of a row of the register softmax (2049-9216 columns)",
+                                  _const(0.3e-6), _H200),
+    "elem_rate_softmax_warp": Default("elements/s", "element throughput of the warp softmax kernel",
+                                      lambda g, bw: bw / 4.0, "a 2-byte read-and-write stream"),
+    "elem_rate_softmax_reg": Default("elements/s", "element throughput of the register softmax kernel",
+                                     lambda g, bw: bw / 8.0, f"{_H200}: 1.2 TB/s"),
+    "elem_rate_softmax_block": Default("elements/s", "element throughput of the block softmax kernels",
+                                       lambda g, bw: bw / 4.0, "a 2-byte read-and-write stream"),
+    "attn_flops_fwd": Default("FLOP/s", "achievable matmul rate inside flash attention, forward",
+                              lambda g, bw: 0.55 * _bf16(g), f"{_H200}: 540-600 of 989 TFLOP/s"),
+    "attn_flops_bwd": Default("FLOP/s", "achievable matmul rate inside flash attention, backward",
+                              lambda g, bw: 0.4 * _bf16(g), f"{_H200}: 450-545 of 989 TFLOP/s"),
+    "attn_score_rate_fwd": Default("1/s", "score elements (softmax, masking) per second, forward",
+                                   lambda g, bw: g.peak_flops("fp32") / 4, "about 4 FP32 operations a score"),
+    "attn_score_rate_bwd": Default("1/s", "score elements per second, backward",
+                                   lambda g, bw: g.peak_flops("fp32") / 8, "about 8 FP32 operations a score"),
+    "attn_tile_overhead_fwd_s": Default("s", "fixed time per tile of flash attention forward (load Q, write O)",
+                                        _const(1e-6), "start value of the fit"),
+    "attn_tile_overhead_bwd_s": Default("s", "fixed time per tile of flash attention backward", _const(3e-6),
+                                        "start value of the fit"),
+    "bw_eff_attention": Default("1", "device-memory rate of flash attention's traffic (decode: the KV cache)",
+                                _const(1.0), "start value of the fit"),
+    "nll_step_s": Default("s", "time per target a thread of NLL's one 32-thread block handles (two dependent loads)",
+                          _const(1.2e-6), "two HBM latencies"),
+    "embedding_token_s": Default("s", "time per token of the embedding backward's feature kernel (< 3072 tokens)",
+                                 _const(0.05e-6), "start value of the fit"),
+    "embedding_sort_s": Default("s", "fixed time of the embedding backward's sort and segment kernels",
+                                _const(60e-6), "about a dozen launches (radix sort, segments)"),
+    "adamw_host_s": Default("s", "host time of a fused optimizer step (Python, grouping, launches)",
+                            _const(40e-6), "start value of the fit"),
+    "adamw_host_tensor_s": Default("s", "host time per parameter tensor of that step", _const(1e-6),
+                                   "start value of the fit"),
 }
+for _f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (16 per SM), 16-byte loads, two passes
+    DEFAULTS[f"row_rate_{_f}"] = Default("elements/s", f"rate at which one block works through one row of {_f}",
+                                         _const(8.5e8), "128 * 8 elements / 1.2 us (two passes of ~0.6 us)")
+    DEFAULTS[f"rows_per_sm_{_f}"] = Default("1", f"rows of {_f} in flight per SM", _const(16.0),
+                                            f"2048 threads per SM / 128 ({_GUIDE})")
+    DEFAULTS[f"unaligned_eff_{_f}"] = Default("1", f"rate factor of {_f} when a row is not a multiple of 16 bytes",
+                                              _const(0.7), _H200)
+for _f in ("elementwise", *ROW_FAMILIES):
+    DEFAULTS[f"bw_eff_{_f}"] = Default("1", f"{_f} bandwidth as a fraction of `bandwidth`", _const(1.0),
+                                       "start value of the fit")
+for _w in WEIGHT_ONLY_DTYPES:
+    DEFAULTS[f"bw_eff_{_w}_mm"] = Default("1", f"weight-stream rate of the {_w} weight-only GEMM kernel",
+                                          _const(0.6), "start value of the fit")
+    DEFAULTS[f"flops_{_w}_mm"] = Default("FLOP/s", f"math rate of the {_w} weight-only GEMM kernel",
+                                         lambda g, bw: 0.3 * _bf16(g), "start value of the fit")
+for _d in (*GEMM_DTYPES, "fp64", "int8"):
+    DEFAULTS[f"flops_{_d}"] = Default(
+        "FLOP/s", f"achievable {_d} GEMM rate with full waves and large tiles",
+        (lambda d: lambda g, bw: g.peak_flops(d) * (0.8 if d == "fp32" else _E["flops"]))(_d),
+        f"datasheet dense peak x {_E['flops']} (fp32: 0.8) ({_H200})")
+
+#: name -> (unit, meaning), for every parameter a record may hold
+PARAMETERS: dict[str, tuple[str, str]] = {k: (v.unit, v.meaning) for k, v in DEFAULTS.items()}
 
 
 def default_parameters(gpu: Any) -> dict[str, float]:
-    """Parameters from a GPU's datasheet and :data:`DEFAULT_EFFICIENCY` (an uncalibrated model).
+    """Parameters from a GPU's datasheet and :data:`DEFAULTS` (an uncalibrated model).
+
+    A GPU without a figure a rule needs (no bf16 rate, no fp8) gets no value for it; the ops that
+    need it then raise.
 
     Examples
     --------
@@ -80,36 +180,13 @@ def default_parameters(gpu: Any) -> dict[str, float]:
     >>> round(p["flops_bf16"] / 1e12)        # 0.72 * 989.4 TFLOP/s
     712
     """
-    eff = DEFAULT_EFFICIENCY
-    bw = gpu.memory_bandwidth * eff["bandwidth"]
-    try:
-        l2 = gpu.bandwidth("l2")
-    except Exception:  # noqa: BLE001 - no published L2 figure: assume 3.5x HBM
-        l2 = 3.5 * gpu.memory_bandwidth
-    p = {
-        "launch_s": eff["launch_s"], "bandwidth": bw, "l2_bandwidth": l2 * eff["l2_bandwidth"],
-        "tile_overhead_s": 1.5e-6, "unaligned_flops": 0.15 * gpu.peak_flops("bf16") if gpu.supports("bf16") else 1e13, "overlap_p": 4.0, "vector_overlap_p": 3.0, "attn_overlap_p": 3.0,
-        "sm_bandwidth": 2.0 * bw / gpu.sm_count, "split_overhead_s": 2e-6,
-        "stream_overhead_s": 3e-6, "bw_eff_stream": 1.0, "bw_eff_gemm": 1.0,
-        "vector_flops": gpu.peak_flops("fp32") / 8, "row_latency_s": 1e-6, "attn_tile_overhead_fwd_s": 1e-6,
-        "attn_tile_overhead_bwd_s": 3e-6,
-    }
-    for f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (16 per SM), 16-byte loads,
-        p[f"row_rate_{f}"] = 8.5e8    # two passes of ~0.6 us per step: 128 * 8 elements / 1.2 us
-        p[f"rows_per_sm_{f}"] = 16.0
-        p[f"unaligned_eff_{f}"] = 0.7
-    elem = bw / 4.0  # elements/s of a 2-byte read-and-write stream
-    p.update(row_overlap_p=3.0, norm_overlap_p=3.0, mem_latency_s=0.6e-6, block_sync_s=1e-6, global_reduce_s=2e-6,
-             sum_block_s=1e-6, sum_step_s=0.6e-6,
-             rows_per_sm_softmax=16.0, softmax_warp_step_s=0.1e-6,
-             softmax_reg_step_s=0.3e-6, elem_rate_softmax_warp=elem, elem_rate_softmax_reg=elem / 2,
-             elem_rate_softmax_block=elem)
-    for d in (*GEMM_DTYPES, "fp64", "int8"):
-        if gpu.supports(d):
-            p[f"flops_{d}"] = gpu.peak_flops(d) * (eff["flops"] if d != "fp32" else 0.8)
-    bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    p.update(attn_flops_fwd=0.55 * bf16, attn_flops_bwd=0.4 * bf16,
-             attn_score_rate_fwd=gpu.peak_flops("fp32") / 4, attn_score_rate_bwd=gpu.peak_flops("fp32") / 8)
-    for f in ("elementwise", *ROW_FAMILIES):
-        p[f"bw_eff_{f}"] = 1.0
-    return p
+    bw = gpu.memory_bandwidth * DEFAULT_EFFICIENCY["bandwidth"]
+    out = {}
+    for name, d in DEFAULTS.items():
+        if name.startswith("flops_") and not name.endswith("_mm") and not gpu.supports(name[6:]):
+            continue
+        try:
+            out[name] = float(d.rule(gpu, bw))
+        except Exception:  # noqa: BLE001 - a figure the record lacks (no bf16, no fp8)
+            continue
+    return out

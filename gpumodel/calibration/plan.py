@@ -12,7 +12,7 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Case", "fit_cases"]
+__all__ = ["Case", "fit_cases", "sweep_cases", "widened_cases"]
 
 Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
 
@@ -194,4 +194,100 @@ def sweep_cases(seed: int = 1) -> list[Case]:
     for b, mn in ((8, 1024), (16, 2048), (64, 512), (4, 4096)):  # short reductions: output-write bound
         for k in (32, 64, 96):
             cases.append(_case("bmm", "bmm", "bf16", batch=b, m=mn, n=mn, k=k))
+    return cases
+
+
+def widened_cases(seed: int = 2) -> list[Case]:
+    """The FIT cases of the composite and serving ops, and of the shapes the first plans left thin.
+
+    Row-wise kernels over short rows (32..1024 columns) and many rows (4k..1M); flash attention
+    forward and backward at short sequences and few heads; tf32 GEMMs; naive attention (the
+    textbook matmul, scale, mask, softmax, dropout, matmul) and its two batched GEMMs;
+    cross-entropy (log-softmax + NLL, forward and backward, with and without the fp32 up-cast)
+    over vocabularies 32000..151936; embedding forward and backward; fp8 GEMMs
+    (``torch._scaled_mm``) of LLM shapes; the fused AdamW step; decode and chunked-prefill
+    attention (``seq`` queries over ``kv_seq`` keys, grouped-query); KV-cache writes; int8, int4
+    and fp8 weight-only GEMMs. About 390 cases; with ``triton.testing.do_bench`` (25 ms warm-up,
+    100 ms of repetitions) about 80 s on an H200.
+
+    Examples
+    --------
+    >>> cases = widened_cases()
+    >>> sorted({c["op"] for c in cases})  # doctest: +NORMALIZE_WHITESPACE
+    ['adamw_step', 'attention', 'bmm', 'cross_entropy', 'embedding', 'kv_cache_write', 'layer_norm', 'matmul',
+     'reduce_sum', 'rms_norm', 'softmax']
+    """
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    for family in ("reduce_sum", "softmax", "layer_norm", "rms_norm"):
+        for rows in (4096, 32768, 262144, 1048576):
+            for cols in (32, 64, 128, 256, 1024, 4096):
+                if rows * cols <= 2**28 and (family == "reduce_sum" or cols >= 64):
+                    cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+        for rows, cols in ((65536, 128), (16384, 2048)):
+            cases.append(_case(family, family, "fp32", rows=rows, cols=cols))
+    for seq in (128, 256, 512, 768):
+        for batch, heads in ((1, 8), (2, 16), (8, 32)):
+            for causal in (False, True):
+                for backward in (False, True):
+                    cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=128,
+                                       causal=causal, backward=backward))
+    for seq, batch in ((256, 4), (512, 16)):
+        for backward in (False, True):
+            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=12, seq=seq, head_dim=64,
+                               causal=True, backward=backward))
+    for s in (512, 1024, 2048, 4096, 8192):
+        cases.append(_case("matmul", "mm", "tf32", m=s, n=s, k=s))
+    for i, (m, n, k) in enumerate(_random_gemms(rng, 20, 1.5e12, lo=64, hi=16384, multiple_of=(64, 8, 1))):
+        cases.append(_case("matmul", ("mm", "linear")[i % 2], "tf32", m=m, n=n, k=k))
+    for b, h, seq, d in ((4, 8, 256, 64), (1, 16, 512, 64), (2, 16, 1024, 128), (1, 32, 2048, 128), (1, 8, 4096, 64)):
+        for causal in (False, True):
+            for backward in (False, True):
+                cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                                   causal=causal, impl="naive", backward=backward, dropout=0.0))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b * h, m=seq, n=seq, k=d))
+        cases.append(_case("bmm", "bmm", "bf16", batch=b * h, m=seq, n=d, k=seq))
+    for b, h, seq, d in ((4, 8, 256, 64), (2, 16, 1024, 128)):
+        for backward in (False, True):
+            cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                               causal=True, impl="naive", backward=backward, dropout=0.1))
+    for tokens in (256, 2048, 8192):
+        for vocab in (32000, 50304, 128256):
+            for dt, upcast in (("bf16", True), ("bf16", False), ("fp32", False)):
+                for backward in (False, True):
+                    cases.append(_case("cross_entropy", "cross_entropy", dt, tokens=tokens, vocab=vocab,
+                                       upcast=upcast, backward=backward))
+    for tokens in (512, 4096, 32768):
+        for vocab, hidden in ((32000, 4096), (50304, 768), (128256, 2048)):
+            for backward in (False, True):
+                cases.append(_case("embedding", "embedding", "bf16", tokens=tokens, vocab=vocab, hidden=hidden,
+                                   backward=backward))
+    for backward in (False, True):
+        cases.append(_case("embedding", "embedding", "fp32", tokens=8192, vocab=50304, hidden=1024, backward=backward))
+    for m in (1, 32, 256, 2048):
+        for n, k in ((8192, 8192), (28672, 4096), (4096, 14336)):
+            cases.append(_case("matmul", "mm", "fp8", m=m, n=n, k=k))
+    for e in (12, 16, 20, 24, 27):
+        for tensors in (1, 8, 64):
+            cases.append(_case("adamw_step", "adamw_fused", "fp32", numel=2**e, tensors=tensors))
+    for e in (20, 24, 27):
+        for tensors in (1, 64):
+            cases.append(_case("adamw_step", "adamw_fused", "bf16", numel=2**e, tensors=tensors))
+    for kv_seq in (128, 512, 2048, 8192, 32768):
+        for batch, heads, kv_heads in ((1, 32, 8), (8, 32, 8), (32, 32, 32), (64, 64, 8), (4, 28, 4)):
+            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=1, head_dim=128,
+                               causal=False, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+    for seq in (64, 256, 512):
+        for kv_seq in (2048, 8192):
+            for batch, heads, kv_heads in ((1, 32, 8), (4, 64, 8)):
+                cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=128,
+                                   causal=True, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+    for tokens in (1, 16, 256, 2048):
+        for batch, kv_heads, head_dim in ((1, 8, 128), (32, 8, 128), (8, 32, 128)):
+            cases.append(_case("kv_cache_write", "index_copy", "bf16", batch=batch, kv_heads=kv_heads, tokens=tokens,
+                               head_dim=head_dim))
+    for weight_dtype in ("int8", "int4", "fp8"):
+        for m in (1, 8, 32, 128, 512):
+            for n, k in ((4096, 4096), (11008, 4096), (8192, 8192)):
+                cases.append(_case("matmul", "weight_only", "bf16", m=m, n=n, k=k, weight_dtype=weight_dtype))
     return cases

@@ -117,7 +117,8 @@ class Calibration(BaseModel):
             measured = {f.replace("_fwd", "").replace("_bwd", "") for f in self.fit_error if f != "overall"}
             measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
         return CalibrationModel(dict(self.parameters), self.sm_count, calibrated=True,
-                                name=f"{self.gpu} calibration of {self.date[:10]}", measured=frozenset(measured))
+                                name=f"{self.gpu} calibration of {self.date[:10]}", measured=frozenset(measured),
+                                gpu=self.gpu)
 
     def efficiencies(self, gpu: Any = None) -> dict[str, float]:
         """Fitted rates as fractions of the datasheet (``flops_bf16 / peak bf16``, ``bandwidth / HBM``)."""

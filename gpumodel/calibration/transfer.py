@@ -35,7 +35,8 @@ kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
 ``residency``      resident threads per SM                 1
 ``capacity``       L2 size (a byte count naming the L2),   1
                    else shared memory per SM
-``launch``         1 (host and driver, not the GPU)        1
+``launch``         1 (host and driver, not the GPU:        1
+                   launches, an optimizer step's Python)
 ``dimensionless``  1 (overlap sharpness, efficiencies)     1
 =================  ======================================  ==========================================
 
@@ -110,6 +111,11 @@ class ParameterKind(str, enum.Enum):
     DIMENSIONLESS = "dimensionless"
 
 
+#: the math rates of the weight-only GEMM kernels: PyTorch's int4 kernel (tinygemm) multiplies on bf16 tensor
+#: cores, its int8 kernel (``weight_int8pack_mm``) in fp32 on the CUDA cores
+_WEIGHT_ONLY_RATES = {"flops_int4_mm": ParameterKind.TENSOR_SHARE, "flops_int8_mm": ParameterKind.VECTOR_RATE}
+
+
 def classify(name: str) -> ParameterKind:
     """The :class:`ParameterKind` of a model parameter, from its unit in :data:`PARAMETERS` and its role.
 
@@ -120,9 +126,11 @@ def classify(name: str) -> ParameterKind:
     """
     unit = PARAMETERS.get(name, ("FLOP/s" if name.startswith("flops_") else "1", ""))[0]
     K = ParameterKind
-    if name == "launch_s":
+    if name == "launch_s" or "host" in name:   # host-side time (Python, driver): not the GPU's
         return K.LAUNCH
     if unit == "FLOP/s":
+        if name in _WEIGHT_ONLY_RATES:
+            return _WEIGHT_ONLY_RATES[name]
         if name.startswith("flops_"):
             return K.TENSOR_RATE
         return K.VECTOR_RATE if name.startswith("vector") else K.TENSOR_SHARE
@@ -197,14 +205,16 @@ class Transfer:
         >>> bool(t.expected_error(op) > t.reference_error["matmul"])    # the H200's own error, plus the priors'
         True
         """
+        from .fit import op_family
+
         dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
-        if op.name == "attention":
-            key = "attention_bwd" if bool(op.shape.get("backward", False)) else "attention_fwd"
+        key = op_family(op)
+        if key in ("attention_fwd", "attention_bwd"):
             u = self._prior_u("attention")
-        elif op.name in ("matmul", "bmm"):
-            key, u = op.name, self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
+        elif key in ("matmul", "bmm"):
+            u = self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
         else:
-            key, u = op.name, self._prior_u("bandwidth")
+            u = self._prior_u("bandwidth")
         base = self.reference_error.get(key)
         return None if base is None else float(math.hypot(base, u))
 
@@ -215,7 +225,7 @@ class Transfer:
 
     def __repr__(self) -> str:
         p = self.model.params
-        rates = ", ".join(f"{k[6:]} {p[k] / 1e12:.0f}" for k in p if k.startswith("flops_"))
+        rates = ", ".join(f"{k[6:]} {p[k] / 1e12:.0f}" for k in p if k.startswith("flops_") and not k.endswith("_mm"))
         return (f"Transfer({self.reference} ({self.reference_prior.name}) -> {self.gpu} ({self.prior.name}): "
                 f"bandwidth {p['bandwidth'] / 1e12:.2f} TB/s, TFLOP/s {rates}; {len(p)} parameters)")
 
@@ -281,7 +291,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     --------
     >>> t = transfer("a100")
     >>> t
-    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 245, fp16 247, fp32 13, tf32 100, fp64 7, int8 486; 59 parameters)
+    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 245, fp16 245, fp32 14, tf32 124, fp64 7, int8 486; 64 parameters)
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
@@ -317,7 +327,8 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
             table[name] = {"kind": "default", "reference": float("nan"), "value": value,
                            "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
     sm = target.sm_count if target.name != ref.name else cal.sm_count
-    model = CalibrationModel(params, sm, calibrated=False, name=f"{target.name} transferred from {cal.gpu}")
+    model = CalibrationModel(params, sm, calibrated=False, name=f"{target.name} transferred from {cal.gpu}",
+                             gpu=target)
     err = {k: v.median for k, v in cal.validation_error.items()}
     return Transfer(target.name, cal.gpu, model, table, pt, pr, err, tuple(dropped))
 

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="about 120 kernels, under a minute (default: full, ~600 kernels)")
     p.add_argument("--from-points", metavar="JSONL",
                    help="fit measurements taken earlier (JSON lines) instead of measuring; needs no torch or GPU")
-    p.add_argument("--validation", metavar="JSONL", help="separate measurements to report the error on (not fitted)")
+    p.add_argument("--validation", metavar="JSONL", nargs="+",
+                   help="separate measurements to report the error on (not fitted); several files are pooled")
     p.add_argument("--source", default="", help="text for the record's source field")
     p.add_argument("--out", required=True, metavar="FILE", help="calibration YAML to write")
     p.add_argument("--gpu", help="GPU spec name (default: from the device name torch reports)")
@@ -66,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.points:
         output_path(args.points, "--points")
     g = gpu(args.gpu) if args.gpu else None
-    validation = _load(args.validation, "--validation")[1] if args.validation else None
+    validation = [pt for path in args.validation for pt in _load(path, "--validation")[1]] if args.validation else None
     if args.from_points:
         given = [name for name, on in (("--quick", args.quick), ("--points", args.points),
                                        ("--no-progress", args.no_progress)) if on]

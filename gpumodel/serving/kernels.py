@@ -2,22 +2,26 @@
 KV-cache write, weight-only quantised matmuls, the tensor-parallel all-reduce, and the host's cost of
 dispatching an eager op.
 
-Each function returns an :class:`~gpumodel.ops.OpCost` that :func:`gpumodel.estimate.estimate` times,
-except :func:`allreduce_time` and :data:`HOST_OP_S` (seconds). Where :mod:`gpumodel.ops` has the op
-(``attention(..., kv_seq=)``, ``kv_cache_write``, ``matmul(..., weight_dtype=)``) it is used as is;
-otherwise the nearest existing op is used with its traffic set to what the kernel moves:
+Each function returns :class:`~gpumodel.ops.OpCost` records that :func:`gpumodel.estimate.estimate`
+times, except :func:`allreduce_time` and :data:`HOST_OP_S` (seconds). They are the ops of
+:mod:`gpumodel.ops`, so each is timed by the model of the kernels PyTorch launches for it:
 
-* decode attention: ``attention(batch, heads, 1, head_dim)`` with the FLOPs of one query row over
-  ``kv_seq`` keys (:math:`4 b h s_q s_{kv} d`) and the bytes of reading ``kv_seq`` keys and values;
-* KV-cache write: one elementwise copy each for keys and values;
-* weight-only matmul: the 16-bit matmul with the weight operand's bytes at the stored width (plus
-  scales), i.e. a dequantising GEMM that streams the packed weights.
+* decode and chunked-prefill attention: ``attention(..., kv_seq=)`` (flash attention with its
+  split-KV decode kernels); an fp8 cache reads its keys and values at one byte;
+* KV-cache write: ``kv_cache_write`` (two ``index_copy_`` kernels); an fp8 cache reads the 16-bit
+  new keys and values and writes one byte each;
+* int4 weights: ``matmul(..., weight_dtype="int4")`` (PyTorch's ``_weight_int4pack_mm``, the kernel
+  gpt-fast's int4 path calls), with a 16-bit scale and zero point per ``group_size`` weights;
+* int8 weights: the 16-bit GEMM streaming the int8 weights and a 16-bit scale per ``group_size``.
+  Serving engines fuse the dequantisation into the GEMM (gpt-fast compiles ``F.linear(x,
+  w.to(x.dtype)) * scales`` into one kernel; TensorRT-LLM has its own), whereas
+  ``matmul(..., weight_dtype="int8")`` times PyTorch's eager ``_weight_int8pack_mm``, an fp32
+  CUDA-core kernel several times slower than the weight stream.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 import numpy as np
@@ -27,9 +31,6 @@ from ..dtypes import DType, bytes_per_element
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
            "HOST_STEP_S", "ALLREDUCE_LATENCY_S", "ALLREDUCE_STEP_S"]
-
-_ATTN_HAS_KV_SEQ = "kv_seq" in inspect.signature(ops.attention).parameters
-_MATMUL_HAS_WEIGHT_DTYPE = "weight_dtype" in inspect.signature(ops.matmul).parameters
 
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
@@ -58,62 +59,53 @@ def _b(dtype: Any) -> float:
     return float(bytes_per_element(dtype))
 
 
-def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: Any = "bf16", *, causal: bool = False,
+def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: Any = "bf16", *, causal: Any = False,
               kv_heads: Any = None, kv_seq: Any = None, kv_dtype: Any = None) -> ops.OpCost:
     """Flash attention of ``seq`` queries over ``kv_seq`` cached keys (default ``seq``).
 
     ``kv_dtype`` (default ``dtype``) is the cache's number format: an fp8 cache halves the K/V bytes.
+    ``causal`` may be an array (``seq > 1`` per element): the lower-right causal mask of a single
+    query over its cache masks nothing, so one flag serves a mix of decode steps and prefills.
     """
     kv_heads = heads if kv_heads is None else kv_heads
     kv_seq = seq if kv_seq is None else kv_seq
+    causal = bool(np.any(causal))
+    op = ops.attention(batch, heads, seq, head_dim, dtype=dtype, causal=causal, impl="flash",
+                       kv_heads=kv_heads, kv_seq=kv_seq)
     kv_b = _b(dtype if kv_dtype is None else kv_dtype)
-    if _ATTN_HAS_KV_SEQ:
-        op = ops.attention(batch, heads, seq, head_dim, dtype=dtype, causal=causal, impl="flash",
-                           kv_heads=kv_heads, kv_seq=kv_seq)
-        if kv_dtype is None or kv_b == _b(dtype):
-            return op
-        kv = 2.0 * batch * kv_heads * kv_seq * head_dim
-        return dataclasses.replace(op, bytes_read=op.bytes_read - kv * (_b(dtype) - kv_b))
-    if np.all(np.asarray(kv_seq) == np.asarray(seq)) and kv_dtype is None:
-        return ops.attention(batch, heads, seq, head_dim, causal=causal, dtype=dtype, kv_heads=kv_heads)
-    op = ops.attention(batch, heads, seq, head_dim, causal=causal, dtype=dtype, kv_heads=kv_heads)
-    s = _b(dtype)
-    # a query at position p sees p+1 keys; causal chunk of seq queries at the end of kv_seq keys
-    pairs = seq * kv_seq - np.where(causal, seq * (seq - 1) / 2.0, 0.0)
-    q = batch * heads * seq * head_dim * s
-    kv = 2.0 * batch * kv_heads * kv_seq * head_dim * kv_b
-    lse = batch * heads * seq * ops.STAT_BYTES
-    return dataclasses.replace(op, flops=4.0 * batch * heads * pairs * head_dim, bytes_read=q + kv,
-                               bytes_written=q + lse, breakdown={"q": q, "kv": kv, "out": q, "stats": lse})
+    if kv_b == _b(dtype):
+        return op
+    kv = 2.0 * batch * kv_heads * kv_seq * head_dim
+    return dataclasses.replace(op, bytes_read=op.bytes_read - kv * (_b(dtype) - kv_b))
 
 
 def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype: Any = "bf16",
                    kv_dtype: Any = None) -> list[ops.OpCost]:
-    """The kernels that store ``tokens`` new keys and values per sequence into the cache."""
+    """The kernels that store ``tokens`` new keys and values per sequence into the cache (one record)."""
     kv_dtype = dtype if kv_dtype is None else kv_dtype
-    if hasattr(ops, "kv_cache_write"):
-        return [ops.kv_cache_write(batch, kv_heads, tokens, head_dim, dtype=kv_dtype)]
-    n = batch * kv_heads * tokens * head_dim
-    one = ops.elementwise(n, "int8", inputs=_b(dtype), outputs=_b(kv_dtype), flops_per_element=0)
-    return [one, one]
+    op = ops.kv_cache_write(batch, kv_heads, tokens, head_dim, dtype=kv_dtype)
+    if _b(kv_dtype) == _b(dtype):
+        return [op]
+    new = 2.0 * batch * kv_heads * tokens * head_dim       # the new K and V arrive in the compute dtype
+    return [dataclasses.replace(op, bytes_read=op.bytes_read + new * (_b(dtype) - _b(kv_dtype)))]
 
 
 def matmul(m: Any, n: Any, k: Any, dtype: Any = "bf16", weight_dtype: Any = None, group_size: int = 128) -> ops.OpCost:
     """``[m, k] @ [k, n]`` with the ``[k, n]`` weight stored as ``weight_dtype`` (default ``dtype``).
 
     fp8 weights with ``dtype="fp8"`` run an fp8 GEMM. int8/int4 (weight-only) keep 16-bit math and
-    read ``k n`` packed weights plus a 16-bit scale per ``group_size`` (int4 also a zero point).
+    read ``k n`` packed weights plus a 16-bit scale per ``group_size`` (int4 also a zero point):
+    int4 as :func:`gpumodel.ops.matmul` with ``weight_dtype="int4"``, int8 as the 16-bit GEMM
+    streaming those bytes (module notes).
     """
     wd = DType(str(getattr(weight_dtype, "value", weight_dtype))) if weight_dtype is not None else None
     if wd is None or wd.value == str(getattr(dtype, "value", dtype)):
         return ops.matmul(m, n, k, dtype)
-    if _MATMUL_HAS_WEIGHT_DTYPE:
-        return ops.matmul(m, n, k, dtype, weight_dtype=wd.value)
-    op = ops.matmul(m, n, k, dtype)
+    op = ops.matmul(m, n, k, dtype, weight_dtype=wd.value) if wd == DType.INT4 else ops.matmul(m, n, k, dtype)
     extra = (4.0 if wd == DType.INT4 else 2.0) / group_size if wd in (DType.INT4, DType.INT8) else 0.0
     w = k * n * (_b(wd) + extra)
     bd = dict(op.breakdown)
-    old = bd.get("b", k * n * _b(dtype))
+    old = bd["b"]
     bd["b"] = w
     return dataclasses.replace(op, bytes_read=op.bytes_read - old + w, breakdown=bd)
 

@@ -146,11 +146,11 @@ def _experts(add, gemm, cfg: TransformerConfig, t, tp: int, a: float) -> None:
 
     With uniform routing of ``t`` tokens to ``k`` of ``E`` experts, :math:`E_t = E (1 - (1 - k/E)^t)`
     experts are reached, each by :math:`t k / E_t` tokens; each reached expert reads its weights once
-    (one gate/up and one down GEMM of :math:`t k / E_t` rows).
+    (one gate/up and one down GEMM of :math:`\\lceil t k / E_t \\rceil` rows: a kernel has whole rows).
     """
     E, k, h, i = cfg.num_experts, cfg.experts_per_token, cfg.hidden_size, cfg.intermediate_size // tp
     reached = E * (1.0 - (1.0 - k / E) ** np.asarray(t, dtype=float))
-    rows = t * k / reached
+    rows = np.ceil(t * k / reached - 1e-9)
     L = cfg.num_layers
     add("matmul", ops.matmul(t, E, h, "bf16"), L)              # router logits (kept in 16 bits)
     add("elementwise", _mem(t * E, a, a, 4))                 # softmax + top-k over E (one small kernel)

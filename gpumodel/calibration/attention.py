@@ -1,0 +1,126 @@
+"""Time model of attention: flash attention (prefill, chunked prefill, split-KV decode) and the naive form.
+
+Flash attention forward runs one thread block per tile of query rows of one head; each block
+walks the keys in blocks, keeping the scores on chip. With too few tiles to fill the GPU (decode:
+one query a sequence; short prefills of few heads) FlashAttention-2 splits the keys of each tile
+over several blocks and merges their partial results in a second kernel (*split-KV*, the
+"flash-decoding" scheme); the number of splits follows its ``num_splits_heuristic``: the fewest
+splits whose wave efficiency is within 85% of the best, none when the tiles already fill 80% of
+the SMs. For grouped-query decode the query heads that share a KV head are packed into the rows
+of one tile (``seqlenq_ngroups_swapped``), so the KV cache is read once per KV head. The backward
+pass runs three kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main
+kernel (a block per tile of keys, looping over the queries) and the dQ conversion.
+
+The naive form is the composition of its kernels (:mod:`gpumodel.calibration.composite`).
+
+References
+----------
+T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023;
+``csrc/flash_attn/flash_api.cpp`` (``num_splits_heuristic``, ``set_params_splitkv``, the
+``seqlenq_ngroups_swapped`` path) and ``flash_bwd_launch_template.h``, github.com/Dao-AILab/flash-attention,
+vendored by PyTorch in aten/src/ATen/native/transformers/cuda/flash_attn.
+T. Dao, D. Haziza, F. Massa, G. Sizov, "Flash-Decoding for long-context inference", 2023.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpumodel.opcost import OpName
+
+from .model import CalibrationModel, Prediction, _f, _soft_max, predictor
+
+__all__ = ["num_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
+
+BLOCK_M = 128        # query rows per tile of the forward kernel (head_dim <= 128)
+SPLIT_BLOCK_M = 64   # query rows per tile of the split-KV kernel
+MAX_SPLITS = 128     # the heuristic's cap on splits
+BWD_KERNELS = 3      # dot(dO, O) + clear dQ accumulator, the main kernel, the dQ conversion
+
+
+def _kv_block(head_dim: np.ndarray) -> np.ndarray:
+    """Keys per block of the split-KV kernel: 256 up to head_dim 64, 128 up to 128, else 64."""
+    return np.where(head_dim <= 64, 256.0, np.where(head_dim <= 128, 128.0, 64.0))
+
+
+def num_splits(tiles: Any, sm_count: int, kv_blocks: Any, max_splits: int = MAX_SPLITS) -> np.ndarray:
+    """FlashAttention-2's ``num_splits_heuristic``, over arrays.
+
+    Parameters
+    ----------
+    tiles : array_like
+        ``batch * heads * query blocks``.
+    sm_count : int
+    kv_blocks : array_like
+        Key blocks per tile.
+
+    Examples
+    --------
+    Decode of 8 sequences over 8 KV heads (64 tiles on 132 SMs) and 4096 keys (32 blocks of 128):
+
+    >>> int(num_splits(64, 132, 32))
+    2
+    >>> int(num_splits(132, 132, 32))     # the tiles fill the SMs: no split
+    1
+    """
+    tiles, kv_blocks = np.broadcast_arrays(_f(tiles), _f(kv_blocks))
+    cap = np.minimum(np.minimum(float(max_splits), float(sm_count)), kv_blocks)
+    effs = []
+    for s in range(1, max_splits + 1):
+        eligible = (s == 1) | (np.ceil(kv_blocks / s) != np.ceil(kv_blocks / max(s - 1, 1)))
+        waves = tiles * s / sm_count
+        eff = np.where(eligible & (s <= cap), waves / np.ceil(waves), 0.0)
+        effs.append(eff)
+    effs = np.stack(effs)
+    best = effs.max(axis=0)
+    ok = effs >= 0.85 * best
+    first = np.argmax(ok, axis=0) + 1.0
+    return np.where(tiles >= 0.8 * sm_count, 1.0, first)
+
+
+def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
+    """Tiles, splits and rows per tile of a flash-attention forward (see the module notes)."""
+    s = op.shape
+    b, h, seq, d = _f(s["batch"]), _f(s["heads"]), _f(s["seq"]), _f(s["head_dim"])
+    kvh, skv = _f(s.get("kv_heads", s["heads"])), _f(s.get("kv_seq", s["seq"]))
+    packed = (seq == 1) & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
+    rows, heads = np.where(packed, h / kvh, seq), np.where(packed, kvh, h)
+    split_tiles = b * heads * np.ceil(rows / SPLIT_BLOCK_M)
+    splits = num_splits(split_tiles, sm_count, np.ceil(skv / _kv_block(d)))
+    tiles = np.where(splits > 1, split_tiles * splits, b * heads * np.ceil(rows / BLOCK_M))
+    return {"tiles": tiles, "splits": splits, "rows": rows}
+
+
+@predictor(OpName.ATTENTION)
+def _attention(model: CalibrationModel, op: Any) -> Prediction:
+    if str(op.shape.get("impl", "flash")) != "flash":
+        from .composite import naive_attention
+
+        return naive_attention(model, op)
+    p, P = model.params, float(model.sm_count)
+    s = op.shape
+    b, h, seq = _f(s["batch"]), _f(s["heads"]), _f(s["seq"])
+    skv = _f(s.get("kv_seq", s["seq"]))
+    causal = bool(s.get("causal", False))
+    bwd = bool(s.get("backward", False))
+    frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
+    scores = b * h * seq * skv * frac
+    d = "bwd" if bwd else "fwd"
+    if bwd:  # a block per tile of keys
+        tiles, splits = b * h * np.ceil(skv / BLOCK_M), np.ones_like(scores)
+    else:
+        k = flash_tiles(op, model.sm_count)
+        tiles, splits = k["tiles"], k["splits"]
+    waves = np.ceil(tiles / P)
+    per_sm = _soft_max(_f(op.flops) / p[f"attn_flops_{d}"], scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
+    # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
+    t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
+                                    np.minimum(tiles, P) * p["sm_bandwidth"])
+    body = np.maximum(t_c, t_m)
+    kernels = BWD_KERNELS if bwd else 1.0 + (splits > 1)       # split-KV: + the combine kernel
+    combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
+    launch = p["launch_s"] * kernels * np.ones_like(body)
+    return Prediction(launch + body + combine, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})

@@ -1,0 +1,203 @@
+"""Time models of the ops PyTorch runs as several kernels: each is the sum of its kernels' times.
+
+Every function here lists the kernels one PyTorch call launches (read from PyTorch's source, and
+checked against the kernel names the profiler records in the measurements) and prices each with
+the calibrated model of its kind: a batched GEMM, an elementwise pass, a softmax, a reduction.
+Only the mechanisms no other kernel shows get parameters of their own (see
+:data:`~gpumodel.calibration.parameters.PARAMETERS`): NLL's one-block loop over the tokens, the
+embedding backward's sort, the optimizer step's host time.
+
+* **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``,
+  softmax, dropout (a pass that also writes a one-byte mask), ``P V`` (bmm). Backward: ``dP = dO V^T``
+  and ``dV = P^T dO``, dropout's and the mask's backward, softmax backward (one more score read
+  than the forward), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``.
+* **cross-entropy**: with ``upcast``, a cast of the 16-bit logits to fp32; log-softmax (the
+  softmax kernels); ``nll_loss``, whose reducing kernel is one block of 32 threads walking the
+  tokens (``NLL_LOSS_THREADS``). Backward: zero the logits' gradient, NLL's one-block scatter,
+  log-softmax backward, and the cast back.
+* **embedding** backward (``embedding_dense_backward``): zero the dense gradient; up to 3072
+  tokens one kernel over feature columns walks all tokens, more tokens are sorted (a radix sort of
+  the ids) and reduced by segments.
+* **fused AdamW** (``torch.optim.AdamW(fused=True).step()``): ``_foreach_add_`` on the step
+  counters and the fused kernel, launched per group of at most 36 tensors or 320 chunks of 65536
+  elements (``multi_tensor_apply`` at depth 4), and the step's host time.
+* **KV-cache write**: two ``index_copy_`` kernels (keys, values).
+* **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them.
+
+References
+----------
+PyTorch, aten/src/ATen/native/cuda: NLLLoss.cu (``NLL_LOSS_THREADS``), Embedding.cu and
+EmbeddingBackwardKernel.cu (the 3072-token switch), MultiTensorApply.cuh (``depth_to_max_tensors``,
+``kChunkSize``), FusedAdamWKernel.cu, github.com/pytorch/pytorch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpumodel import ops
+from gpumodel.dtypes import bytes_per_element
+from gpumodel.opcost import OpName
+
+from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
+
+__all__ = ["naive_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
+
+NLL_THREADS = 32                  # NLL_LOSS_THREADS: the one block of the reducing NLL kernels
+EMBEDDING_SORT_MIN_TOKENS = 3072  # embedding_dense_backward sorts the ids above this many tokens
+MTA_MAX_TENSORS, MTA_MAX_BLOCKS, MTA_CHUNK = 36, 320, 65536   # multi_tensor_apply at depth 4
+FOREACH_MAX_TENSORS = 110         # multi_tensor_apply at depth 1 (the step counters)
+#: what PyTorch (2.11, CUDA) runs for a weight-only GEMM of each weight format
+WEIGHT_ONLY_PATH = {"int8": "dequant_linear", "int4": "weight_int4pack_mm", "fp8": "scaled_mm_dynamic"}
+
+
+def _t(model: CalibrationModel, op: Any) -> np.ndarray:
+    return _f(predict(model, op).time_s)
+
+
+def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
+    """Total time of a list of ops and its compute, memory and launch parts [s]."""
+    total = compute = memory = launch = 0.0
+    for part in parts:
+        pred = predict(model, part)
+        total, launch = total + _f(pred.time_s), launch + _f(pred.overhead_s)
+        compute, memory = compute + _f(pred.compute_s), memory + _f(pred.memory_s)
+    return tuple(np.asarray(x, dtype=float) for x in (total, compute, memory, launch))
+
+
+def _pred(total: Any, compute: Any, memory: Any, launch: Any, extra_s: Any = 0.0, extra_launch_s: Any = 0.0,
+          **extra: Any) -> Prediction:
+    """A composite's prediction: its kernels' totals plus ``extra_s`` of kernels priced on their own."""
+    total = np.asarray(total + extra_s, dtype=float)
+    launch = np.broadcast_to(np.asarray(launch + extra_launch_s, dtype=float), total.shape)
+    memory = np.broadcast_to(np.asarray(memory + extra_s - extra_launch_s, dtype=float), total.shape)
+    if not total.shape:
+        launch, memory = float(launch), float(memory)
+    return Prediction(total, compute, memory, launch, 1.0, extra)
+
+
+def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
+    """Softmax backward: the forward's kernel with one more row read (dY and Y in, dX out: 3/2 the traffic)."""
+    pred = predict(model, ops.softmax(rows, cols, dtype))
+    return _f(pred.overhead_s) + 1.5 * (_f(pred.time_s) - _f(pred.overhead_s))
+
+
+def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
+    """Naive attention as the sum of its kernels (module notes)."""
+    s, dt = op.shape, op.dtype
+    bh = _f(s["batch"]) * _f(s["heads"])
+    seq, skv, d = _f(s["seq"]), _f(s.get("kv_seq", s["seq"])), _f(s["head_dim"])
+    n = bh * seq * skv
+    e = bytes_per_element(dt)
+    causal, drop = bool(s.get("causal", False)), float(s.get("dropout", 0.0)) > 0
+    score_pass = ops.elementwise(n, dt)                                  # read and write the scores once
+    mask_bytes = 1.0 / e                                                 # a bool per score, in score elements
+    if not s.get("backward", False):
+        parts = [ops.bmm(bh, seq, skv, d, dt), score_pass, ops.softmax(bh * seq, skv, dt), ops.bmm(bh, seq, d, skv, dt)]
+        if causal:
+            parts.append(score_pass)
+        if drop:
+            parts.append(ops.elementwise(n, dt, inputs=1, outputs=1 + mask_bytes))
+        return _pred(*_sum(model, parts))
+    parts = [ops.bmm(bh, seq, skv, d, dt), ops.bmm(bh, skv, d, seq, dt),       # dP = dO V^T, dV = P^T dO
+             score_pass,                                                        # the scale's backward
+             ops.bmm(bh, seq, d, skv, dt), ops.bmm(bh, skv, d, seq, dt)]        # dQ = dS K, dK = dS^T Q
+    if causal:
+        parts.append(score_pass)
+    if drop:
+        parts.append(ops.elementwise(n, dt, inputs=1 + mask_bytes, outputs=1))
+    sm = _softmax_backward(model, bh * seq, skv, dt)
+    return _pred(*_sum(model, parts), sm, model.params["launch_s"])
+
+
+def _nll(model: CalibrationModel, tokens: np.ndarray) -> np.ndarray:
+    """NLL's reducing kernel: one block of 32 threads, each walking ``tokens / 32`` targets."""
+    p = model.params
+    return p["launch_s"] + np.ceil(tokens / NLL_THREADS) * p["nll_step_s"]
+
+
+@predictor(OpName.CROSS_ENTROPY)
+def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
+    s, dt = op.shape, op.dtype
+    t, v = _f(s["tokens"]), _f(s["vocab"])
+    e = bytes_per_element(dt)
+    up = bool(s.get("upcast", True)) and e < 4
+    work = "fp32" if up else dt
+    n = t * v
+    cast = [ops.elementwise(n, "fp32", inputs=e / 4.0, outputs=1)] if up else []
+    launch = model.params["launch_s"]
+    if not s.get("backward", False):
+        return _pred(*_sum(model, [*cast, ops.softmax(t, v, work)]), _nll(model, t), launch)
+    back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast's backward
+    zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
+    sm = _softmax_backward(model, t, v, work)
+    return _pred(*_sum(model, [zero, *back]), sm + _nll(model, t), 2 * launch)
+
+
+@predictor(OpName.EMBEDDING)
+def _embedding(model: CalibrationModel, op: Any) -> Prediction:
+    s, dt, p = op.shape, op.dtype, model.params
+    if not s.get("backward", False):
+        return _memory_bound(model, op)
+    t, v, h = _f(s["tokens"]), _f(s["vocab"]), _f(s["hidden"])
+    e = bytes_per_element(dt)
+    zero = _t(model, ops.elementwise(v * h, dt, inputs=0, outputs=1, flops_per_element=0))
+    # few tokens: blocks of 32 feature columns each walk every token
+    blocks = np.ceil(h / 32.0)
+    feature = p["launch_s"] + np.ceil(blocks / model.sm_count) * t * p["embedding_token_s"]
+    # many tokens: sort the ids, then reduce the gradient rows segment by segment (fp32 partial sums)
+    rows = t * h * (2.0 * e + 8.0) + 16.0 * t
+    sort = p["embedding_sort_s"] + rows / (p["bandwidth"] * p["bw_eff_embedding"])
+    body = np.where(t <= EMBEDDING_SORT_MIN_TOKENS, feature, sort)
+    return _pred(zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
+
+
+@predictor(OpName.ADAMW_STEP)
+def _adamw(model: CalibrationModel, op: Any) -> Prediction:
+    s, p = op.shape, model.params
+    numel, tensors = _f(s["numel"]), _f(s["tensors"])
+    chunks = np.ceil(numel / MTA_CHUNK) + np.maximum(tensors - 1.0, 0.0)        # each tensor starts a chunk
+    launches = np.maximum(np.ceil(tensors / MTA_MAX_TENSORS), np.ceil(chunks / MTA_MAX_BLOCKS))
+    launches = launches + np.ceil(tensors / FOREACH_MAX_TENSORS)                 # the step counters
+    gpu = launches * p["launch_s"] + _f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"])
+    host = p["adamw_host_s"] + tensors * p["adamw_host_tensor_s"]
+    total = _soft_max(gpu, host, p["vector_overlap_p"])
+    return _pred(total, 0.0 * total, total - launches * p["launch_s"], launches * p["launch_s"], host_s=host)
+
+
+@predictor(OpName.KV_CACHE_WRITE)
+def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
+    s = op.shape
+    half = ops.elementwise(_f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"]), op.dtype)
+    return _pred(*_sum(model, [half, half]))
+
+
+def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
+    """A GEMM with quantised weights, as :data:`WEIGHT_ONLY_PATH` says PyTorch runs it."""
+    s, dt, p = op.shape, op.dtype, model.params
+    m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
+    wdt = s["weight_dtype"]
+    path = WEIGHT_ONLY_PATH[wdt]
+    if path == "scaled_mm_dynamic" and "flops_fp8" not in p:   # no fp8 tensor cores: dequantise instead
+        path = "dequant_linear"
+    e = bytes_per_element(dt)
+    linear = ops.matmul(m, n, k, dt)
+    if path == "scaled_mm_dynamic":   # |x|, amax, to fp32, clamp, /448, x / scale, to fp8, then the fp8 GEMM
+        x = ops.elementwise(m * k, dt)
+        tiny = [ops.elementwise(1, "fp32")] * 3
+        parts = [x, ops.reduce_sum(1, m * k, dt), *tiny, x, ops.elementwise(m * k, dt, outputs=1.0 / e),
+                 ops.matmul(m, n, k, "fp8")]
+        return _pred(*_sum(model, parts))
+    if path == "dequant_linear":       # w.to(dtype) * scale, then the GEMM
+        nk = n * k
+        wb = 0.5 if wdt == "int4" else 1.0      # packed bytes per weight
+        parts = [ops.elementwise(nk, dt, inputs=wb / e, outputs=1), ops.elementwise(nk, dt, inputs=1, outputs=1),
+                 linear]
+        return _pred(*_sum(model, parts))
+    # a weight-streaming kernel (tinygemm, int8pack): the packed weight read once, its math on tensor cores
+    stream = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{wdt}_mm"])
+    math = _f(op.flops) / p[f"flops_{wdt}_mm"]
+    body = _soft_max(stream, math, p["overlap_p"])
+    return Prediction(p["launch_s"] + body, math, stream, p["launch_s"] + 0.0 * body, 1.0, {})

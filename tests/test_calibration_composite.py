@@ -1,0 +1,108 @@
+"""Composite ops are the sums of the kernels PyTorch launches; flash attention splits the keys when tiles are few."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpumodel as gm
+from gpumodel.calibration.attention import flash_tiles, num_splits
+from gpumodel.calibration.composite import MTA_CHUNK
+from gpumodel.calibration.model import CalibrationModel, default_parameters, predict, predicted_ops
+
+
+@pytest.fixture(scope="module")
+def model():
+    return CalibrationModel(default_parameters(gm.gpu("h200")), 132, calibrated=False, gpu="h200")
+
+
+def t(model, op):
+    return float(predict(model, op).time_s)
+
+
+def test_every_op_has_a_time_model():
+    assert set(gm.ops.list_ops()) <= set(predicted_ops())
+
+
+def test_model_reads_the_gpu_record():
+    h200 = CalibrationModel(default_parameters(gm.gpu("h200")), 132, gpu="h200")
+    ada = CalibrationModel(default_parameters(gm.gpu("4090")), 128, gpu=gm.gpu("4090"))
+    bare = CalibrationModel(default_parameters(gm.gpu("h200")), 132)
+    assert (h200.threads_per_sm, ada.threads_per_sm, bare.threads_per_sm) == (2048, 1536, 2048)  # spec records
+    assert h200.smem_per_block == 48 * 1024 and ada.replace(launch_s=1e-6).gpu is ada.gpu
+
+
+def test_split_kv_heuristic_by_hand():
+    # 64 tiles on 132 SMs, 32 key blocks: 1 split fills 48% of a wave, 2 splits 97%: the first within 85% of the best
+    assert float(num_splits(64, 132, 32)) == 2
+    assert float(num_splits(106, 132, 32)) == 1          # >= 0.8 * 132 tiles: no split
+    assert float(num_splits(8, 132, 4)) == 4             # never more splits than key blocks
+    # GQA decode packs the 4 query heads of a KV head into one tile: 8 * 8 tiles of 64 rows, then split
+    k = flash_tiles(gm.ops.attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096), 132)
+    assert (float(k["rows"]), float(k["splits"]), float(k["tiles"])) == (4.0, 2.0, 128.0)
+
+
+def test_decode_is_bound_by_the_kv_cache_and_the_busy_sms(model):
+    p = model.params
+    op = gm.ops.attention(1, 32, 1, 128, kv_heads=8, kv_seq=32768)   # 8 tiles, 128 splits max -> all SMs
+    kv_read = float(op.bytes) / p["bandwidth"]
+    assert kv_read < t(model, op) < kv_read + 20e-6
+    few = gm.ops.attention(1, 8, 1, 128, kv_seq=256)                  # 8 tiles, 2 key blocks: 16 SMs busy
+    assert t(model, few) > p["launch_s"] + float(few.bytes) / (16 * p["sm_bandwidth"])
+
+
+def test_naive_attention_is_the_sum_of_its_kernels(model):
+    b, h, s, d = 2, 8, 1024, 64
+    bh, n = b * h, b * h * s * s
+    fwd = gm.ops.attention(b, h, s, d, impl="naive", causal=True)
+    parts = [gm.ops.bmm(bh, s, s, d), gm.ops.elementwise(n), gm.ops.softmax(bh * s, s), gm.ops.bmm(bh, s, d, s),
+             gm.ops.elementwise(n)]                                    # QK^T, scale, softmax, PV, causal mask
+    assert t(model, fwd) == pytest.approx(sum(t(model, x) for x in parts), rel=1e-12)
+    drop = gm.ops.attention(b, h, s, d, impl="naive", causal=True, dropout=0.1)
+    assert t(model, drop) > t(model, fwd)
+    assert t(model, gm.ops.attention(b, h, s, d, impl="naive", causal=True, backward=True)) > t(model, fwd)
+
+
+def test_cross_entropy_is_cast_log_softmax_and_one_block_nll(model):
+    tokens, vocab, p = 4096, 32000, model.params
+    fwd = gm.ops.cross_entropy(tokens, vocab, "bf16")                 # logits cast to fp32 first
+    cast = gm.ops.elementwise(tokens * vocab, "fp32", inputs=0.5, outputs=1)
+    nll = p["launch_s"] + tokens / 32 * p["nll_step_s"]              # 32 threads walk 4096 targets: 128 steps
+    want = t(model, cast) + t(model, gm.ops.softmax(tokens, vocab, "fp32")) + nll
+    assert t(model, fwd) == pytest.approx(want, rel=1e-12)
+    no_cast = gm.ops.cross_entropy(tokens, vocab, "bf16", upcast=False)
+    assert t(model, no_cast) < t(model, fwd)
+    assert t(model, gm.ops.cross_entropy(tokens, vocab, "fp32")) == t(model, gm.ops.cross_entropy(
+        tokens, vocab, "fp32", upcast=False))                        # fp32 logits: nothing to cast
+    assert t(model, gm.ops.cross_entropy(tokens, vocab, "bf16", backward=True)) > t(model, fwd)
+
+
+def test_embedding_backward_writes_the_whole_table(model):
+    small = gm.ops.embedding(512, 128256, 4096, "bf16", backward=True)
+    zero = t(model, gm.ops.elementwise(128256 * 4096, "bf16", inputs=0, outputs=1, flops_per_element=0))
+    assert t(model, small) > zero > t(model, gm.ops.embedding(512, 128256, 4096, "bf16"))
+
+
+def test_adamw_launches_one_kernel_per_320_chunks(model):
+    p = model.params
+    op = gm.ops.adamw_step(10**9, "fp32", tensors=290)
+    chunks = np.ceil(1e9 / MTA_CHUNK) + 289                           # 15259 + a chunk start per extra tensor
+    launches = np.ceil(chunks / 320) + np.ceil(290 / 110)              # 49 fused launches + 3 step-counter ones
+    assert float(predict(model, op).overhead_s) == pytest.approx(launches * p["launch_s"])
+    stream = 28e9 / (p["bandwidth"] * p["bw_eff_adamw_step"])         # 7 fp32 words a parameter
+    assert t(model, op) == pytest.approx(stream + launches * p["launch_s"], rel=0.05)
+
+
+def test_kv_cache_write_is_two_copies(model):
+    op = gm.ops.kv_cache_write(8, 8, 16, 128)
+    half = gm.ops.elementwise(8 * 8 * 16 * 128, "bf16")
+    assert t(model, op) == pytest.approx(2 * t(model, half))
+
+
+@pytest.mark.parametrize("w", ["int8", "int4", "fp8"])
+def test_weight_only_decode_is_faster_than_bf16_for_big_weights(model, w):
+    big = (1, 28672, 8192)
+    if w == "int8":  # run as dequantise + bf16 GEMM: slower than the bf16 GEMM alone
+        assert t(model, gm.ops.matmul(*big, weight_dtype=w)) > t(model, gm.ops.matmul(*big))
+    else:
+        assert t(model, gm.ops.matmul(*big, weight_dtype=w)) < 2 * t(model, gm.ops.matmul(*big))
