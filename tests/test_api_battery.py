@@ -392,7 +392,7 @@ def test_scalar_only_functions_take_numpy_and_integral_floats(name, fn, attr):
 # ---------------------------------------------------------------------------------------------- (c) flags
 #: parameters with a boolean default that are not flags (checkpointing also takes names); records are left out
 NOT_FLAGS = {"checkpointing"}
-FLAG_BUGS = {"estimate_time.calibrated", "estimate.calibrated", "ops.attention.causal", "ops.attention.backward"}
+FLAG_BUGS = {"estimate_time.calibrated", "estimate.calibrated"}
 
 
 def _public_functions():

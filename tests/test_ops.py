@@ -283,7 +283,7 @@ def test_flags_are_keyword_only_and_dtype_is_the_fifth_argument():
     op = ops.attention(1, 32, 4096, 128, "bf16")                  # issue: this used to be read as causal="bf16"
     assert op.dtype.value == "bf16" and op.shape["causal"] is False
     with pytest.raises(TypeError):
-        ops.attention(1, 32, 4096, 128, "bf16", True)              # noqa: flags are keyword-only
+        ops.attention(1, 32, 4096, 128, "bf16", True)              # flags are keyword-only
     with pytest.raises(TypeError):
         ops.matmul(4, 4, 4, "bf16", "int8")
     for bad in ("yes", 1, None):
