@@ -28,7 +28,7 @@ from gpumodel.errors import GpumodelError
 from gpumodel.gpus import GPU_CATALOG
 from gpumodel.transformer import MODEL_CATALOG
 
-FAST = settings(max_examples=6, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+FAST = settings(max_examples=5, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 # ---------------------------------------------------------------------------------------------- strategies
@@ -306,7 +306,7 @@ BROADCASTS = {
     "inference_memory new_tokens": (lambda x: gm.inference_memory("gpt2", 2, 128, new_tokens=x), "peak_bytes",
                                     _ints(0, 512)),
     "fits batch_size": (lambda x: gm.fits(M8, "h100", x, 4096), None, _ints(1, 64)),
-    "max_batch_size seq_len": (lambda x: gm.max_batch_size("gpt2", "h100", x), None, _ints(1, 1024)),
+    "max_batch_size seq_len": (lambda x: gm.max_batch_size("gpt2", "h100", x, limit=4096), None, _ints(1, 1024)),
     "max_seq_len batch_size": (lambda x: gm.max_seq_len("gpt2", "h100", x), None, _ints(1, 64)),
     "ops.matmul + roofline": (lambda x: gm.roofline(gm.ops.matmul(x, 256, 512), "h100"), "time_s", _ints(1, 1 << 16)),
     "arithmetic_intensity": (lambda x: gm.arithmetic_intensity(gm.ops.softmax(x, 4096)), None, _ints(1, 1 << 16)),
@@ -429,7 +429,6 @@ MODEL_GPU_CALLS = {
     "max_batch_size": (lambda m, g: gm.max_batch_size(m, g, 128)),
     "min_gpus": (lambda m, g: gm.min_gpus(m, g, 2, 128).num_gpus),
     "training_step_time": (lambda m, g: float(gm.training_step_time(m, g, 2, 128))),
-    "training_time": (lambda m, g: float(gm.training_time(m, g, 1e9, 2, 128))),
     "prefill_time": (lambda m, g: float(gm.prefill_time(m, g, batch_size=2, prompt_len=128))),
     "generation_time": (lambda m, g: float(gm.generation_time(m, g, batch_size=2, prompt_len=128, new_tokens=8))),
     "serving_capacity": (lambda m, g: gm.serving_capacity(m, g, prompt_len=128, output_len=8).max_concurrency),
