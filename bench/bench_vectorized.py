@@ -32,6 +32,18 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1_000_000, help="shapes in the vectorized call")
@@ -59,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                                   lambda: [gm.roofline(gm.ops.matmul(m[i], n[i], k[i], args.dtype), gpu) for i in loop]),
     }
     print(f"gpumodel {gm.__version__}, numpy {np.__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPU(s), {platform.processor() or platform.machine()}; GPU record {gpu.name}, {args.dtype}")
+          f"{os.cpu_count()} CPU(s), {cpu_name()} ({platform.machine()}); GPU record {gpu.name}, {args.dtype}")
     print(f"vectorized: one call over {args.n:,} shapes; loop: {len(loop):,} scalar calls; best of {args.repeat}\n")
     header = f"{'path':24s} {'vector call [s]':>16s} {'vector [ns/config]':>19s} {'loop [us/config]':>17s} {'speedup':>9s}"
     print(header)

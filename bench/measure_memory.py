@@ -275,7 +275,7 @@ def train_run(spec, shapes, device, torch):
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         traceback.print_exc()
     finally:
-        del model, opt, x
+        model = opt = x = None  # drop the references (closures above share these names)
         free(torch, device)
     row["seconds"] = round(time.time() - t0, 2)
     return row

@@ -217,7 +217,7 @@ def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 2
     first = once()
     reps = int(min(max_reps, max(2, target_s / max(first, 1e-6))))
     times = [once() for _ in range(reps)]
-    del g
+    g = None  # drop the graph (once() shares the name)
     return times
 
 
@@ -263,7 +263,7 @@ def run_hf(torch, case: dict, device: str, reps: int) -> dict:
     t1 = [gen(1) for _ in range(reps)]
     tn = [gen(n) for _ in range(reps)]
     n_params = sum(p.numel() for p in model.parameters())
-    del model
+    model = None  # drop the weights (gen() shares the name)
     ttft, total = statistics.median(t1), statistics.median(tn)
     return dict(case, n_params=n_params, ttft_s=ttft, seconds=total, tpot_s=(total - ttft) / (n - 1),
                 ttft_s_all=t1, seconds_all=tn, transformers=transformers.__version__, attn="sdpa")

@@ -459,7 +459,7 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
                 opt.step()
             h, w = _per_call(torch, device, opt.step, 5)
             add("optimizer_step", optimizer=opt_name, tensors=nt, numel=numel, host_per_op_s=h, wall_per_op_s=w, **kw)
-            del opt
+            opt = None  # free the GPU memory (closures still name them)
         h, w = _per_call(torch, device, lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), 5)
         add("clip_grad_norm", tensors=nt, numel=numel, host_per_op_s=h, wall_per_op_s=w)
 
@@ -529,7 +529,7 @@ def layer_costs(torch, transformers, device: str, names, reps: int, deadline: fl
                     counts["optimizer"] = kernel_counts(torch, device, ostep)
                     row["profile"] = counts
                     rows.append(row)
-                    del model, opt, state
+                    model = opt = state = None  # free the GPU memory (closures still name them)
                 except Exception as exc:  # noqa: BLE001 - one family failing must not stop the rest
                     rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "error",
                                  "error": repr(exc)[:300]})
@@ -554,7 +554,7 @@ def param_counts(torch, transformers, folder: str):
             rows.append({"kind": "params", "config": fname[:-5], "model_type": d["model_type"],
                          "n_params": sum(p.numel() for p in model.parameters()),
                          "num_parameters": model.num_parameters(), "n_tensors": len(list(model.parameters()))})
-            del model
+            model = None  # free the GPU memory (closures still name them)
         except Exception as exc:  # noqa: BLE001
             rows.append({"kind": "params", "config": fname[:-5], "status": "error", "error": repr(exc)[:300]})
     return rows
@@ -649,7 +649,7 @@ def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, dea
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None}
     if profile and cuda and time.perf_counter() < deadline:
         row["profile_step"] = kernel_counts(torch, device, lambda: step([]))
-    del model, opt, params, fwd_model
+    model = opt = params = fwd_model = None  # free the GPU memory (closures still name them)
     return row
 
 

@@ -140,7 +140,7 @@ class ArchLimits(BaseModel):
 ARCH_CATALOG: Catalog[ArchLimits] = Catalog(
     "arch", ArchLimits, key=lambda r: r.compute_capability,
     aliases=lambda r: (f"sm_{r.compute_capability.replace('.', '')}", f"sm{r.compute_capability.replace('.', '')}"),
-    error=UnknownArchError,
+    error=UnknownArchError, label="compute capability",
 )
 
 

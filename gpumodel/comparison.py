@@ -1,8 +1,13 @@
 """Side-by-side comparison of GPUs on the spec-sheet metrics that matter for training.
 
-The seed article's four metrics — memory capacity, memory bandwidth, dense 16-bit tensor
+The four metrics of Brenndoerfer (2026) — memory capacity, memory bandwidth, dense 16-bit tensor
 throughput and TDP — plus FP32 throughput and the bf16 ridge point
 (peak / bandwidth, see :func:`gpumodel.roofline.ridge_point`).
+
+References
+----------
+M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores", 2026,
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores.
 
 Examples
 --------

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._repr import ResultRecord
 from .errors import ArgumentError
-from .vocabulary import format_seconds
+from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op
 
 from ._callable import make_callable
 
@@ -38,11 +38,7 @@ _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
 
 
 def _gpu(gpu: Any):
-    if hasattr(gpu, "peak_flops"):
-        return gpu
-    from .gpus import gpu as _lookup
-
-    return _lookup(gpu)
+    return resolve_gpu(gpu)
 
 
 def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
@@ -70,7 +66,7 @@ def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationMod
     return cal.model(), "calibrated", f"calibrated on {cal.device_name}, {cal.date[:10]}", cal
 
 
-def model_for(gpu: Any, calibrated: bool = True, calibration: Any = None) -> tuple[CalibrationModel, str]:
+def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> tuple[CalibrationModel, str]:
     """The model used for ``gpu`` and a description of where its parameters come from.
 
     Calibrated (the ``calibration`` given, else the GPU's shipped one) before transferred (the shipped
@@ -87,7 +83,7 @@ def model_for(gpu: Any, calibrated: bool = True, calibration: Any = None) -> tup
     >>> [model_for(g)[1].split(" ")[0] for g in ("h200", "a100", "v100")]
     ['calibrated', 'transferred', 'uncalibrated:']
     """
-    model, _, detail, _ = _resolve(_gpu(gpu), calibrated, calibration)
+    model, _, detail, _ = _resolve(_gpu(gpu), flag(calibrated, "calibrated"), calibration)
     return model, detail
 
 
@@ -195,7 +191,7 @@ def _scalar(x: Any) -> Any:
     return float(arr) if arr.ndim == 0 else arr
 
 
-def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
+def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
     """Estimate the time of ``op`` on ``gpu`` and say what decided it.
 
     Parameters
@@ -223,8 +219,9 @@ def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None
     >>> gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100").source     # no H100 calibration ships
     'transferred'
     """
+    op = resolve_op(op)
     g = _gpu(gpu)
-    model, label, detail, record = _resolve(g, calibrated, calibration)
+    model, label, detail, record = _resolve(g, flag(calibrated, "calibrated"), calibration)
     pred = predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
@@ -235,7 +232,7 @@ def estimate(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None
                         op.name, g.name, detail, _expected_error(record, op))
 
 
-def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any = None) -> Any:
+def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> Any:
     """Estimated time of ``op`` on ``gpu`` [s]: a float, or an array broadcast like the op's sizes.
 
     See :func:`estimate` for the parameters and the result that explains the number.
@@ -249,8 +246,8 @@ def estimate_time(op: Any, gpu: Any, calibrated: bool = True, calibration: Any =
     >>> bool(t[1] > 7 * t[0])      # 8x the FLOPs, a bit less than 8x the time (fixed costs)
     True
     """
-    g = _gpu(gpu)
-    model, _ = model_for(g, calibrated, calibration)
+    op = resolve_op(op)
+    model, _ = model_for(gpu, calibrated=calibrated, calibration=calibration)
     return _scalar(predict(model, op).time_s)
 
 

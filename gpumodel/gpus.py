@@ -35,7 +35,12 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
 
 def list_gpus(vendor: str | None = None) -> list[str]:
     """Canonical names of all known GPUs, sorted; optionally only one vendor's ("nvidia", "amd")."""
-    return [g.name for g in all_gpus() if vendor is None or g.vendor.value == vendor.lower()]
+    if vendor is not None:
+        from .hardware import Vendor
+        from .vocabulary import choice
+
+        vendor = choice(Vendor, vendor, "vendor")
+    return [g.name for g in all_gpus() if vendor is None or g.vendor == vendor]
 
 
 def all_gpus() -> list[GPUSpec]:
@@ -43,7 +48,7 @@ def all_gpus() -> list[GPUSpec]:
     return GPU_CATALOG.records()
 
 
-def load_gpus(path: str | os.PathLike, replace: bool = False) -> list[GPUSpec]:
+def load_gpus(path: str | os.PathLike, *, replace: bool = False) -> list[GPUSpec]:
     """Validate the GPU records in a YAML file or folder and make them known to :func:`gpu`.
 
     Parameters

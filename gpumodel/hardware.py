@@ -9,7 +9,7 @@ Tensor-core peaks are DENSE; 2:4 structured sparsity is a separate factor
 The record checks itself against the arithmetic a datasheet implies:
 
 * FP32 peak = SM count x FP32 lanes per SM x 2 FLOP per FMA x boost clock
-  (the seed's H100 SXM example: 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s);
+  (Brenndoerfer's H100 SXM example: 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s);
 * bf16 = fp16 (with fp32 accumulate), tf32 = bf16 / 2, fp8 = 2 x bf16, fp4 = 2 x fp8,
   int8 in {2, 4} x bf16: the ratios NVIDIA's and AMD's whitepapers publish for every
   tensor-core generation since Ampere.
@@ -21,6 +21,9 @@ References
 ----------
 NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022); NVIDIA A100 Tensor Core GPU
 Architecture whitepaper (2020); NVIDIA Ada GPU Architecture whitepaper (2023).
+
+M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores", 2026,
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores.
 """
 
 from __future__ import annotations
@@ -292,7 +295,7 @@ class GPUSpec(_Record):
         lvl = self.level(level)
         if lvl is None or lvl.bandwidth is None:
             known = ["hbm"] + [m.level for m in self.memory_hierarchy if m.bandwidth is not None]
-            raise ValueError(f"{self.name} has no published bandwidth for level {level!r}; levels with one: {known}")
+            raise UnsupportedError(f"{self.name} has no published bandwidth for level={level!r}; levels with one: {known}")
         return lvl.bandwidth
 
     def __repr__(self) -> str:

@@ -38,8 +38,6 @@ V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer M
 
 from __future__ import annotations
 
-import enum
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -338,7 +336,10 @@ _ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optim
           "autocast_weight_copies", "kv_cache", "logits_and_loss", "model_outputs", "backward_temporaries", "cublas_workspace"]
 
 
-def _dtype_bytes(name: str) -> float:
-    from .dtypes import bytes_per_element
+def _dtype_bytes(name: str, arg: str = "optimizer_dtype") -> float:
+    from .dtypes import UnknownDTypeError, bytes_per_element
 
-    return float(bytes_per_element(name))
+    try:
+        return float(bytes_per_element(name))
+    except UnknownDTypeError as exc:
+        raise UnknownDTypeError(f"{arg}: {exc}") from None

@@ -32,6 +32,7 @@ from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: 
 from ._repr import ResultRecord
 
 from .occupancy_model import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
+from .vocabulary import flag
 
 __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared_memory", "next_occupancy_step",
            "NextStep", "occupancy_curves", "OccupancyCurve"]
@@ -149,6 +150,7 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
     unit, capped by the per-block limit and the kernel's max-dynamic attribute.
     """
     limits, _ = resolve_arch(gpu_or_cc)
+    runtime = flag(runtime, "runtime")
     N = _int_array("num_blocks", num_blocks, 1, None, ">= 1")
     r = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, 0, carveout,
                   max_dynamic_shared_bytes=max_dynamic_shared_bytes)
@@ -204,6 +206,13 @@ class NextStep(ResultRecord):
         return text
 
 
+def _one_configuration(function: str, **arguments: Any) -> None:
+    """Refuse arrays where a function takes one launch configuration, naming the argument."""
+    for name, value in arguments.items():
+        if np.ndim(value):
+            raise ArgumentError(f"{name} must be a single value: {function} takes one configuration, not arrays")
+
+
 def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_thread: int,
                         static_shared_bytes: int = 0, dynamic_shared_bytes: int = 0, carveout: int | None = None,
                         *, max_dynamic_shared_bytes: int | None = None) -> NextStep:
@@ -217,8 +226,10 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
     kw = dict(max_dynamic_shared_bytes=max_dynamic_shared_bytes)
     now = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
                     carveout, **kw)
-    if np.ndim(now.blocks_per_sm):
-        raise ArgumentError("next_occupancy_step takes one configuration (scalars), not arrays")
+    _one_configuration("next_occupancy_step", threads_per_block=threads_per_block,
+                       registers_per_thread=registers_per_thread, static_shared_bytes=static_shared_bytes,
+                       dynamic_shared_bytes=dynamic_shared_bytes, carveout=carveout,
+                       max_dynamic_shared_bytes=max_dynamic_shared_bytes)
     target = now.blocks_per_sm + 1
     fixed_cap = min(now.blocks_by_warps, now.blocks_by_block_cap, now.blocks_by_barriers)
     reachable = target <= fixed_cap
@@ -272,6 +283,10 @@ def occupancy_curves(gpu_or_cc: Any, threads_per_block: int, registers_per_threa
     x is static + dynamic [bytes].
     """
     limits, _ = resolve_arch(gpu_or_cc)
+    _one_configuration("occupancy_curves", threads_per_block=threads_per_block,
+                       registers_per_thread=registers_per_thread, static_shared_bytes=static_shared_bytes,
+                       dynamic_shared_bytes=dynamic_shared_bytes, carveout=carveout)
+    occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, carveout)
     t = np.arange(1, limits.max_threads_per_block + 1)
     r = np.arange(0, 256)
     unit = limits.shared_memory_allocation_unit

@@ -42,7 +42,7 @@ import numpy as np
 
 from ._repr import ResultRecord, plain
 from .errors import ArgumentError
-from .vocabulary import bounded_int
+from .vocabulary import bounded_int, nonnegative_int
 
 from .arch import ArchLimits, arch_limits
 
@@ -249,8 +249,9 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
         M = np.maximum(limits.shared_memory_per_block_optin - S, 0)
     else:
         M = _int_array("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, None, ">= 0 bytes")
-    if int(block_barriers) < 0:
-        raise ArgumentError(f"block_barriers = {block_barriers} is out of range; allowed: >= 0")
+    block_barriers = nonnegative_int(block_barriers, "block_barriers")
+    if np.ndim(block_barriers):
+        raise ArgumentError("block_barriers must be one integer >= 0, not an array")
     scalar = all(np.ndim(a) == 0 for a in (T, R, S, D, C, M))
     T, R, S, D, C, M = np.broadcast_arrays(T, R, S, D, C, M)
     raw = _limits(limits, T, R, S, D, C, M, int(block_barriers))

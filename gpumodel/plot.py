@@ -174,7 +174,8 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
     return fig
 
 
-#: the seed article's four spec-sheet metrics: compare column -> panel title
+#: the four spec-sheet metrics of Brenndoerfer (2026), see :mod:`gpumodel.comparison`:
+#: compare column -> panel title
 COMPARE_METRICS = {
     "bandwidth_tbs": "Memory bandwidth [TB/s]",
     "bf16_tflops": "Dense FP16/BF16 tensor [TFLOP/s]",
@@ -184,7 +185,7 @@ COMPARE_METRICS = {
 
 
 def compare_gpus(names: Iterable[str | GPUSpec] | None = None, axes: Any = None):
-    """Bar chart of GPUs on the seed's four spec-sheet metrics: bandwidth, 16-bit tensor peak, memory, TDP.
+    """Bar chart of GPUs on the four spec-sheet metrics: bandwidth, 16-bit tensor peak, memory, TDP.
 
     Parameters
     ----------

@@ -14,13 +14,17 @@ References
 S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model for
 multicore architectures", Communications of the ACM 52(4), 2009.
 
+M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores", 2026,
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+(the H100 ridge point and the matmul and ReLU examples).
+
 Examples
 --------
 >>> import gpumodel as gm
->>> round(gm.ridge_point("h100", "bf16"))             # 989.4e12 / 3.35e12, the seed's 295
+>>> round(gm.ridge_point("h100", "bf16"))             # 989.4e12 / 3.35e12 = 295 (Brenndoerfer 2026)
 295
 >>> r = gm.roofline(gm.ops.elementwise(4096 * 4096, "fp16"), "h100")
->>> r.bound, gm.arithmetic_intensity(r.op, over="read")   # the seed's ReLU: 0.5 FLOP/byte
+>>> r.bound, gm.arithmetic_intensity(r.op, over="read")   # Brenndoerfer's ReLU: 0.5 FLOP/byte
 ('memory', 0.5)
 """
 
@@ -34,7 +38,9 @@ import numpy as np
 from ._callable import make_callable
 
 from ._repr import ResultRecord, html_table
-from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op, scalar_or_array
+from .errors import ArgumentError
+from .vocabulary import flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, resolve_op, \
+    scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
@@ -56,7 +62,7 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     op : OpCost
     over : {"total", "read"}
         Divide by all traffic (reads + writes, the roofline's convention) or by bytes read only
-        (the seed article's convention for its matmul and ReLU examples).
+        (the convention of Brenndoerfer 2026 for its matmul and ReLU examples).
 
     Returns
     -------
@@ -73,7 +79,7 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     1365.3
     """
     if over not in ("total", "read"):
-        raise ValueError(f"over must be 'total' or 'read', got {over!r}")
+        raise ArgumentError(f"over={over!r} is not one of 'total', 'read'")
     op = resolve_op(op)
     denom = op.bytes if over == "total" else op.bytes_read
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -126,6 +132,8 @@ def attainable_flops(intensity: Any, peak: Any, bandwidth: Any) -> Any:
     >>> attainable_flops([0.5, 2048.0], 989.4e12, 3.35e12) / 1e12
     array([  1.675, 989.4  ])
     """
+    intensity = nonnegative_number(intensity, "intensity")
+    peak, bandwidth = positive_number(peak, "peak"), positive_number(bandwidth, "bandwidth")
     return scalar_or_array(np.minimum(peak, np.multiply(intensity, bandwidth)))
 
 
@@ -172,7 +180,7 @@ def peak_for(op: OpCost, gpu: GPUSpec | str, *, sparse: bool = False) -> float:
 
 def _bandwidth(g: GPUSpec, level: str) -> float:
     if level not in LEVELS and level not in ("device", "dram", "memory", "l1", "registers"):
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        raise ArgumentError(f"level={level!r} is not one of {', '.join(map(repr, LEVELS))}")
     return g.bandwidth(level)
 
 

@@ -44,7 +44,7 @@ def _capacity(g, capacity_bytes) -> float:
     return positive_number(capacity_bytes, "capacity_bytes")
 
 
-def required_bytes(model, batch_size, seq_len, training: bool = True, **kwargs):
+def required_bytes(model, batch_size, seq_len, *, training: bool = True, **kwargs):
     """Bytes one GPU needs in all (allocator reserve and CUDA context included) [B].
 
     ``kwargs`` go to :func:`~gpumodel.training_memory`, or to :func:`~gpumodel.inference_memory`
@@ -55,7 +55,7 @@ def required_bytes(model, batch_size, seq_len, training: bool = True, **kwargs):
     return inference_memory(model, batch_size, seq_len, **kwargs).total_bytes
 
 
-def fits(model, gpu, batch_size, seq_len, training: bool = True, *, capacity_bytes=None, **kwargs):
+def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_bytes=None, **kwargs):
     """Whether the run fits in one GPU's memory (broadcasts over batch_size and seq_len).
 
     ``kwargs`` go to :func:`~gpumodel.training_memory` (or :func:`~gpumodel.inference_memory`
@@ -65,7 +65,7 @@ def fits(model, gpu, batch_size, seq_len, training: bool = True, *, capacity_byt
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     capacity = _capacity(g, capacity_bytes)
-    need = required_bytes(cfg, batch_size, seq_len, training, **kwargs)
+    need = required_bytes(cfg, batch_size, seq_len, training=training, **kwargs)
     out = np.asarray(need) <= capacity
     return out if out.ndim else np.bool_(out)
 
@@ -88,15 +88,15 @@ def _scalar_int(x):
     return int(x) if np.ndim(x) == 0 else x
 
 
-def max_batch_size(model, gpu, seq_len, training: bool = True, limit: int = 1 << 20, **kwargs):
+def max_batch_size(model, gpu, seq_len, *, training: bool = True, limit: int = 1 << 20, **kwargs):
     """Largest per-GPU batch size that fits (0 if even one sequence does not); broadcasts over ``seq_len``."""
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     seq_len = positive_int(seq_len, "seq_len")
     limit = positive_int(limit, "limit")
-    return _scalar_int(_largest(lambda b: fits(cfg, g, b, seq_len, training, **kwargs), limit, np.shape(seq_len)))
+    return _scalar_int(_largest(lambda b: fits(cfg, g, b, seq_len, training=training, **kwargs), limit, np.shape(seq_len)))
 
 
-def max_seq_len(model, gpu, batch_size, training: bool = True, multiple_of: int = 1, limit: int | None = None,
+def max_seq_len(model, gpu, batch_size, *, training: bool = True, multiple_of: int = 1, limit: int | None = None,
                 **kwargs):
     """Largest sequence length (a multiple of ``multiple_of``) that fits (0 if none); broadcasts over ``batch_size``.
 
@@ -108,7 +108,7 @@ def max_seq_len(model, gpu, batch_size, training: bool = True, multiple_of: int 
     if limit is None:
         limit = cfg.max_position_embeddings if cfg.position.value == "learned" else 1 << 24
     limit = positive_int(limit, "limit")
-    n = _largest(lambda k: fits(cfg, g, batch_size, k * multiple_of, training, **kwargs), limit // multiple_of,
+    n = _largest(lambda k: fits(cfg, g, batch_size, k * multiple_of, training=training, **kwargs), limit // multiple_of,
                  np.shape(batch_size))
     return _scalar_int(n * multiple_of)
 

@@ -117,12 +117,15 @@ class Catalog(Generic[T]):
         Record -> extra names it answers to.
     error : type
         The :class:`UnknownNameError` subclass raised for an unknown name.
+    label : str, optional
+        What one record is called in error messages (default: ``kind`` without its plural ``s``).
     """
 
     def __init__(self, kind: str, model: type[T], key: Callable[[T], str] = lambda r: r.name,
                  aliases: Callable[[T], Iterable[str]] = lambda r: getattr(r, "aliases", ()),
-                 error: type[UnknownNameError] = UnknownNameError):
+                 error: type[UnknownNameError] = UnknownNameError, label: str | None = None):
         self.kind, self.model, self._key, self._aliases, self._error = kind, model, key, aliases, error
+        self.label = label or kind.rstrip("s")
         self._records: dict[str, T] | None = None
         self._index: dict[str, str] = {}
         self._origin: dict[str, Path] = {}
@@ -222,13 +225,13 @@ class Catalog(Generic[T]):
         suggestions = list(dict.fromkeys(self._index[a] for a in close))[:4]
         hint = f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else (
             f"known: {', '.join(sorted(records))}")
-        raise self._error(f"no {self.kind.rstrip('s')} named {name!r}; {hint}")
+        raise self._error(f"no {self.label} named {name!r}; {hint}")
 
     def get(self, name: str) -> T:
         if isinstance(name, self.model):
             return name
         if not isinstance(name, str):
-            raise ArgumentTypeError(f"expected a {self.kind.rstrip('s')} name (str) or record, got {type(name).__name__}")
+            raise ArgumentTypeError(f"expected a {self.label} name (str) or record, got {type(name).__name__}")
         return self._ensure()[self._resolve(name)]
 
     def __contains__(self, name: str) -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 from .errors import ArgumentError, DoesNotFitWarning
 from .estimate import estimate as _estimate
 from .memory import training_memory
-from .hostcost import HostCosts, host_costs_for, timeline
+from .hostcost import host_costs_for, timeline
 from .stepkernels import Kernels, training_step
 from .stepplan import step_plan
 from .transformer import TransformerConfig

@@ -265,7 +265,17 @@ def resolve_model(model: Any, name: str = "model"):
     if isinstance(model, str):
         return lookup(model)
     if isinstance(model, Mapping):
-        return TransformerConfig.from_hf(model)
+        from pydantic import ValidationError
+
+        from .specs import _describe_errors
+        from .transformer import HFConfigError
+
+        try:
+            return TransformerConfig.from_hf(model)
+        except HFConfigError as exc:
+            raise HFConfigError(f"{name}: {exc}") from None
+        except ValidationError as exc:  # a value out of range: the record's own checks
+            raise HFConfigError(f"{name}: the Hugging Face config does not make a valid model: {_describe_errors(exc)}") from None
     raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
 
@@ -294,11 +304,16 @@ def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) 
     return arr
 
 
+_INT64_LIMIT = 2.0**63  # a float at or beyond this is no int64
+
+
 def _integers(value: Any, name: str, lowest: int, what: str):
     arr = _numeric_array(value, name, what)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             raise ArgumentError(f"{name} must be {what}, got {value!r}")
+        if np.any(np.abs(arr) >= _INT64_LIMIT):
+            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}")
     if np.any(arr < lowest):
         bad = arr.min()
         raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
@@ -320,7 +335,7 @@ def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowe
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
             raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
+        if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
             raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
     arr = arr.astype(np.int64)
     bad = arr < low if high is None else (arr < low) | (arr > high)

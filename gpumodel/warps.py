@@ -1,7 +1,7 @@
 """SIMT warp efficiency: partly filled warps and branch divergence.
 
 A GPU issues one instruction for a whole warp of 32 threads. A thread block whose size is
-not a multiple of the warp size leaves lanes of its last warp idle (the seed article's
+not a multiple of the warp size leaves lanes of its last warp idle (Brenndoerfer's
 48-thread block: two warps, 48 of 64 lanes busy, 75%). Threads of one warp that take
 different branch paths are serialised: the warp runs every path in turn with the other
 lanes masked off, so ``k`` equally long paths leave each lane busy ``1/k`` of the time
@@ -13,6 +13,10 @@ References
 ----------
 NVIDIA, *CUDA C++ Programming Guide*, Sec. "SIMT Architecture" (warp size 32, divergent paths
 executed serially with inactive threads disabled).
+
+M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores", 2026,
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+(the 48-thread block example).
 
 Examples
 --------
@@ -81,7 +85,7 @@ def warp_efficiency(threads_per_block: Any, warp_size: int = WARP_SIZE) -> Any:
 
     Examples
     --------
-    >>> warp_efficiency(48)            # 48 / (2 * 32), the seed's example
+    >>> warp_efficiency(48)            # 48 / (2 * 32), Brenndoerfer's example
     0.75
     >>> warp_efficiency([64, 100, 1])  # 64/64, 100/128, 1/32
     array([1.     , 0.78125, 0.03125])
@@ -94,7 +98,7 @@ def warp_efficiency(threads_per_block: Any, warp_size: int = WARP_SIZE) -> Any:
 def padded_block_size(threads_per_block: Any, warp_size: int = WARP_SIZE) -> Any:
     """Smallest multiple of the warp size that holds ``threads_per_block`` threads.
 
-    >>> padded_block_size(48)          # the seed: pad 48 to 64
+    >>> padded_block_size(48)          # Brenndoerfer: pad 48 to 64
     64
     """
     t = _positive_int(threads_per_block, "threads_per_block")

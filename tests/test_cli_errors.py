@@ -217,20 +217,19 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, c
     refused(argv, capsys, needle)
 
 
-#: bad input the library still refuses with a bare ValueError (the command line reports an internal error)
+#: bad input the library once refused with a bare ValueError (the command line reported an internal error)
 LIBRARY_BARE_ERRORS = [
     (["occupancy", "--threads", "2048", "--regs", "32"], "threads_per_block"),  # occupancy_model._int_array
     (["occupancy", "--threads", "256", "--regs", "300"], "registers_per_thread"),
     (["occupancy", "--threads", "256", "--regs", "32", "--carveout", "150"], "carveout"),
     (["occupancy", "--gpu", "mi300x", "--threads", "256", "--regs", "32"], "mi300x"),
     (["estimate", "--gpu", "h100", "softmax", "8", "8", "--calibration", "c.yaml"], "calibration is for"),
-    (["memory", "--hf-config", "heads0.json"], "num_heads"),  # TransformerConfig.from_hf: pydantic ValidationError
+    (["memory", "--hf-config", "heads0.json"], "num_heads"),  # was a pydantic ValidationError from from_hf
 ]
 
 
-@pytest.mark.xfail(reason="the library raises ValueError, not a GpumodelError, here", strict=False)
 @pytest.mark.parametrize("argv, needle", LIBRARY_BARE_ERRORS, ids=[" ".join(a) for a, _ in LIBRARY_BARE_ERRORS])
-def test_bad_input_the_library_refuses_with_a_bare_error(argv, needle, tmp_path, monkeypatch, capsys):
+def test_bad_input_the_library_refuses_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, capsys):
     from gpumodel.calibration.record import calibration_for
 
     monkeypatch.chdir(tmp_path)

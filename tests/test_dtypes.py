@@ -1,4 +1,8 @@
-"""Number formats against the seed article, IEEE 754 (through NumPy), torch.finfo and the OCP specs."""
+"""Number formats against Brenndoerfer (2026), IEEE 754 (through NumPy), torch.finfo and the OCP specs.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 import numpy as np
 import pytest
@@ -10,28 +14,28 @@ from gpumodel.dtypes import FORMATS, DType, UnknownDTypeError, bytes_per_element
 FLOATS = [d for d in DType if FORMATS[d].is_float]
 
 
-# ------------------------------------------------------------------ the seed article's table
-def test_seed_fp16():
+# ------------------------------------------------------------------ Brenndoerfer's (2026) table
+def test_brenndoerfer_fp16():
     f = info("fp16")
     assert (f.exponent_bits, f.mantissa_bits, f.bits) == (5, 10, 16)
     assert f.max == 65504.0  # (2 - 2**-10) * 2**15
     assert f.smallest_normal == pytest.approx(6.1e-5, rel=1e-2)  # 2**-14
 
 
-def test_seed_bf16():
+def test_brenndoerfer_bf16():
     f = info("bf16")
     assert (f.exponent_bits, f.mantissa_bits, f.bits) == (8, 7, 16)
     assert f.max == pytest.approx(3.39e38, rel=1e-3)  # (2 - 2**-7) * 2**127: fp32's range
     assert f.smallest_normal == info("fp32").smallest_normal
 
 
-def test_seed_tf32():
+def test_brenndoerfer_tf32():
     f = info("tf32")
     assert (f.exponent_bits, f.mantissa_bits, f.bits) == (8, 10, 19)  # 1 + 8 + 10 bits
     assert f.storage_bits == 32 and bytes_per_element("tf32") == 4.0  # held in fp32 registers/memory
 
 
-def test_seed_fp32():
+def test_brenndoerfer_fp32():
     f = info("fp32")
     assert (f.exponent_bits, f.mantissa_bits) == (8, 23)
     assert f.max == pytest.approx(3.4e38, rel=1e-2)

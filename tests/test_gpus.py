@@ -1,8 +1,11 @@
-"""The shipped GPU database against datasheets, the seed article's numbers, and the CUDA guide.
+"""The shipped GPU database against datasheets, Brenndoerfer's (2026) numbers, and the CUDA guide.
 
 Every expected value below is typed from the named document, in the form the document prints it
 (tensor peaks that a datasheet quotes only "with sparsity" are entered as printed and halved here),
 never read back from the YAML files under test.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
 """
 
 import pytest
@@ -90,27 +93,27 @@ def test_record_matches_datasheet(name):
             assert key in expected or (name, key) in DERIVED, f"{name}.{key} has no datasheet figure"
 
 
-def test_seed_h100_fp32_from_cores():
+def test_brenndoerfer_h100_fp32_from_cores():
     h100 = gm.gpu("h100")
     assert h100.fp32_peak_from_cores == pytest.approx(132 * 128 * 2 * 1.98e9)  # = 66.9e12
     assert h100.peak_flops("fp32") == pytest.approx(66.9e12, rel=1e-3)
 
 
-def test_seed_ridge_points():
+def test_brenndoerfer_ridge_points():
     h100, h200 = gm.gpu("h100"), gm.gpu("h200")
     assert h100.peak_flops("bf16") / h100.memory_bandwidth == pytest.approx(295.3, abs=0.1)  # 989.4e12 / 3.35e12
     assert h200.peak_flops("bf16") / h200.memory_bandwidth == pytest.approx(206.1, abs=0.1)  # 989.4e12 / 4.8e12
     assert gm.compare(["h100", "h200"])["ridge_bf16"] == [295.3, 206.1]
 
 
-def test_seed_sm_counts_and_consumer_peak():
+def test_brenndoerfer_sm_counts_and_consumer_peak():
     assert gm.gpu("a100").sm_count == 108
     assert gm.gpu("4090").sm_count == 128
     assert gm.gpu("h100").sm_count == 132
-    assert gm.gpu("4090").peak_flops("fp16") == pytest.approx(165e12, rel=0.01)  # seed: "165 TFLOP/s"
-    assert gm.gpu("h200").memory_bytes == 141e9  # seed: 141 GB HBM3e, 4.8 TB/s
+    assert gm.gpu("4090").peak_flops("fp16") == pytest.approx(165e12, rel=0.01)  # Brenndoerfer (2026): "165 TFLOP/s"
+    assert gm.gpu("h200").memory_bytes == 141e9  # Brenndoerfer (2026): 141 GB HBM3e, 4.8 TB/s
     assert gm.gpu("h200").memory_bandwidth == 4.8e12
-    assert gm.gpu("4090").tdp_watts == 450 and gm.gpu("h100").tdp_watts == 700  # seed: 450 W vs 700 W
+    assert gm.gpu("4090").tdp_watts == 450 and gm.gpu("h100").tdp_watts == 700  # Brenndoerfer (2026): 450 W vs 700 W
 
 
 @pytest.mark.parametrize("alias, name", [

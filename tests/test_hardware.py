@@ -87,8 +87,8 @@ def test_nvlink_and_levels():
     assert gm.gpu("4090").nvlink_bandwidth == 0.0
     assert gm.gpu("h100").bandwidth() == 3.35e12
     assert gm.gpu("4090").bandwidth("hbm") == gm.gpu("4090").bandwidth("device") == 1008e9
-    assert gm.gpu("h100").bandwidth("l2") == 12e12  # seed article
-    with pytest.raises(ValueError, match="no published bandwidth for level 'l2'"):
+    assert gm.gpu("h100").bandwidth("l2") == 12e12  # Brenndoerfer (2026)
+    with pytest.raises(ValueError, match="no published bandwidth for level='l2'"):
         gm.gpu("a100").bandwidth("l2")
 
 

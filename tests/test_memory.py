@@ -1,4 +1,8 @@
-"""Training memory: seed reference numbers, measured H200 ground truth, properties, errors."""
+"""Training memory: Brenndoerfer (2026) reference numbers, measured H200 ground truth, properties, errors.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 import json
 import statistics
@@ -27,8 +31,8 @@ def _predict(cfgs, r):
                               use_cache=r["use_cache"])
 
 
-# ---------------------------------------------------------------- seed reference numbers
-def test_seed_7b_bytes_per_parameter():
+# ---------------------------------------------------------------- Brenndoerfer (2026) reference numbers
+def test_brenndoerfer_7b_bytes_per_parameter():
     # bf16 weights + bf16 grads + fp32 Adam moments = 2 + 2 + 8 = 12 B/param; 7e9 * 12 = 84 GB
     cfg = gm.model("llama-2-7b")
     n = cfg.num_parameters()
@@ -38,7 +42,7 @@ def test_seed_7b_bytes_per_parameter():
     assert 7e9 * 12 == 84e9
 
 
-def test_seed_7b_inference_weights():
+def test_brenndoerfer_7b_inference_weights():
     # 7B in bf16 = 14 GB of weights: 2 bytes per parameter
     cfg = gm.model("llama-2-7b")
     m = gm.inference_memory(cfg, 1, 128, dtype="bf16")

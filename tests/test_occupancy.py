@@ -1,5 +1,9 @@
-"""gm.occupancy: the seed's examples, NVIDIA's worked examples, NVIDIA's reference calculator, bad input,
-broadcasting and hypothesis properties. Measured H200 ground truth is in test_occupancy_measured.py."""
+"""gm.occupancy: Brenndoerfer's examples, NVIDIA's worked examples, NVIDIA's reference calculator, bad input,
+broadcasting and hypothesis properties. Measured H200 ground truth is in test_occupancy_measured.py.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 from pathlib import Path
 
@@ -16,8 +20,8 @@ DATA = Path(__file__).parent / "data" / "occupancy"
 KIB = 1024
 
 
-# ---------------------------------------------------------------- the seed article's examples
-def test_seed_32_registers_fill_the_register_file_at_full_occupancy():
+# ---------------------------------------------------------------- Brenndoerfer's (2026) examples
+def test_brenndoerfer_32_registers_fill_the_register_file_at_full_occupancy():
     # 32 regs x 4 B x 2048 threads = 256 KiB = the whole register file (65536 registers) of an H100 SM
     r = gm.occupancy("9.0", threads_per_block=256, registers_per_thread=32)
     assert r.active_threads == 2048
@@ -26,7 +30,7 @@ def test_seed_32_registers_fill_the_register_file_at_full_occupancy():
     assert r.active_warps == 64  # "an H100 SM supports at most 64 active warps"
 
 
-def test_seed_64_registers_halve_the_threads():
+def test_brenndoerfer_64_registers_halve_the_threads():
     full = gm.occupancy("h100", threads_per_block=256, registers_per_thread=32)
     half = gm.occupancy("h100", threads_per_block=256, registers_per_thread=64)
     assert half.active_threads == full.active_threads // 2 == 1024
@@ -34,7 +38,7 @@ def test_seed_64_registers_halve_the_threads():
     assert half.limiter == "registers"
 
 
-def test_seed_48_thread_block_occupies_two_warps():
+def test_brenndoerfer_48_thread_block_occupies_two_warps():
     # 48 threads = one full warp + one warp with 16 of 32 lanes active; the SM schedules 2 warps per block
     r = gm.occupancy("9.0", threads_per_block=48, registers_per_thread=32)
     assert r.warps_per_block == 2

@@ -109,7 +109,7 @@ def test_next_step_at_the_warp_limit():
     step = gm.next_occupancy_step("9.0", 256, 32)
     assert not step.reachable and step.registers_per_thread is None
     assert "no more blocks" in str(step)
-    with pytest.raises(ValueError, match="scalars"):
+    with pytest.raises(ValueError, match="threads_per_block must be a single value"):
         gm.next_occupancy_step("9.0", np.array([128, 256]), 32)
 
 
@@ -119,7 +119,7 @@ def test_curves_hold_the_other_inputs():
     assert set(curves) == {"threads_per_block", "registers_per_thread", "shared_memory_per_block"}
     regs = curves["registers_per_thread"]
     assert regs.x[0] == 0 and regs.x[-1] == 255 and regs.current == 64
-    assert regs.occupancy[32] == 1.0 and regs.occupancy[64] == 0.5  # the seed's two points
+    assert regs.occupancy[32] == 1.0 and regs.occupancy[64] == 0.5  # Brenndoerfer's two points
     assert np.all(np.diff(regs.occupancy) <= 0)  # more registers never raise occupancy
     smem = curves["shared_memory_per_block"]
     assert smem.x[-1] == 227 * KIB and np.all(np.diff(smem.occupancy) <= 0)

@@ -1,4 +1,8 @@
-"""Op cost formulas: hand arithmetic, the seed article's worked numbers, properties and bad input."""
+"""Op cost formulas: hand arithmetic, Brenndoerfer's (2026) worked numbers, properties and bad input.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 import dataclasses
 
@@ -37,16 +41,16 @@ def test_int4_matmul_has_no_integer_division_bug():
     assert op.bytes_read == (64 + 64) * 0.5  # half a byte per element, never 0
 
 
-def test_seed_matmul_4096_intensity_over_bytes_read():
-    # seed: 2*4096^3 ~ 137e9 FLOP over ~64 MB read (two 4096^2 fp16 matrices) ~ 2,000+ FLOP/byte
+def test_brenndoerfer_matmul_4096_intensity_over_bytes_read():
+    # Brenndoerfer (2026): 2*4096^3 ~ 137e9 FLOP over ~64 MB read (two 4096^2 fp16 matrices) ~ 2,000+ FLOP/byte
     op = ops.matmul(4096, 4096, 4096, "fp16")
     assert op.flops == pytest.approx(137.4e9, rel=1e-3)
     assert op.bytes_read == 2 * 4096**2 * 2
     assert op.flops / op.bytes_read == 2048.0
 
 
-def test_seed_relu_4096_intensity_over_bytes_read():
-    # seed: ReLU on 4096x4096 fp16 reads 32 MB, ~16e6 FLOP -> 0.5 FLOP/byte
+def test_brenndoerfer_relu_4096_intensity_over_bytes_read():
+    # Brenndoerfer (2026): ReLU on 4096x4096 fp16 reads 32 MB, ~16e6 FLOP -> 0.5 FLOP/byte
     op = ops.elementwise(4096 * 4096, "fp16")
     assert op.bytes_read == 4096**2 * 2
     assert op.flops / op.bytes_read == 0.5
@@ -283,7 +287,7 @@ def test_flags_are_keyword_only_and_dtype_is_the_fifth_argument():
     op = ops.attention(1, 32, 4096, 128, "bf16")                  # issue: this used to be read as causal="bf16"
     assert op.dtype.value == "bf16" and op.shape["causal"] is False
     with pytest.raises(TypeError):
-        ops.attention(1, 32, 4096, 128, "bf16", True)              # noqa: flags are keyword-only
+        ops.attention(1, 32, 4096, 128, "bf16", True)              # flags are keyword-only
     with pytest.raises(TypeError):
         ops.matmul(4, 4, 4, "bf16", "int8")
     for bad in ("yes", 1, None):

@@ -1,4 +1,8 @@
-"""Roofline: the seed article's worked numbers, hand arithmetic, properties and bad input."""
+"""Roofline: Brenndoerfer's (2026) worked numbers, hand arithmetic, properties and bad input.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 import dataclasses
 
@@ -17,34 +21,34 @@ def h100():
     return gm.gpu("h100")
 
 
-# ------------------------------------------------------------------ the seed's numbers
-def test_seed_ridge_point_h100():
-    # seed: 989e12 / 3.35e12 ~ 295 FLOP/byte (H100 SXM, FP16 tensor cores, HBM3)
+# ------------------------------------------------------------------ Brenndoerfer's numbers
+def test_brenndoerfer_ridge_point_h100():
+    # Brenndoerfer (2026): 989e12 / 3.35e12 ~ 295 FLOP/byte (H100 SXM, FP16 tensor cores, HBM3)
     assert ridge_point("h100", "fp16") == pytest.approx(989.4e12 / 3.35e12)
     assert round(gm.ridge_point("h100")) == 295
 
 
-def test_seed_ridge_point_h200():
-    # seed: the H200 has the H100's compute with 4.8 TB/s: 989.4e12 / 4.8e12 ~ 206 FLOP/byte
+def test_brenndoerfer_ridge_point_h200():
+    # Brenndoerfer (2026): the H200 has the H100's compute with 4.8 TB/s: 989.4e12 / 4.8e12 ~ 206 FLOP/byte
     assert gm.ridge_point("h200", "bf16") == pytest.approx(206.1, abs=0.5)
 
 
-def test_seed_matmul_4096_is_compute_bound_at_7x_the_ridge(h100):
+def test_brenndoerfer_matmul_4096_is_compute_bound_at_7x_the_ridge(h100):
     op = ops.matmul(4096, 4096, 4096, "fp16")
     r = gm.roofline(op, h100)
     assert r.bound == "compute"
     ai_read = gm.arithmetic_intensity(op, over="read")
     assert ai_read == 2048  # 2*4096^3 / (2 * 4096^2 * 2 bytes)
-    assert ai_read / r.ridge_point == pytest.approx(6.9, abs=0.05)  # seed: "7x the ridge point"
+    assert ai_read / r.ridge_point == pytest.approx(6.9, abs=0.05)  # Brenndoerfer (2026): "7x the ridge point"
     assert r.time_s == pytest.approx(2 * 4096**3 / 989.4e12)  # compute floor, 138.9 us
 
 
-def test_seed_relu_4096_is_memory_bound(h100):
+def test_brenndoerfer_relu_4096_is_memory_bound(h100):
     op = ops.elementwise(4096 * 4096, "fp16")
     r = gm.roofline(op, h100)
     assert r.bound == "memory"
     assert gm.arithmetic_intensity(op, over="read") == 0.5
-    # seed: "1/590 of the ridge point" -- the fp16 tensor-core ridge, 295 / 0.5
+    # Brenndoerfer (2026): "1/590 of the ridge point" -- the fp16 tensor-core ridge, 295 / 0.5
     assert gm.ridge_point(h100, "fp16") / 0.5 == pytest.approx(590, abs=1)
     # the op itself runs on CUDA cores, whose ridge (66.9e12 / 3.35e12 ~ 20) it is also far below
     assert r.ridge_point == pytest.approx(66.9e12 / 3.35e12)
@@ -53,8 +57,8 @@ def test_seed_relu_4096_is_memory_bound(h100):
     assert r.memory_time_s == r.time_s > r.compute_time_s
 
 
-def test_seed_measured_relu_within_roofline(h100):
-    # seed's H100 measurement: 4096x4096 fp16 ReLU 0.045 ms, matmul 1.820 ms; a roofline is a lower bound
+def test_brenndoerfer_measured_relu_within_roofline(h100):
+    # Brenndoerfer's H100 measurement: 4096x4096 fp16 ReLU 0.045 ms, matmul 1.820 ms; a roofline is a lower bound
     assert gm.roofline(ops.elementwise(4096 * 4096, "fp16"), h100).time_s < 0.045e-3
     assert gm.roofline(ops.matmul(4096, 4096, 4096, "fp16"), h100).time_s < 1.820e-3
 

@@ -42,7 +42,7 @@ def test_measured_parameter_counts_match_hf_models():
         assert TransformerConfig.from_hf(shapes[name]["hf_config"]).num_parameters() == n, name
 
 
-def test_seed_layer_weights():
+def test_brenndoerfer_layer_weights():
     # d_model=4096, d_ff=16384: 4*4096^2 + 2*4096*16384 = 201,326,592 params = 384 MiB in bf16
     cfg = TransformerConfig(hidden_size=4096, num_layers=32, num_heads=32, intermediate_size=16384,
                             vocab_size=32000, mlp="plain", norm="layernorm", position="learned")

@@ -1,4 +1,8 @@
-"""Warp efficiency: the seed article's SIMT examples, hand arithmetic and properties."""
+"""Warp efficiency: Brenndoerfer's (2026) SIMT examples, hand arithmetic and properties.
+
+Brenndoerfer (2026): M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-cores
+"""
 
 import numpy as np
 import pytest
@@ -8,16 +12,16 @@ import gpumodel as gm
 from gpumodel.warps import branch_efficiency, divergence_efficiency, padded_block_size, warp_efficiency, warps_per_block
 
 
-def test_seed_48_thread_block():
-    # seed: 48 threads -> two warps, one full and one with 16 of 32 lanes active; pad to 64
+def test_brenndoerfer_48_thread_block():
+    # Brenndoerfer (2026): 48 threads -> two warps, one full and one with 16 of 32 lanes active; pad to 64
     assert warps_per_block(48) == 2
     assert gm.warp_efficiency(48) == 0.75  # 48 / 64
     assert padded_block_size(48) == 64
     assert warp_efficiency(64) == 1.0
 
 
-def test_seed_divergence():
-    # seed: an even two-way split halves throughput; 32 distinct paths -> 1/32
+def test_brenndoerfer_divergence():
+    # Brenndoerfer (2026): an even two-way split halves throughput; 32 distinct paths -> 1/32
     assert gm.divergence_efficiency(1) == 1.0
     assert divergence_efficiency(2) == 0.5
     assert divergence_efficiency(32) == 1 / 32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import output_path, parse_count, print_json, print_table, read_json_object, refuse
+from ..vocabulary import resolve_model
 
 GiB = 2 ** 30
 
@@ -116,7 +117,7 @@ def _memory(args: argparse.Namespace) -> int:
         data = read_json_object(args.hf_config, "--hf-config")
         path = Path(args.hf_config)
         fallback = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-        cfg = gm.TransformerConfig.from_hf(data, name=data.get("_name_or_path") or fallback)
+        cfg = resolve_model({**data, "_name_or_path": data.get("_name_or_path") or fallback}, "--hf-config")
     elif args.model:
         cfg = gm.model(args.model)
     else:

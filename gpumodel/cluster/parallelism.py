@@ -69,6 +69,9 @@ class Parallelism:
         object.__setattr__(self, "zero", zero)
         object.__setattr__(self, "sequence_parallel", flag(self.sequence_parallel, "sequence_parallel"))
         divides(self.ep, self.dp * self.cp, "ep", "dp * cp")
+        if self.zero and self.dp * self.cp == 1:
+            raise ArgumentError(f"zero={self.zero} shards over the data-parallel (and context-parallel) ranks and "
+                                "needs dp * cp > 1")
         if self.virtual_stages > 1 and self.pp == 1:
             raise ArgumentError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
         if self.sequence_parallel and self.tp == 1:

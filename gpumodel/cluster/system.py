@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -203,7 +203,7 @@ def all_systems() -> list[SystemSpec]:
     return SYSTEM_CATALOG.records()
 
 
-def load_systems(path: str | os.PathLike, replace: bool = False) -> list[SystemSpec]:
+def load_systems(path: str | os.PathLike, *, replace: bool = False) -> list[SystemSpec]:
     """Validate the system records in a YAML file or folder and make them known to :func:`system`."""
     return SYSTEM_CATALOG.load(path, replace=replace)
 
