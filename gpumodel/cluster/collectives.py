@@ -24,7 +24,9 @@ reduce-scatter, ``2 \\lceil \\log_2 n \\rceil`` for a tree), per-step latencies 
 link kind and ``B_bus`` the bus bandwidth the link sustains. On a system each call takes the fastest
 of NCCL's three protocols (LL, LL128, Simple: lower latency for less bandwidth, :data:`PROTOCOLS`). On a system the bus bandwidth of a
 group that spans nodes is that of its slowest hop: a ring through ``k`` GPUs of each node can use
-``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``.
+``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``. On NVSwitch systems with NVLink
+SHARP (H100 and later) NCCL reduces all-reduces in the switch instead (its NVLS and NVLS_TREE
+algorithms, :mod:`gpumodel.cluster.nvls`), and ``"auto"`` takes them where they are faster.
 
 Multi-GPU times are modelled, not measured here.
 
@@ -261,9 +263,12 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     Examples
     --------
     >>> from gpumodel.cluster.collectives import system_collective_time
-    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
-    >>> round(1e9 * 1.75 / t / 1e9)   # busbw [GB/s] inside one DGX H100
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8, algorithm="ring")
+    >>> round(1e9 * 1.75 / t / 1e9)   # ring busbw [GB/s] inside one DGX H100
     356
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)   # NCCL's pick: NVLink SHARP
+    >>> round(1e9 * 1.75 / t / 1e9)
+    473
     """
     from .nvls import NVLS_COLLECTIVES, nvls_time
 

@@ -154,7 +154,7 @@ def nvls_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1
 
     >>> t = nvls_time("all_reduce", 8e9, "dgx-h100", 8)
     >>> round(8e9 / t / 1e9, 1), round(8e9 / t * 2 * 7 / 8 / 1e9)   # algbw, busbw [GB/s]
-    (271.2, 475)
+    (271.8, 476)
     """
     from .collectives import Collective, link_bus_bandwidth
 
