@@ -9,9 +9,11 @@ message size, the measured and modelled time and busbw for the given system reco
     python bench/collectives_accuracy.py --published
 
 ``--published`` compares with ``tests/data/cluster/nccl_tests_published.jsonl``: nccl-tests bus
-bandwidths published for 8-GPU DGX/HGX A100, H100 and H200 nodes (each row cites its source). Rows
-where NCCL used NVLink SHARP (``nvls``: the default all-reduce on H100/H200 NVSwitch nodes) are
-summarised apart: the model has ring and tree algorithms only.
+bandwidths published for 8-GPU DGX/HGX A100, H100 and H200 nodes (each row cites its source). Each
+row is modelled with the algorithm NCCL ran (its ``algorithm`` field: ``"ring"`` where the run forced
+the ring or disabled NVLS, ``"auto"`` where NCCL chose, which on H100/H200 nodes is NVLink SHARP for
+the all-reduce); rows where NCCL used NVLink SHARP (``nvls``) are summarised apart, and the column
+``alg`` names the algorithm the model took.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "nccl_tests_published.jsonl"
 
 from gpumodel.cluster.collectives import busbw, system_collective_time  # noqa: E402
+from gpumodel.cluster.nvls import nvls_available  # noqa: E402
+from gpumodel.vocabulary import resolve_system  # noqa: E402
+
+
+def _picked(r: dict, system: str, t: float) -> str:
+    """The algorithm the model took for row ``r`` (time ``t``): ``"nvls"`` when it is NVLink SHARP's."""
+    alg = r.get("algorithm", "auto")
+    if alg == "auto" and nvls_available(r["collective"], system, r["n"]) and resolve_system(system).nvlink_sharp:
+        nv = system_collective_time(r["collective"], r["nbytes"], system, r["n"], algorithm="nvls")
+        return "nvls" if nv == t else "ring/tree"
+    return alg if alg != "auto" else "ring/tree"
 
 
 def compare(path: Path, system: str) -> list[dict]:
@@ -34,9 +47,10 @@ def compare(path: Path, system: str) -> list[dict]:
         if not line.strip():
             continue
         r = json.loads(line)
-        t = system_collective_time(r["collective"], r["nbytes"], r.get("system", system), r["n"])
+        sysname = r.get("system", system)
+        t = system_collective_time(r["collective"], r["nbytes"], sysname, r["n"], algorithm=r.get("algorithm", "auto"))
         rows.append(dict(r, model_s=t, model_busbw=busbw(r["collective"], r["nbytes"], t, r["n"]),
-                         error=t / r["seconds"] - 1))
+                         error=t / r["seconds"] - 1, model_algorithm=_picked(r, sysname, t)))
     return rows
 
 
@@ -57,15 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give a data file or --published")
     rows = compare(PUBLISHED if args.published else Path(args.data), args.system)
     print(f"{'system':<14} {'collective':<11} {'n':>3} {'MB':>8} {'meas us':>10} {'model us':>10} {'meas busbw':>11} "
-          f"{'model busbw':>12} {'err':>7}  NVLS")
+          f"{'model busbw':>12} {'err':>7}  {'NCCL ran':<9} model alg")
     for r in rows:
+        ran = "NVLS" if r.get("nvls") else r.get("algorithm", "auto")
         print(f"{r.get('system', args.system):<14} {r['collective']:<11} {r['n']:>3} {r['nbytes'] / 1e6:>8.1f} "
               f"{r['seconds'] * 1e6:>10.1f} {r['model_s'] * 1e6:>10.1f} {r['busbw'] / 1e9:>10.1f}G "
-              f"{r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}  {'yes' if r.get('nvls') else ''}")
+              f"{r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}  {ran:<9} {r['model_algorithm']}")
     print()
     if any(r.get("nvls") for r in rows):
         _summary([r for r in rows if not r.get("nvls")], "ring/tree (no NVLS), ")
-        _summary([r for r in rows if r.get("nvls")], "NVLink SHARP (not modelled), ")
+        _summary([r for r in rows if r.get("nvls")], "NVLink SHARP (NVLS), ")
+        _summary(rows, "all, ")
     else:
         _summary(rows, "")
     return 0

@@ -2,6 +2,7 @@
 
 * :mod:`~gpumodel.cluster.system` — node and cloud-instance records (``gm.system``, ``gm.list_systems``).
 * :mod:`~gpumodel.cluster.collectives` — NCCL ring/tree/hierarchical collective times, nccl-tests busbw.
+* :mod:`~gpumodel.cluster.nvls` — NVLink SHARP: NCCL's NVLS and NVLS_TREE, reduced in the NVSwitch.
 * :mod:`~gpumodel.cluster.parallelism` — ``gm.Parallelism`` (dp, tp, pp, cp, ep, ZeRO, SP, virtual stages).
 * :mod:`~gpumodel.cluster.shard` — one GPU's kernel times on its shard of the model.
 * :mod:`~gpumodel.cluster.step` — the step of a layout (``gm.training_step_time(..., parallelism=)``).

@@ -24,7 +24,9 @@ reduce-scatter, ``2 \\lceil \\log_2 n \\rceil`` for a tree), per-step latencies 
 link kind and ``B_bus`` the bus bandwidth the link sustains. On a system each call takes the fastest
 of NCCL's three protocols (LL, LL128, Simple: lower latency for less bandwidth, :data:`PROTOCOLS`). On a system the bus bandwidth of a
 group that spans nodes is that of its slowest hop: a ring through ``k`` GPUs of each node can use
-``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``.
+``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``. On NVSwitch systems with NVLink
+SHARP (H100 and later) NCCL reduces all-reduces in the switch instead (its NVLS and NVLS_TREE
+algorithms, :mod:`gpumodel.cluster.nvls`), and ``"auto"`` takes them where they are faster.
 
 Multi-GPU times are modelled, not measured here.
 
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
 from .system import Fabric, SystemSpec
 
@@ -66,11 +69,13 @@ class Collective(str, enum.Enum):
 
 
 class Algorithm(str, enum.Enum):
-    """NCCL algorithms: ring, (double binary) tree, and a hierarchical intra/inter/intra composition."""
+    """NCCL algorithms: ring, (double binary) tree, a hierarchical intra/inter/intra composition, and
+    NVLink SHARP (NCCL's NVLS inside a node, NVLS_TREE across nodes: :mod:`gpumodel.cluster.nvls`)."""
 
     RING = "ring"
     TREE = "tree"
     HIERARCHICAL = "hierarchical"
+    NVLS = "nvls"
     AUTO = "auto"
 
     def __str__(self) -> str:
@@ -93,8 +98,8 @@ PROTOCOLS = {
 #: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: NCCL's
 #: protocol overhead is ~20 %, so an H100's 450 GB/s line rate gives ~370 GB/s busbw with the ring
 #: algorithm (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024); the same fraction is used for other
-#: NVLink generations. NVLink SHARP (NVLS, ~480 GB/s all-reduce busbw on 8 H100s, same source) is not
-#: modelled, so intra-node all-reduces on H100/H200 nodes come out up to ~25 % slow. Networks: ~90 % of
+#: NVLink generations. NVLink SHARP (NVLS, ~480 GB/s all-reduce busbw on 8 H100s, same source) reduces in
+#: the switch and is modelled apart (:mod:`gpumodel.cluster.nvls`). Networks: ~90 % of
 #: line rate (InfiniBand), a little less for RoCE and EFA; PCIe without peer-to-peer goes through host memory.
 BUS_EFFICIENCY = {
     Fabric.NVSWITCH: 0.80, Fabric.NVLINK: 0.80, Fabric.INFINITY_FABRIC: 0.70, Fabric.PCIE: 0.60,
@@ -126,6 +131,9 @@ def latency_steps(collective: Any, n: Any, algorithm: Any = "ring") -> Any:
     all-gather/reduce-scatter/all-to-all/broadcast, ``2 ceil(log2 n)`` for a tree, 1 for send/recv."""
     op = choice(Collective, collective, "collective")
     alg = choice(Algorithm, algorithm, "algorithm")
+    if alg == Algorithm.NVLS:
+        raise ArgumentError("algorithm='nvls' reduces in the switch and has no ring steps; give a system to "
+                            "system_collective_time, or use 'ring' or 'tree'")
     n = np.asarray(positive_int(n, "n"), float)
     if op == Collective.SEND_RECV:
         steps = np.where(n > 1, 1.0, 0.0)
@@ -237,8 +245,11 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
         Group size and the distance between consecutive ranks of the group in the global rank order
         (ranks fill a node before the next): a tensor-parallel group has stride 1, a data-parallel group
         stride ``tp * cp``.
-    algorithm : {"auto", "ring", "tree", "hierarchical"}
-        ``"auto"`` (default): the faster of ring and tree, as NCCL's tuner picks. ``"ring"``: one ring through all ranks, at the bus bandwidth of its slowest hop
+    algorithm : {"auto", "ring", "tree", "hierarchical", "nvls"}
+        ``"auto"`` (default): the fastest of ring, tree and, where the system has NVLink SHARP, NVLS, as
+        NCCL's tuner picks. ``"nvls"``: NVLink SHARP (NCCL's NVLS inside a node, NVLS_TREE across nodes,
+        :func:`~gpumodel.cluster.nvls.nvls_time`); an :class:`~gpumodel.errors.ArgumentError` where NCCL
+        could not run it. ``"ring"``: one ring through all ranks, at the bus bandwidth of its slowest hop
         (:func:`group_bus_bandwidth`). ``"tree"``: the same bandwidth with ``2 ceil(log2 nodes)`` network
         steps (NCCL's tree across nodes, a chain inside). ``"hierarchical"``: reduce-scatter inside each
         node, the collective on ``1/k`` of the data across nodes, all-gather inside (all-reduce; other
@@ -252,18 +263,27 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     Examples
     --------
     >>> from gpumodel.cluster.collectives import system_collective_time
-    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)
-    >>> round(1e9 * 1.75 / t / 1e9)   # busbw [GB/s] inside one DGX H100
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8, algorithm="ring")
+    >>> round(1e9 * 1.75 / t / 1e9)   # ring busbw [GB/s] inside one DGX H100
     356
+    >>> t = system_collective_time("all_reduce", 1e9, "dgx-h100", 8)   # NCCL's pick: NVLink SHARP
+    >>> round(1e9 * 1.75 / t / 1e9)
+    473
     """
+    from .nvls import NVLS_COLLECTIVES, nvls_time
+
     s = resolve_system(system)
     alg = choice(Algorithm, algorithm, "algorithm")
     op = choice(Collective, collective, "collective")
+    if alg == Algorithm.NVLS:
+        return nvls_time(op, nbytes, s, n, stride)
     if alg == Algorithm.AUTO:
-        ring = system_collective_time(op, nbytes, s, n, stride, Algorithm.RING)
-        if op != Collective.ALL_REDUCE:
-            return ring
-        return scalar_or_array(np.fmin(ring, system_collective_time(op, nbytes, s, n, stride, Algorithm.TREE)))
+        best = system_collective_time(op, nbytes, s, n, stride, Algorithm.RING)
+        if op == Collective.ALL_REDUCE:
+            best = np.fmin(best, system_collective_time(op, nbytes, s, n, stride, Algorithm.TREE))
+        if s.nvlink_sharp and op.value in NVLS_COLLECTIVES:  # inf where NCCL could not run NVLS
+            best = np.fmin(best, nvls_time(op, nbytes, s, n, stride, strict=False))
+        return scalar_or_array(best)
     n = positive_int(n, "n")
     stride = positive_int(stride, "stride")
     k, nodes = _split(s, n, stride)

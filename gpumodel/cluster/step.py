@@ -8,8 +8,9 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
   activation recomputation adds a forward per layer ("full") or the attention forward ("selective").
 * **Tensor parallelism** (Megatron): two all-reduces of the layer's activations (``b s h`` elements)
   in the forward and two in the backward, plus two per recomputed forward; with sequence
-  parallelism an all-gather and a reduce-scatter of the same bytes replace each (same ring time).
-  They sit on the critical path (exposed).
+  parallelism an all-gather and a reduce-scatter of the same bytes replace each (the ring's time of
+  one all-reduce, but no NVLink SHARP: NCCL reduces all-reduces in the NVSwitch of H100 and later
+  nodes, and keeps the ring for all-gathers and reduce-scatters). They sit on the critical path (exposed).
 * **Context parallelism**: each layer gathers the keys and values of the ``cp`` chunks (forward and
   recompute) and reduce-scatters their gradients (backward), overlapped with the attention kernels
   (ring attention): exposed ``max(0, t_comm - t_attention)``.
@@ -212,7 +213,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
 
     # ---- per micro-batch on the slowest stage
     r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
-    tp_coll = A(_coll("all_reduce", act_bytes, sysm, tp, 1))         # = all-gather + reduce-scatter with SP
+    tp_coll = np.where(sp, A(_coll("all_gather", act_bytes, sysm, tp, 1)) + A(_coll("reduce_scatter", act_bytes, sysm, tp, 1)),
+                       A(_coll("all_reduce", act_bytes, sysm, tp, 1)))  # NCCL's pick for each (NVLS for the all-reduce)
     tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
     kv_bytes = 2 * b * s * np.maximum(1, cfg.kv_heads // tp) * cfg.dim_head * c
     gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))

@@ -112,6 +112,12 @@ class SystemSpec(_Record):
         The scale-out network; None for a machine that is not networked for training.
     node_power_watts : float
         The node's maximum power [W] as its maker states it (GPUs, CPUs, NICs, fans).
+    nvlink_sharp : bool
+        Whether the NVSwitch fabric reduces in the switch (NVLink SHARP, third-generation NVSwitch and
+        later: H100/H200/B200 boards, GB200 NVL72), which NCCL uses as its NVLS algorithms
+        (:mod:`gpumodel.cluster.nvls`). Needs an NVSwitch fabric and a GPU of compute capability 9.0 or more.
+    nvlink_sharp_source : str
+        Where :attr:`nvlink_sharp` is stated (required when it is true).
     cloud : str
         Cloud provider and instance type, where the record is a cloud instance.
     """
@@ -124,6 +130,8 @@ class SystemSpec(_Record):
     intra_node: Link
     inter_node: Link | None = None
     node_power_watts: Watts = Field(alias="node_power")
+    nvlink_sharp: bool = False
+    nvlink_sharp_source: str = ""
     cloud: str = ""
     source: str = Field(min_length=3)
     notes: str = ""
@@ -143,6 +151,13 @@ class SystemSpec(_Record):
 
         if self.gpu_name not in GPU_CATALOG:
             raise ValueError(f"gpu {self.gpu_name!r} is not a known GPU (gm.list_gpus())")
+        if self.nvlink_sharp:
+            cc = GPU_CATALOG.get(self.gpu_name).compute_capability
+            if self.intra_node.fabric is not Fabric.NVSWITCH or cc is None or float(cc) < 9.0:
+                raise ValueError("nvlink_sharp needs an NVSwitch fabric (intra_node.fabric: nvswitch) and a GPU of "
+                                 "compute capability 9.0 or more (third-generation NVSwitch and later)")
+            if len(self.nvlink_sharp_source.strip()) < 3:
+                raise ValueError("nvlink_sharp: true needs nvlink_sharp_source (a document or URL)")
         return self
 
     @property
@@ -168,6 +183,7 @@ class SystemSpec(_Record):
                 ("intra-node", f"{self.intra_node.fabric}, {self.intra_node.bandwidth / 1e9:g} GB/s per GPU each way"),
                 ("network", f"{self.inter_node.fabric}, {self.inter_node.bandwidth * 8 / 1e9:g} Gb/s per GPU each way"
                  if self.inter_node else "none"),
+                ("NVLink SHARP", "yes" if self.nvlink_sharp else "no"),
                 ("node power", f"{self.node_power_watts / 1e3:g} kW"), ("source", self.source)]
         return html_table(self.display_name, rows)
 
