@@ -27,9 +27,9 @@ import json
 import os
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 from .specs import Catalog, UnknownNameError
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
@@ -268,16 +268,27 @@ class TransformerConfig(BaseModel):
         Raises
         ------
         HFConfigError
-            Unsupported ``model_type`` or a needed key is missing; the message names it.
+            Unsupported ``model_type``, a needed key is missing, a value is of the wrong kind or out of
+            range, or the path cannot be read as a JSON object; the message names it.
+        ArgumentTypeError
+            ``config`` is none of the accepted kinds.
         """
         cfg = _as_dict(config)
         mtype = str(cfg.get("model_type", "")).lower()
         if mtype not in _READERS:
             raise HFConfigError(f"unsupported model_type {mtype!r}; supported: {', '.join(sorted(_READERS))}")
-        fields = _READERS[mtype](_Getter(cfg, mtype))
+        try:
+            fields = _READERS[mtype](_Getter(cfg, mtype))
+        except (TypeError, ValueError, ArithmeticError) as exc:  # a value of the wrong kind, e.g. "2048"
+            raise HFConfigError(f"{mtype} config has a value of the wrong kind: {exc}") from None
         fields.setdefault("family", mtype)
         fields["name"] = name or str(cfg.get("_name_or_path") or mtype) or mtype
-        return cls(**fields)
+        try:
+            return cls(**fields)
+        except ValidationError as exc:  # a value out of range: the record's own checks
+            from .specs import _describe_errors
+
+            raise HFConfigError(f"the {mtype} config does not make a valid model: {_describe_errors(exc)}") from None
 
 
 class _Getter:
@@ -298,11 +309,20 @@ def _as_dict(config: Any) -> dict:
     if isinstance(config, Mapping):
         return dict(config)
     if isinstance(config, (str, os.PathLike)):
-        with open(config, encoding="utf-8") as fh:
-            return json.load(fh)
+        try:
+            with open(config, encoding="utf-8") as fh:
+                loaded = json.load(fh)
+        except OSError as exc:
+            raise HFConfigError(f"config: cannot read {os.fspath(config)!r}: {exc.strerror or exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HFConfigError(f"config: {os.fspath(config)!r} is not JSON: {exc}") from None
+        if not isinstance(loaded, Mapping):
+            raise HFConfigError(f"config: {os.fspath(config)!r} holds a JSON {type(loaded).__name__}, "
+                                "not the object of a Hugging Face config.json")
+        return dict(loaded)
     if hasattr(config, "to_dict"):
         return config.to_dict()
-    raise TypeError(f"config must be a dict, a path to config.json or a transformers config, "
+    raise ArgumentTypeError(f"config must be a dict, a path to config.json or a transformers config, "
                     f"got {type(config).__name__}")
 
 
