@@ -1,10 +1,17 @@
-"""Modelled vs measured NCCL collectives (busbw) on one host's GPUs.
+"""Modelled vs measured NCCL collectives (busbw): this host's measurements, or published nccl-tests figures.
 
 Reads the JSON lines of ``bench/measure_collectives.py`` and prints, per collective, group size and
 message size, the measured and modelled time and busbw for the given system record (default
-``hgx-h200``), and the median and worst error over messages of 1 MB and more (the bar: 15 %).
+``hgx-h200``; a row's own ``system`` field wins), and the median and worst error over messages of
+1 MB and more (the bar: 15 %).
 
     python bench/collectives_accuracy.py tests/data/cluster/collectives_h200.jsonl --system hgx-h200
+    python bench/collectives_accuracy.py --published
+
+``--published`` compares with ``tests/data/cluster/nccl_tests_published.jsonl``: nccl-tests bus
+bandwidths published for 8-GPU DGX/HGX A100, H100 and H200 nodes (each row cites its source). Rows
+where NCCL used NVLink SHARP (``nvls``: the default all-reduce on H100/H200 NVSwitch nodes) are
+summarised apart: the model has ring and tree algorithms only.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+PUBLISHED = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "nccl_tests_published.jsonl"
 
 from gpumodel.cluster.collectives import busbw, system_collective_time  # noqa: E402
 
@@ -26,26 +34,40 @@ def compare(path: Path, system: str) -> list[dict]:
         if not line.strip():
             continue
         r = json.loads(line)
-        t = system_collective_time(r["collective"], r["nbytes"], system, r["n"])
+        t = system_collective_time(r["collective"], r["nbytes"], r.get("system", system), r["n"])
         rows.append(dict(r, model_s=t, model_busbw=busbw(r["collective"], r["nbytes"], t, r["n"]),
                          error=t / r["seconds"] - 1))
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data")
-    ap.add_argument("--system", default="hgx-h200")
-    args = ap.parse_args(argv)
-    rows = compare(Path(args.data), args.system)
-    print(f"{'collective':<15} {'n':>3} {'MB':>8} {'meas us':>10} {'model us':>10} {'meas busbw':>11} {'model busbw':>12} {'err':>7}")
-    for r in rows:
-        print(f"{r['collective']:<15} {r['n']:>3} {r['nbytes'] / 1e6:>8.1f} {r['seconds'] * 1e6:>10.1f} {r['model_s'] * 1e6:>10.1f} "
-              f"{r['busbw'] / 1e9:>10.1f}G {r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}")
+def _summary(rows: list[dict], label: str) -> None:
     big = [abs(r["error"]) for r in rows if r["nbytes"] >= 1e6]
     if big:
-        print(f"\nmessages >= 1 MB: median |error| {statistics.median(big):.1%}, worst {max(big):.1%} "
+        print(f"{label}messages >= 1 MB: median |error| {statistics.median(big):.1%}, worst {max(big):.1%} "
               f"over {len(big)} cases (bar: 15%)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", nargs="?", help="JSON lines of bench/measure_collectives.py")
+    ap.add_argument("--system", default="hgx-h200")
+    ap.add_argument("--published", action="store_true", help="compare with the published nccl-tests figures")
+    args = ap.parse_args(argv)
+    if not args.data and not args.published:
+        ap.error("give a data file or --published")
+    rows = compare(PUBLISHED if args.published else Path(args.data), args.system)
+    print(f"{'system':<14} {'collective':<11} {'n':>3} {'MB':>8} {'meas us':>10} {'model us':>10} {'meas busbw':>11} "
+          f"{'model busbw':>12} {'err':>7}  NVLS")
+    for r in rows:
+        print(f"{r.get('system', args.system):<14} {r['collective']:<11} {r['n']:>3} {r['nbytes'] / 1e6:>8.1f} "
+              f"{r['seconds'] * 1e6:>10.1f} {r['model_s'] * 1e6:>10.1f} {r['busbw'] / 1e9:>10.1f}G "
+              f"{r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}  {'yes' if r.get('nvls') else ''}")
+    print()
+    if any(r.get("nvls") for r in rows):
+        _summary([r for r in rows if not r.get("nvls")], "ring/tree (no NVLS), ")
+        _summary([r for r in rows if r.get("nvls")], "NVLink SHARP (not modelled), ")
+    else:
+        _summary(rows, "")
     return 0
 
 

@@ -1,127 +1,744 @@
-"""Measure training-step time of Hugging Face causal LMs on the local GPU (ground truth for
-``gm.training_step_time``).
+"""Measure the host's per-op costs and training-step times of Hugging Face causal LMs on the local GPU.
 
-Models are built from configs (nothing is downloaded). Each run: 3 warm-up steps, then the median of
-``--steps`` timed steps (CUDA events around forward + backward + optimizer step + zero_grad), with
-random token ids. Writes one JSON line per run.
+Ground truth for ``gm.training_step_time``. Writes JSON lines to ``--out``:
+
+* ``{"kind": "environment", ...}``: torch, transformers, Python, GPU, CPU.
+* ``{"kind": "host", "bench": ...}``: microbenchmarks of the host side of eager PyTorch (the only
+  data the host costs of the model are fitted from): launch of a tiny kernel and the device's floor
+  per tiny kernel (CUDA-graph replay), dispatch of single ops with and without autograd recording and
+  under autocast, autograd's backward per op, ``nn.Module`` call overhead, optimizer steps over N
+  small tensors (AdamW foreach / fused / for-loop, SGD), ``clip_grad_norm_``, ``zero_grad``,
+  ``.item()`` round trip.
+* ``{"kind": "layers", ...}``: per family, tiny models (hidden 64) of 2 and 4 layers: host time of
+  forward / backward / optimizer and the kernels each phase launches (torch.profiler), so the
+  difference gives per-layer dispatch counts.
+* ``{"kind": "step", ...}``: steady-state training steps (models built from configs; nothing is
+  downloaded): ``--warmup`` steps, then ``--steps`` timed steps, each synchronised before and after
+  and timed by the wall clock (``step_s_all``, median ``step_s_median``) and by CUDA events per
+  phase, with the host's enqueue time per phase. ``held_out`` is fixed before measuring by a hash
+  of the run's key (see :func:`held_out`). The first run of each shape is also profiled once
+  (kernels launched per phase).
+
+A step is: ``gradient_accumulation_steps`` x (forward under autocast when the precision is
+``amp_*``; ``loss / accumulation``; ``backward``), then ``clip_grad_norm_`` when clipping, then
+``opt.step()`` and ``opt.zero_grad(set_to_none=True)``, then a synchronisation (as ``loss.item()``
+would). ``amp_bf16`` = fp32 model under ``torch.autocast("cuda", torch.bfloat16)``; ``bf16`` =
+``model.to(torch.bfloat16)``; ``checkpointing`` = ``model.gradient_checkpointing_enable()``.
+
+Runs are ordered by value, so a ``--budget-s`` cut loses the least: one run per family first, then
+precisions, optimizers and options, then the ``torch.compile`` runs, then extra families.
 
 Usage::
 
-    python bench/measure_step_time.py --out step_times.jsonl          # on a CUDA machine
-    python bench/measure_step_time.py --out /tmp/x.jsonl --cpu --tiny  # a smoke test anywhere
+    python bench/measure_step_time.py --out step_times_v2.jsonl --budget-s 420   # on a CUDA machine
+    python bench/measure_step_time.py --out /tmp/x.jsonl --dry-run               # a smoke test anywhere
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
+import os
 import platform
 import statistics
 import sys
 import time
 
-# (name, family, hidden, layers, heads, kv_heads, ffn, vocab)
-SHAPES = [
-    ("llama-160m", "llama", 768, 12, 12, 12, 2048, 32000),
-    ("llama-410m", "llama", 1024, 24, 16, 8, 2816, 32000),
-    ("llama-1b", "llama", 2048, 16, 32, 8, 8192, 128256),
-    ("llama-1.4b", "llama", 2048, 24, 16, 16, 5504, 32000),
-    ("gpt2-medium", "gpt2", 1024, 24, 16, 16, 4096, 50257),
-    ("gpt2-large", "gpt2", 1280, 36, 20, 20, 5120, 50257),
-]
-# (batch, seq, precision, optimizer, checkpointing)
+# ---------------------------------------------------------------------------------------- shapes
+# name -> (model_type, HF config keys). Real configs where they fit 20M-3B; the rest are scaled-down
+# members of their family. Sliding windows are off (as in Mistral-7B-v0.3), so SDPA takes the flash path.
+_LLAMA = dict(rms_norm_eps=1e-5, max_position_embeddings=8192)
+SHAPES = {
+    "gpt2-30m": ("gpt2", dict(n_embd=384, n_layer=6, n_head=6, vocab_size=50257, n_positions=8192)),
+    "llama-160m": ("llama", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+                                 intermediate_size=2048, vocab_size=32000, tie_word_embeddings=False, **_LLAMA)),
+    "llama-3.2-1b": ("llama", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                                   num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
+                                   tie_word_embeddings=True, head_dim=64, **_LLAMA)),
+    "qwen2.5-0.5b": ("qwen2", dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                   intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+                                   rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=None)),
+    "pythia-160m": ("gpt_neox", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                     intermediate_size=3072, vocab_size=50304, rotary_pct=0.25,
+                                     max_position_embeddings=8192, tie_word_embeddings=False)),
+    "mixtral-500m": ("mixtral", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                                     num_key_value_heads=8, intermediate_size=2048, num_local_experts=8,
+                                     num_experts_per_tok=2, vocab_size=32000, sliding_window=None, **_LLAMA)),
+    "mistral-300m": ("mistral", dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                                     num_key_value_heads=8, intermediate_size=3584, vocab_size=32768,
+                                     sliding_window=None, **_LLAMA)),
+    "phi3-500m": ("phi3", dict(hidden_size=1536, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+                               intermediate_size=4096, vocab_size=32064, max_position_embeddings=8192,
+                               original_max_position_embeddings=8192, sliding_window=None)),
+    "gemma-2b": ("gemma", dict(hidden_size=2048, num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1,
+                               head_dim=256, intermediate_size=16384, vocab_size=256000,
+                               max_position_embeddings=8192)),
+    "llama-3.2-3b": ("llama", dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24,
+                                   num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
+                                   tie_word_embeddings=True, head_dim=128, **_LLAMA)),
+    "pythia-1b": ("gpt_neox", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=8,
+                                   intermediate_size=8192, vocab_size=50304, rotary_pct=0.25,
+                                   max_position_embeddings=8192, tie_word_embeddings=False)),
+    "qwen3-0.6b": ("qwen3", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                                 head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
+                                 rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=None)),
+    "qwen2-moe-400m": ("qwen2_moe", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                                         num_key_value_heads=16, intermediate_size=2816, moe_intermediate_size=512,
+                                         shared_expert_intermediate_size=2048, num_experts=16, num_experts_per_tok=4,
+                                         vocab_size=32000, max_position_embeddings=8192, sliding_window=None,
+                                         tie_word_embeddings=False)),
+    "qwen3-moe-400m": ("qwen3_moe", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                                         num_key_value_heads=4, head_dim=64, intermediate_size=3072,
+                                         moe_intermediate_size=384, num_experts=32, num_experts_per_tok=4,
+                                         vocab_size=32000, max_position_embeddings=8192, sliding_window=None,
+                                         tie_word_embeddings=False)),
+    "olmo2-400m": ("olmo2", dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                                 num_key_value_heads=16, intermediate_size=4096, vocab_size=100352,
+                                 max_position_embeddings=8192, tie_word_embeddings=False)),
+    "starcoder2-400m": ("starcoder2", dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                                           num_key_value_heads=4, intermediate_size=4096, vocab_size=49152,
+                                           max_position_embeddings=8192, sliding_window=None)),
+    "gemma2-400m": ("gemma2", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,
+                                   num_key_value_heads=4, head_dim=128, intermediate_size=4096, vocab_size=256000,
+                                   max_position_embeddings=8192, sliding_window=4096)),
+    # Gemma 2 alternates sliding-window and full layers (config.layer_types); a sliding layer needs a window
+    # (transformers 5 builds its cache layer and mask from it: None fails with a TypeError). 4096 is Gemma 2's
+    # released window (google/gemma-2-2b config.json); the runs stay at seq_len <= 4096, where it sees the
+    # whole causal prefix, as full attention does.
+    "deepseek-v3-400m": ("deepseek_v3", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                                             num_key_value_heads=16, q_lora_rank=384, kv_lora_rank=256,
+                                             qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+                                             intermediate_size=2816, moe_intermediate_size=512, n_routed_experts=16,
+                                             num_experts_per_tok=4, n_shared_experts=1, first_k_dense_replace=1,
+                                             n_group=1, topk_group=1, vocab_size=32000, max_position_embeddings=8192,
+                                             tie_word_embeddings=False)),
+}
+TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+            vocab_size=256, moe_intermediate_size=32, shared_expert_intermediate_size=64, q_lora_rank=32,
+            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+TINY_GPT2 = dict(n_embd=64, n_head=4, vocab_size=256)
+
+# Runs in order of value: (shape, batch, seq, precision, optimizer, options); options default to
+# checkpointing=False, fused=False, foreach=True, accum=1, clip=None, compile=False, experts=None.
 RUNS = [
-    (8, 1024, "amp_bf16", "adamw", False),
-    (4, 2048, "bf16", "adamw", False),
-    (16, 512, "amp_bf16", "adamw", True),
+    # 1. one run of every family at the common setting
+    ("llama-160m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("gpt2-30m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("mixtral-500m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("qwen2.5-0.5b", 8, 1024, "amp_bf16", "adamw", {}),
+    ("mistral-300m", 8, 2048, "amp_bf16", "adamw", {}),
+    ("pythia-160m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("phi3-500m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("llama-3.2-1b", 4, 2048, "amp_bf16", "adamw", {}),
+    ("gemma-2b", 4, 1024, "amp_bf16", "adamw", {}),
+    ("qwen3-0.6b", 4, 2048, "amp_bf16", "adamw", {}),
+    ("qwen2-moe-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("llama-3.2-3b", 2, 2048, "bf16", "adamw", {}),
+    ("pythia-1b", 4, 2048, "amp_bf16", "adamw", {}),
+    ("olmo2-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("starcoder2-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("qwen3-moe-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    # 2. optimizer options, clipping, accumulation, host-bound extremes
+    ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"fused": True}),
+    ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"foreach": False}),
+    ("llama-160m", 8, 1024, "amp_bf16", "sgd", {}),
+    ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"clip": 1.0}),
+    ("llama-160m", 4, 1024, "amp_bf16", "adamw", {"accum": 4}),
+    ("llama-160m", 1, 512, "amp_bf16", "adamw", {}),
+    ("gpt2-30m", 1, 512, "fp32", "adamw", {}),
+    ("qwen2.5-0.5b", 8, 1024, "amp_bf16", "adamw", {"fused": True, "clip": 1.0}),
+    ("llama-3.2-1b", 4, 2048, "amp_bf16", "adamw", {"fused": True}),
+    ("llama-3.2-1b", 4, 2048, "amp_bf16", "sgd", {}),
+    ("mixtral-500m", 4, 1024, "amp_bf16", "adamw", {"accum": 2, "clip": 1.0}),
+    ("mixtral-500m", 8, 1024, "amp_bf16", "adamw", {"experts": "eager"}),
+    ("qwen2-moe-400m", 8, 1024, "amp_bf16", "adamw", {"experts": "eager"}),
+    # 3. precisions and checkpointing, large and small batch x sequence
+    ("llama-160m", 8, 1024, "fp32", "adamw", {}),
+    ("llama-160m", 8, 1024, "bf16", "adamw", {}),
+    ("llama-160m", 16, 8192, "amp_bf16", "adamw", {"checkpointing": True}),
+    ("gpt2-30m", 8, 8192, "amp_bf16", "adamw", {"checkpointing": True}),
+    ("llama-3.2-1b", 8, 2048, "amp_bf16", "adamw", {"checkpointing": True}),
+    ("llama-3.2-1b", 2, 2048, "bf16", "adamw", {}),
+    ("pythia-160m", 8, 1024, "fp32", "adamw", {}),
+    ("pythia-1b", 8, 2048, "amp_bf16", "adamw", {"checkpointing": True}),
+    ("qwen2.5-0.5b", 4, 4096, "bf16", "adamw", {}),
+    ("qwen3-0.6b", 2, 8192, "amp_bf16", "adamw", {"checkpointing": True}),
+    ("mistral-300m", 4, 2048, "bf16", "adamw", {"foreach": False}),
+    ("phi3-500m", 4, 2048, "bf16", "sgd", {}),
+    ("gemma-2b", 2, 2048, "bf16", "adamw", {"checkpointing": True}),
+    ("llama-3.2-3b", 4, 2048, "bf16", "adamw", {"checkpointing": True}),
+    ("gpt2-30m", 4, 512, "amp_bf16", "adamw", {"accum": 8, "clip": 1.0}),
+    ("mixtral-500m", 1, 512, "amp_bf16", "adamw", {}),
+    ("llama-3.2-1b", 1, 512, "amp_bf16", "adamw", {}),
+    ("gpt2-30m", 8, 1024, "fp32", "sgd", {"foreach": False}),
+    ("olmo2-400m", 4, 2048, "bf16", "adamw", {"fused": True}),
+    ("starcoder2-400m", 8, 1024, "fp32", "adamw", {}),
+    # 4. torch.compile (compile time is long: two small ones)
+    ("gpt2-30m", 8, 1024, "amp_bf16", "adamw", {"compile": True}),
+    ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"compile": True, "fused": True}),
+    # 5. extra families, least sure to run
+    ("gemma2-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("deepseek-v3-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("qwen3-moe-400m", 8, 1024, "amp_bf16", "adamw", {"experts": "eager"}),
 ]
-TINY_SHAPES = [("llama-tiny", "llama", 64, 2, 4, 2, 128, 256), ("gpt2-tiny", "gpt2", 64, 2, 4, 4, 256, 256)]
-TINY_RUNS = [(2, 32, "fp32", "adamw", False), (2, 32, "fp32", "sgd", True)]
+TINY_SHAPES = ("llama-160m", "gpt2-30m", "mixtral-500m", "qwen2-moe-400m")
+DRY_RUNS = [
+    ("llama-160m", 2, 32, "fp32", "adamw", {}),
+    ("gpt2-30m", 2, 32, "fp32", "sgd", {"checkpointing": True, "accum": 2, "clip": 1.0}),
+    ("mixtral-500m", 2, 32, "fp32", "adamw", {"foreach": False}),
+    ("qwen2-moe-400m", 1, 16, "fp32", "adamw", {"fused": True}),
+]
+OPTION_DEFAULTS = {"checkpointing": False, "fused": False, "foreach": True, "accum": 1, "clip": None,
+                   "compile": False, "experts": None}
 
 
-def build(torch, transformers, shape, precision, device):
-    name, family, hidden, layers, heads, kv, ffn, vocab = shape
-    if family == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                                       num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab,
-                                       max_position_embeddings=4096, tie_word_embeddings=False)
-    else:
-        cfg = transformers.GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads, n_inner=ffn, vocab_size=vocab,
-                                      n_positions=4096)
+def held_out(key: str) -> bool:
+    """Held-out runs (never used while building the model): sha256 of the run key, first byte odd."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:2], 16) % 2 == 1
+
+
+def run_key(shape: str, batch: int, seq: int, precision: str, optimizer: str, opts: dict) -> str:
+    o = {**OPTION_DEFAULTS, **opts}
+    return json.dumps([shape, batch, seq, precision, optimizer, o], sort_keys=True)
+
+
+def hf_config(transformers, name: str, tiny_layers: int | None = None):
+    mtype, keys = SHAPES[name]
+    keys = dict(keys)
+    if tiny_layers is not None:
+        shrink = TINY_GPT2 if mtype == "gpt2" else {k: v for k, v in TINY.items() if k in keys or k in (
+            "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")}
+        keys.update(shrink)
+        if "num_key_value_heads" in keys:
+            heads, kv = SHAPES[name][1]["num_attention_heads"], SHAPES[name][1]["num_key_value_heads"]
+            keys["num_key_value_heads"] = 4 if kv == heads else (2 if kv > 1 else 1)
+        if "num_local_experts" in keys or "num_experts" in keys or "n_routed_experts" in keys:
+            for k in ("num_local_experts", "num_experts", "n_routed_experts"):
+                if k in keys:
+                    keys[k] = 4
+            keys["num_experts_per_tok"] = 2
+        keys["n_layer" if mtype == "gpt2" else "num_hidden_layers"] = tiny_layers
+        if mtype != "gpt2":
+            keys["pad_token_id"] = 0  # inside the tiny vocabulary
+    cfg = transformers.AutoConfig.for_model(mtype, **keys)
     cfg._attn_implementation = "sdpa"
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
-    if precision == "bf16":
-        model = model.to(torch.bfloat16)
-    return model.to(device), cfg
+    return cfg, {"model_type": mtype, **keys}
 
 
-def one_run(torch, transformers, shape, run, device, steps):
-    batch, seq, precision, optimizer, ckpt = run
-    model, cfg = build(torch, transformers, shape, precision, device)
-    if ckpt:
+def build(torch, transformers, cfg, precision: str, device: str, experts: str | None):
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if precision in ("bf16", "fp16"):
+        model = model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
+    if experts and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(experts)
+    return model.to(device)
+
+
+def make_optimizer(torch, params, optimizer: str, fused: bool, foreach: bool):
+    kw = {"fused": True} if fused else {"foreach": foreach}
+    if optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, **kw)
+    return torch.optim.SGD(params, lr=1e-3, **kw)
+
+
+def now(torch, device: str) -> float:
+    return time.perf_counter()
+
+
+def sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------------------------- profiler
+def kernel_counts(torch, device: str, fn) -> dict:
+    """Kernels and launch calls one call of ``fn`` makes (torch.profiler); {} where profiling fails."""
+    if device != "cuda":
+        return {}
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        sync(torch, device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            sync(torch, device)
+        kernels, launches, aten, names = 0, 0, 0, {}
+        cuda_type = torch.autograd.DeviceType.CUDA
+        for e in prof.events():
+            if e.device_type == cuda_type:
+                kernels += 1
+                short = e.name[:60]
+                names[short] = names.get(short, 0) + 1
+            elif "LaunchKernel" in e.name or e.name.startswith("cuLaunch"):
+                launches += 1
+            elif e.name.startswith("aten::"):
+                aten += 1
+        top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:40])
+        return {"kernels": kernels, "launch_calls": launches, "aten_ops": aten, "kernel_names": top}
+    except Exception as exc:  # noqa: BLE001 - profiling is a bonus; the timing stands without it
+        return {"error": repr(exc)[:200]}
+
+
+# --------------------------------------------------------------------------------- microbenchmarks
+def _per_call(torch, device, fn, n: int, reps: int = 5) -> tuple[float, float]:
+    """Median over ``reps`` of (host seconds per call, wall seconds per call incl. drain)."""
+    host, wall = [], []
+    for _ in range(reps):
+        sync(torch, device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        sync(torch, device)
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / n)
+        wall.append((t2 - t0) / n)
+    return statistics.median(host), statistics.median(wall)
+
+
+def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: int = 4096):
+    """Rows of host-cost microbenchmarks."""
+    import torch.nn.functional as F
+    rows = []
+
+    def add(bench, **kw):
+        rows.append({"kind": "host", "bench": bench, **kw})
+
+    a = torch.zeros(1, device=device)
+    for _ in range(50):
+        a.add_(1.0)
+    h, w = _per_call(torch, device, lambda: a.add_(1.0), n)
+    add("launch_inplace_add_1elem", host_per_op_s=h, wall_per_op_s=w, n=n)
+    if device == "cuda":  # the device's floor per tiny kernel: CUDA-graph replay of n tiny kernels
+        try:
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    a.add_(1.0)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(g):
+                for _ in range(n):
+                    a.add_(1.0)
+            g.replay()
+            h, w = _per_call(torch, device, g.replay, 1, reps=5)
+            add("graph_tiny_kernel", wall_per_op_s=w / n, n=n)
+        except Exception as exc:  # noqa: BLE001
+            add("graph_tiny_kernel", error=repr(exc)[:200])
+        x1 = torch.ones(1, device=device)
+        times = []
+        for _ in range(30):
+            sync(torch, device)
+            t0 = time.perf_counter()
+            x1.item()
+            times.append(time.perf_counter() - t0)
+        add("item_idle", host_per_op_s=statistics.median(times), n=30)
+        times = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        add("synchronize_idle", host_per_op_s=statistics.median(times), n=30)
+
+    # single ops, forward, without and with autograd recording, and under autocast
+    for rg in (False, True):
+        x = torch.randn(8, 64, device=device, requires_grad=rg)
+        y = torch.randn(8, 64, device=device, requires_grad=rg)
+        wt = torch.randn(64, 64, device=device, requires_grad=rg)
+        ln_w = torch.ones(64, device=device, requires_grad=rg)
+        emb = torch.randn(256, 64, device=device, requires_grad=rg)
+        idx = torch.randint(0, 256, (8,), device=device)
+        q = torch.randn(1, 4, 16, 16, device=device, requires_grad=rg)
+        lg = torch.randn(8, 256, device=device, requires_grad=rg)
+        ops = {
+            "add": lambda: x + y, "mul_scalar": lambda: x * 2.0, "to_bf16": lambda: x.to(torch.bfloat16),
+            "linear": lambda: F.linear(x, wt), "layer_norm": lambda: F.layer_norm(x, (64,), ln_w),
+            "softmax": lambda: torch.softmax(x, -1), "silu": lambda: F.silu(x),
+            "gelu_tanh": lambda: F.gelu(x, approximate="tanh"), "pow": lambda: x.pow(2),
+            "mean": lambda: x.mean(-1, keepdim=True), "rsqrt": lambda: torch.rsqrt(x),
+            "cat": lambda: torch.cat((x, y), -1), "transpose_contiguous": lambda: x.t().contiguous(),
+            "view": lambda: x.view(8, 4, 16), "embedding": lambda: F.embedding(idx, emb),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+            "cross_entropy": lambda: F.cross_entropy(lg, idx), "index_select": lambda: x.index_select(0, idx % 8),
+            "topk": lambda: torch.topk(x, 2, dim=-1), "nonzero": lambda: torch.nonzero(x > 0),
+        }
+        for name, fn in ops.items():
+            try:
+                for _ in range(20):
+                    fn()
+                h, w = _per_call(torch, device, fn, n // 4 if name == "nonzero" else n)
+                add(f"op_{name}", grad=rg, host_per_op_s=h, wall_per_op_s=w)
+            except Exception as exc:  # noqa: BLE001 - one op failing must not stop the rest
+                add(f"op_{name}", grad=rg, error=repr(exc)[:200])
+        if device == "cuda":
+            with torch.autocast("cuda", torch.bfloat16):
+                for name in ("linear", "add", "softmax", "layer_norm"):
+                    fn = ops[name]
+                    for _ in range(20):
+                        fn()
+                    h, w = _per_call(torch, device, fn, n)
+                    add(f"op_{name}", grad=rg, autocast=True, host_per_op_s=h, wall_per_op_s=w)
+    lin = torch.nn.Linear(64, 64, device=device)
+    x = torch.randn(8, 64, device=device)
+    for label, fn in (("module_linear", lambda: lin(x)), ("functional_linear", lambda: F.linear(x, lin.weight, lin.bias))):
+        h, w = _per_call(torch, device, fn, n)
+        add(label, grad=True, host_per_op_s=h, wall_per_op_s=w)
+
+    # autograd backward per op: a chain of ``chain`` ops, host time of .backward()
+    chain = max(n // 10, 20)
+    wt = (torch.randn(64, 64, device=device) / 8).requires_grad_()
+    ln_w = torch.ones(64, device=device, requires_grad=True)
+    y2 = torch.randn(8, 64, device=device, requires_grad=True)
+    steps = {"mul_scalar": lambda z: z * 1.0001, "add": lambda z: z + y2, "linear": lambda z: F.linear(z, wt),
+             "layer_norm": lambda z: F.layer_norm(z, (64,), ln_w), "silu": lambda z: F.silu(z),
+             "to_bf16_and_back": lambda z: z.to(torch.bfloat16).float()}
+    for name, fn in steps.items():
+        host, wall, fwd = [], [], []
+        for _ in range(5):
+            x = torch.randn(8, 64, device=device, requires_grad=True)
+            sync(torch, device)
+            t0 = time.perf_counter()
+            z = x
+            for _ in range(chain):
+                z = fn(z)
+            loss = z.sum()
+            t1 = time.perf_counter()
+            sync(torch, device)
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            sync(torch, device)
+            t4 = time.perf_counter()
+            fwd.append((t1 - t0) / chain)
+            host.append((t3 - t2) / chain)
+            wall.append((t4 - t2) / chain)
+        add(f"backward_{name}", host_fwd_per_op_s=statistics.median(fwd), host_per_op_s=statistics.median(host),
+            wall_per_op_s=statistics.median(wall), chain=chain)
+
+    # the same chains inside torch.utils.checkpoint (non-reentrant, as transformers uses): saved-tensor hooks
+    from torch.utils.checkpoint import checkpoint
+    for name in ("mul_scalar", "linear", "silu"):
+        fn = steps[name]
+
+        def body(z, fn=fn):
+            for _ in range(chain):
+                z = fn(z)
+            return z
+        host_f, host_b = [], []
+        for _ in range(5):
+            x = torch.randn(8, 64, device=device, requires_grad=True)
+            sync(torch, device)
+            t0 = time.perf_counter()
+            loss = checkpoint(body, x, use_reentrant=False).sum()
+            t1 = time.perf_counter()
+            sync(torch, device)
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            sync(torch, device)
+            host_f.append((t1 - t0) / chain)
+            host_b.append((t3 - t2) / chain)
+        add(f"checkpoint_{name}", host_fwd_per_op_s=statistics.median(host_f), host_per_op_s=statistics.median(host_b),
+            chain=chain)
+
+    # optimizer steps, clipping and zero_grad over nt small tensors
+    for nt in tensor_counts:
+        params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(nt)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        variants = [("adamw", {"foreach": True}), ("adamw", {"fused": True}), ("adamw", {"foreach": False}),
+                    ("sgd", {"foreach": True}), ("sgd", {"foreach": False})]
+        for opt_name, kw in variants:
+            if kw.get("fused") and device != "cuda":
+                continue
+            opt = make_optimizer(torch, params, opt_name, kw.get("fused", False), kw.get("foreach", True))
+            for _ in range(3):
+                opt.step()
+            h, w = _per_call(torch, device, opt.step, 5)
+            add("optimizer_step", optimizer=opt_name, tensors=nt, numel=numel, host_per_op_s=h, wall_per_op_s=w, **kw)
+            del opt
+        h, w = _per_call(torch, device, lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), 5)
+        add("clip_grad_norm", tensors=nt, numel=numel, host_per_op_s=h, wall_per_op_s=w)
+
+        def zero():
+            for p in params:
+                p.grad = None
+            opt0.zero_grad(set_to_none=True)
+        opt0 = torch.optim.SGD(params, lr=1e-3)
+        h, w = _per_call(torch, device, zero, 5)
+        add("zero_grad", tensors=nt, host_per_op_s=h, wall_per_op_s=w)
+    return rows
+
+
+def layer_costs(torch, transformers, device: str, names, reps: int, deadline: float):
+    """Per family: host time and kernels of forward / backward / optimizer of tiny models of 2 and 4 layers."""
+    rows = []
+    for name in names:
+        variants = [(amp, False) for amp in (((True, False) if name in ("llama-160m", "gpt2-30m") else (True,))
+                                             if device == "cuda" else (False,))]
+        if name in ("llama-160m", "gpt2-30m"):
+            variants.append((device == "cuda", True))
+        for layers in (2, 4):
+            for amp, ckpt in variants:
+                if time.perf_counter() > deadline:
+                    rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "skipped_budget"})
+                    continue
+                try:
+                    cfg, d = hf_config(transformers, name, tiny_layers=layers)
+                    model = build(torch, transformers, cfg, "fp32", device, None)
+                    if ckpt:
+                        model.gradient_checkpointing_enable()
+                    model.train()
+                    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                    ids = torch.randint(0, cfg.vocab_size, (1, 16), device=device)
+                    state = {}
+
+                    def fwd():
+                        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
+                            state["loss"] = model(input_ids=ids, labels=ids).loss
+
+                    def bwd():
+                        state["loss"].backward()
+
+                    def ostep():
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+
+                    for _ in range(3):
+                        fwd(); bwd(); ostep()
+                    times = {"forward": [], "backward": [], "optimizer": []}
+                    for _ in range(reps):
+                        for phase, fn in (("forward", fwd), ("backward", bwd), ("optimizer", ostep)):
+                            sync(torch, device)
+                            t0 = time.perf_counter()
+                            fn()
+                            times[phase].append(time.perf_counter() - t0)
+                    row = {"kind": "layers", "shape": name, "family": d["model_type"], "layers": layers, "amp": amp,
+                           "checkpointing": ckpt,
+                           "n_params": sum(p.numel() for p in model.parameters()), "n_tensors": len(list(model.parameters())),
+                           "hf_config": d}
+                    for phase, ts in times.items():
+                        row[f"host_{phase}_s"] = statistics.median(ts)
+                    counts = {}
+                    fwd(); bwd(); ostep()
+                    counts["forward"] = kernel_counts(torch, device, fwd)
+                    counts["backward"] = kernel_counts(torch, device, bwd)
+                    counts["optimizer"] = kernel_counts(torch, device, ostep)
+                    row["profile"] = counts
+                    rows.append(row)
+                    del model, opt, state
+                except Exception as exc:  # noqa: BLE001 - one family failing must not stop the rest
+                    rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "error",
+                                 "error": repr(exc)[:300]})
+    return rows
+
+
+def param_counts(torch, transformers, folder: str):
+    """``num_parameters()`` of the model Hugging Face builds from each config JSON in ``folder`` (meta device)."""
+    rows = []
+    if not os.path.isdir(folder):
+        return rows
+    for fname in sorted(os.listdir(folder)):
+        if not fname.endswith(".json"):
+            continue
+        with open(os.path.join(folder, fname)) as fh:
+            d = json.load(fh)
+        try:
+            keys = {k: v for k, v in d.items() if k != "model_type"}
+            cfg = transformers.AutoConfig.for_model(d["model_type"], **keys)
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(cfg)
+            rows.append({"kind": "params", "config": fname[:-5], "model_type": d["model_type"],
+                         "n_params": sum(p.numel() for p in model.parameters()),
+                         "num_parameters": model.num_parameters(), "n_tensors": len(list(model.parameters()))})
+            del model
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"kind": "params", "config": fname[:-5], "status": "error", "error": repr(exc)[:300]})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------- steps
+def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, deadline: float, profile: bool) -> dict:
+    shape, batch, seq, precision, optimizer, opts = spec
+    o = {**OPTION_DEFAULTS, **opts}
+    cfg, d = hf_config(transformers, shape)
+    t_build = time.perf_counter()
+    model = build(torch, transformers, cfg, precision, device, o["experts"])
+    if o["checkpointing"]:
         model.gradient_checkpointing_enable()
     model.train()
-    params = [p for p in model.parameters()]
-    opt = (torch.optim.AdamW(params, lr=1e-4) if optimizer == "adamw" else torch.optim.SGD(params, lr=1e-3))
+    params = [p for p in model.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in params)
+    opt = make_optimizer(torch, params, optimizer, o["fused"], o["foreach"])
+    fwd_model = torch.compile(model) if o["compile"] else model
+    build_s = time.perf_counter() - t_build
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
-    amp = precision.startswith("amp")
+    amp = precision.startswith("amp") and device == "cuda"
+    accum = o["accum"]
+    cuda = device == "cuda"
 
-    def step():
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp and device == "cuda"):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
+    def mark(marks):
+        if cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            marks.append((time.perf_counter(), ev))
+        else:
+            marks.append((time.perf_counter(), None))
+
+    def step(marks):
+        mark(marks)
+        for _ in range(accum):
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
+                loss = fwd_model(input_ids=ids, labels=ids).loss
+            if accum > 1:
+                loss = loss / accum
+            mark(marks)
+            loss.backward()
+            mark(marks)
+        if o["clip"] is not None:
+            torch.nn.utils.clip_grad_norm_(params, o["clip"])
+        mark(marks)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark(marks)
 
-    for _ in range(3):
-        step()
-    times = []
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step([])
+    sync(torch, device)
+    warmup_s = time.perf_counter() - t0
+    walls, host, phases = [], [], []
     for _ in range(steps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(); step(); end.record(); torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
-    n_params = sum(p.numel() for p in params)
-    del model, opt, params
-    return {"shape": shape[0], "family": shape[1], "hidden": shape[2], "layers": shape[3], "heads": shape[4],
-            "kv_heads": shape[5], "ffn": shape[6], "vocab": shape[7], "n_params": n_params, "batch": batch, "seq": seq,
-            "precision": precision, "optimizer": optimizer, "checkpointing": ckpt, "attn": "sdpa",
-            "step_s_median": statistics.median(times), "step_s_all": times}
+        if walls and time.perf_counter() > deadline:
+            break
+        marks = []
+        sync(torch, device)
+        t_start = time.perf_counter()
+        step(marks)
+        t_host = time.perf_counter()
+        sync(torch, device)
+        t_end = time.perf_counter()
+        walls.append(t_end - t_start)
+        host.append(t_host - t_start)
+        # phases: forward / backward per micro-batch, clip, optimizer
+        ph = {"forward": 0.0, "backward": 0.0, "clip": 0.0, "optimizer": 0.0}
+        hh = dict.fromkeys(ph, 0.0)
+        names = []
+        for _ in range(accum):
+            names += ["forward", "backward"]
+        names += ["clip", "optimizer"]
+        for i, name in enumerate(names):
+            (h0, e0), (h1, e1) = marks[i], marks[i + 1]
+            hh[name] += h1 - h0
+            ph[name] += (e0.elapsed_time(e1) / 1e3) if cuda else (h1 - h0)
+        phases.append({"device": ph, "host": hh})
+    row = {"kind": "step", "shape": shape, "family": d["model_type"], "hf_config": d, "n_params": n_params,
+           "n_tensors": len(params), "batch": batch, "seq": seq, "precision": precision, "optimizer": optimizer,
+           "checkpointing": o["checkpointing"], "fused": o["fused"], "foreach": o["foreach"],
+           "gradient_accumulation_steps": accum, "clip_grad_norm": o["clip"], "compile": o["compile"],
+           "experts_implementation": getattr(model.config, "_experts_implementation", None),
+           "attn": "sdpa", "held_out": held_out(run_key(*spec)), "build_s": build_s, "warmup_s": warmup_s,
+           "step_s_median": statistics.median(walls), "step_s_all": walls,
+           "step_s_spread": (max(walls) - min(walls)) / statistics.median(walls),
+           "host_s_median": statistics.median(host), "host_s_all": host,
+           "phase_device_s": {k: statistics.median(p["device"][k] for p in phases) for k in phases[0]["device"]},
+           "phase_host_s": {k: statistics.median(p["host"][k] for p in phases) for k in phases[0]["host"]},
+           "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None}
+    if profile and cuda and time.perf_counter() < deadline:
+        row["profile_step"] = kernel_counts(torch, device, lambda: step([]))
+    del model, opt, params, fwd_model
+    return row
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cpu", action="store_true")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--cpu", action="store_true", help="run on the CPU")
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes and few iterations on the CPU (a smoke test)")
+    ap.add_argument("--tiny", action="store_true", help="alias of --dry-run")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=390.0, help="stop starting runs after this many seconds")
+    ap.add_argument("--configs", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                                       "data", "steptime", "hf_configs"),
+                    help="folder of HF config JSONs whose parameter counts are recorded (built on the meta device)")
+    ap.add_argument("--skip-micro", action="store_true")
+    ap.add_argument("--skip-steps", action="store_true")
     args = ap.parse_args(argv)
+    dry = args.dry_run or args.tiny
+    t_start = time.perf_counter()
+    deadline = t_start + args.budget_s
     import torch
     import transformers
 
-    device = "cpu" if args.cpu else "cuda"
+    device = "cpu" if (args.cpu or dry or not torch.cuda.is_available()) else "cuda"
+    cpu_name = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu_name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu_name)
+    except OSError:
+        pass
     env = {"kind": "environment", "torch": torch.__version__, "transformers": transformers.__version__,
-           "python": platform.python_version(),
-           "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-           "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d")}
-    shapes, runs = (TINY_SHAPES, TINY_RUNS) if args.tiny else (SHAPES, RUNS)
+           "python": platform.python_version(), "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+           "cuda": torch.version.cuda, "cpu": cpu_name, "cpu_count": os.cpu_count(),
+           "torch_threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
+           "held_out_rule": "sha256(run key) first byte odd", "budget_s": args.budget_s}
+    runs = DRY_RUNS if dry else RUNS
     with open(args.out, "w") as out:
-        out.write(json.dumps(env) + "\n")
-        for shape in shapes:
-            for run in runs:
+        def emit(row):
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+        emit(env)
+        for row in param_counts(torch, transformers, args.configs):
+            emit(row)
+        if not args.skip_micro:
+            micro = dict(n=20, tensor_counts=(4, 16), numel=64) if dry else dict(n=2000)
+            for row in host_micro(torch, device, **micro):
+                emit(row)
+            print(f"host microbenchmarks done at {time.perf_counter() - t_start:.0f} s", flush=True)
+            first_of_family = {}
+            for spec in RUNS:  # one tiny model per family, in the order of the runs
+                first_of_family.setdefault(SHAPES[spec[0]][0], spec[0])
+            names = TINY_SHAPES[:2] if dry else list(first_of_family.values())
+            for row in layer_costs(torch, transformers, device, names, 2 if dry else 10, deadline=t_start + 0.25 * args.budget_s):
+                emit(row)
+            print(f"layer costs done at {time.perf_counter() - t_start:.0f} s", flush=True)
+        if not args.skip_steps:
+            profiled = set()
+            for spec in runs:
+                remaining = deadline - time.perf_counter()
+                need = 150.0 if spec[5].get("compile") else 4.0
+                if remaining < need:
+                    emit({"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
+                          "optimizer": spec[4], "options": spec[5], "status": "skipped_budget"})
+                    continue
+                if dry:  # tiny shapes: shrink the model, keep the options
+                    name = spec[0]
+                    SHAPES[name + "-tiny"] = (SHAPES[name][0], hf_config(transformers, name, tiny_layers=2)[1])
+                    SHAPES[name + "-tiny"][1].pop("model_type")
+                    spec = (name + "-tiny",) + tuple(spec[1:])
                 try:
-                    row = one_run(torch, transformers, shape, run, device, args.steps)
+                    row = one_run(torch, transformers, spec, device, 2 if dry else args.steps,
+                                  1 if dry else args.warmup, deadline, spec[0] not in profiled)
+                    profiled.add(spec[0])
                     row["status"] = "ok"
                 except torch.OutOfMemoryError:
-                    row = {"shape": shape[0], "batch": run[0], "seq": run[1], "status": "oom"}
+                    row = {"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
+                           "optimizer": spec[4], "options": spec[5], "status": "oom"}
+                except Exception as exc:  # noqa: BLE001 - record and go on
+                    row = {"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
+                           "optimizer": spec[4], "options": spec[5], "status": "error", "error": repr(exc)[:300]}
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
-                out.write(json.dumps(row) + "\n"); out.flush()
-                print(shape[0], run, row.get("step_s_median"), flush=True)
+                    torch.cuda.reset_peak_memory_stats()
+                emit(row)
+                print(spec, row.get("status"), row.get("step_s_median"), f"t={time.perf_counter() - t_start:.0f}s",
+                      flush=True)
     return 0
 
 

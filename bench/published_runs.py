@@ -1,15 +1,21 @@
-"""Modelled vs published time per iteration of large training runs (Megatron-LM SC21 Table 1, Llama 3 Table 4).
+"""Modelled vs published time per iteration of large training runs (tests/data/cluster/published_runs.csv).
 
-Multi-GPU step times in gpumodel are modelled, not measured; this script is their check. Published
-throughput is converted to time per iteration with each paper's own FLOP count:
+Multi-GPU step times in gpumodel are modelled, not measured; this script is their check. The table holds the
+two build-and-tune tables (role "fit": Megatron-LM SC21 Table 1, Llama 3 Table 4) and independent published
+runs (role "check": Megatron-LM SC21 Table 2, the Megatron-LM README's GPT-3 and H100 runs, MT-NLG 530B,
+MegaScale's Megatron-LM baseline), each row cited in the file. Where a publication gives the time per
+iteration it is the reference; otherwise its throughput is converted with its own FLOP count:
 
-* Megatron-LM (Narayanan et al. 2021, eq. 3), counting activation recomputation:
-  ``F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h))``, so ``t = F / (n_gpus * TFLOP/s)``.
-* Llama 3 (Dubey et al. 2024): ``F = (6 N + 12 L h s) * tokens`` (assumed; the paper does not state it).
+* ``megatron-eq3`` (Narayanan et al. 2021, eq. 3, counting activation recomputation):
+  ``F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h))``;
+* ``megatron-2024`` (Megatron-LM's ``num_floating_point_operations``, model FLOPs):
+  ``F = 12 B s l h^2 ((1 + g / a + s / h) + f / h + V / (2 l h))``;
+* ``palm``: ``F = (6 N + 12 L h s) * tokens`` (assumed for Llama 3; the paper does not state it);
 
-It prints, per row, the published and modelled iteration time and TFLOP/s per GPU, the error, and the
-same for the usual shortcut: ``6 N tokens`` at a fixed MFU (the median MFU of the table, the best a
-fixed-MFU shortcut can do). Run: ``python bench/published_runs.py [--json]``.
+and ``t = F / (n_gpus * TFLOP/s)``. It prints, per row, the published and modelled iteration time and
+TFLOP/s per GPU, the error, and the same for the usual shortcut: ``6 N tokens`` at a fixed MFU (the median
+MFU of the table, the best a fixed-MFU shortcut can do); then the median and worst error over the fit rows,
+the check rows and all rows. Run: ``python bench/published_runs.py [--json] [--role fit|check]``.
 """
 
 from __future__ import annotations
@@ -28,53 +34,58 @@ import gpumodel as gm  # noqa: E402
 from gpumodel.cluster.step import model_flops_per_token, parallel_training_step_time  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "published_runs.csv"
-SYSTEMS = {"megatron-sc21": "dgx-a100-80gb", "llama3-405b": "dgx-h100"}
+TEXT = ("source", "role", "label", "system", "checkpointing", "attention", "precision", "flops")
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
-    """The published rows, numbers as int/float."""
+    """The published rows, numbers as int/float (an empty ``tflops_per_gpu`` or ``iteration_s`` is None)."""
     lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
     rows = []
     for r in csv.DictReader(lines):
-        rows.append({k: (v if k in ("source", "label") else float(v) if "." in v else int(v)) for k, v in r.items()})
+        rows.append({k: v if k in TEXT else None if v == "" else float(v) if "." in v else int(v) for k, v in r.items()})
     return rows
 
 
 def config(row: dict) -> gm.TransformerConfig:
-    if row["source"] == "megatron-sc21":
-        return gm.TransformerConfig(name=f"gpt-{row['label']}", family="gpt2", hidden_size=row["hidden"],
-                                    num_layers=row["layers"], num_heads=row["heads"], intermediate_size=row["intermediate"],
-                                    vocab_size=row["vocab"], max_position_embeddings=row["seq_len"], mlp="plain",
-                                    activation="gelu", norm="layernorm", position="learned", tie_word_embeddings=True,
-                                    qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True)
-    return gm.model("llama-3-405b")
+    if row["source"] == "llama3-405b":
+        return gm.model("llama-3-405b")
+    return gm.TransformerConfig(name=f"gpt-{row['label']}", family="gpt2", hidden_size=row["hidden"],
+                                num_layers=row["layers"], num_heads=row["heads"], num_kv_heads=row["kv_heads"],
+                                intermediate_size=row["intermediate"], vocab_size=row["vocab"],
+                                max_position_embeddings=row["seq_len"], mlp="plain", activation="gelu", norm="layernorm",
+                                position="learned", tie_word_embeddings=bool(row["tied"]), qkv_bias=True, o_bias=True,
+                                mlp_bias=True, norm_bias=True)
+
+
+def publication_flops(row: dict, cfg: gm.TransformerConfig) -> float:
+    """FLOPs of one iteration as the publication counts them [FLOP]."""
+    B, s = row["global_batch"], row["seq_len"]
+    h, L, V, a, g, f = row["hidden"], row["layers"], row["vocab"], row["heads"], row["kv_heads"], row["intermediate"]
+    if row["flops"] == "megatron-eq3":
+        return 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    if row["flops"] == "megatron-2024":
+        return 12 * B * s * L * h * h * ((1 + g / a + s / h) + f / h + V / (2 * L * h))
+    return model_flops_per_token(cfg, s) * B * s
 
 
 def published_seconds(row: dict, cfg: gm.TransformerConfig) -> float:
-    """Time per iteration implied by the published TFLOP/s per GPU and the paper's FLOP count [s]."""
-    B, s = row["global_batch"], row["seq_len"]
-    if row["source"] == "megatron-sc21":
-        h, L, V = row["hidden"], row["layers"], row["vocab"]
-        flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
-    else:
-        flops = model_flops_per_token(cfg, s) * B * s
-    return flops / (row["gpus"] * row["tflops_per_gpu"] * 1e12)
+    """Published time per iteration, or the one implied by the TFLOP/s per GPU and the paper's FLOP count [s]."""
+    if row["iteration_s"] is not None:
+        return float(row["iteration_s"])
+    return publication_flops(row, cfg) / (row["gpus"] * row["tflops_per_gpu"] * 1e12)
 
 
 def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
     par = gm.Parallelism(dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], virtual_stages=row["virtual_stages"],
-                         zero=1 if row["source"] == "llama3-405b" else 0,
-                         sequence_parallel=row["source"] == "llama3-405b")
+                         zero=row["zero"], sequence_parallel=bool(row["sequence_parallel"]))
     m = row["global_batch"] // (row["dp"] * row["micro_batch"])
-    precision = "amp_fp16" if row["source"] == "megatron-sc21" else "amp_bf16"
+    ckpt = {"none": False, "full": "full", "selective": "selective"}[row["checkpointing"]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gm.DoesNotFitWarning)
-        # Megatron-LM in 2021 predates FlashAttention: scores and probabilities go through device memory
-        attention = "naive" if row["source"] == "megatron-sc21" else "flash"
-        return parallel_training_step_time(cfg, SYSTEMS[row["source"]], batch_size=row["micro_batch"],
-                                           seq_len=row["seq_len"], precision=precision,
-                                           checkpointing=row["source"] == "megatron-sc21", gradient_accumulation_steps=m,
-                                           parallelism=par, framework="megatron", attention=attention)
+        return parallel_training_step_time(cfg, row["system"], batch_size=row["micro_batch"], seq_len=row["seq_len"],
+                                           precision=row["precision"], checkpointing=ckpt,
+                                           gradient_accumulation_steps=m, parallelism=par, framework="megatron",
+                                           attention=row["attention"], comm_overlap=bool(row["comm_overlap"]))
 
 
 def table(rows: list[dict]) -> list[dict]:
@@ -83,14 +94,14 @@ def table(rows: list[dict]) -> list[dict]:
         cfg = config(row)
         t_pub = published_seconds(row, cfg)
         st = predict(row, cfg)
-        out.append(dict(source=row["source"], label=row["label"], gpus=row["gpus"], published_s=t_pub,
-                        predicted_s=st.seconds, published_tflops=row["tflops_per_gpu"],
-                        predicted_tflops=row["tflops_per_gpu"] * t_pub / st.seconds,
+        tflops = publication_flops(row, cfg) / (row["gpus"] * t_pub) / 1e12
+        out.append(dict(source=row["source"], role=row["role"], label=row["label"], gpus=row["gpus"], published_s=t_pub,
+                        predicted_s=st.seconds, published_tflops=tflops, predicted_tflops=tflops * t_pub / st.seconds,
                         error=st.seconds / t_pub - 1, mfu=st.mfu, breakdown=st.breakdown,
                         six_n=6 * cfg.active_parameters() * row["global_batch"] * row["seq_len"],
-                        peak=gm.gpu(gm.system(SYSTEMS[row["source"]]).gpu_name).peak_flops("bf16")))
-    mfus = sorted(6 * r["six_n"] / 6 / r["published_s"] / (r["gpus"] * r["peak"]) for r in out)
-    fixed = statistics.median(mfus)
+                        peak=gm.gpu(gm.system(row["system"]).gpu_name).peak_flops("bf16")))
+    # the shortcut's one MFU: the median over the fit rows, then applied to every row
+    fixed = statistics.median(r["six_n"] / r["published_s"] / (r["gpus"] * r["peak"]) for r in out if r["role"] == "fit")
     for r in out:
         r["shortcut_s"] = r["six_n"] / (r["gpus"] * r["peak"] * fixed)
         r["shortcut_error"] = r["shortcut_s"] / r["published_s"] - 1
@@ -106,26 +117,33 @@ def summary(errors: list[float]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--role", choices=("fit", "check"), help="print only these rows (the summary covers all)")
     args = ap.parse_args(argv)
-    out = table(load_rows())
+    rows = load_rows()
+    out = table(rows)
     if args.json:
         json.dump(out, sys.stdout, indent=1, default=float)
         return 0
-    print(f"{'run':<14} {'layout':<20} {'GPUs':>6} {'pub s':>8} {'model s':>8} {'err':>7} {'pub TF':>7} "
-          f"{'model TF':>8} {'6NT s':>8} {'6NT err':>8}  exposed comm / bubble")
-    rows = load_rows()
+    print(f"{'run':<30} {'layout':<21} {'GPUs':>6} {'pub s':>7} {'model s':>7} {'err':>7} {'pub TF':>6} "
+          f"{'model TF':>8} {'6NT err':>8}  exposed comm / bubble")
     for r, row in zip(out, rows):
-        lay = f"tp{row['tp']} pp{row['pp']} cp{row['cp']} dp{row['dp']}"
+        if args.role and r["role"] != args.role:
+            continue
+        lay = f"tp{row['tp']} pp{row['pp']}" + (f"x{row['virtual_stages']}" if row["virtual_stages"] > 1 else "") + \
+            (f" cp{row['cp']}" if row["cp"] > 1 else "") + f" dp{row['dp']}"
         bd = r["breakdown"]
-        print(f"{r['source'][:8] + ' ' + r['label']:<14.14} {lay:<20} {r['gpus']:>6} {r['published_s']:>8.2f} "
-              f"{r['predicted_s']:>8.2f} {r['error']:>+7.1%} {r['published_tflops']:>7.0f} {r['predicted_tflops']:>8.0f} "
-              f"{r['shortcut_s']:>8.2f} {r['shortcut_error']:>+8.1%}  "
+        print(f"{r['source'] + ' ' + r['label']:<30.30} {lay:<21} {r['gpus']:>6} {r['published_s']:>7.2f} "
+              f"{r['predicted_s']:>7.2f} {r['error']:>+7.1%} {r['published_tflops']:>6.0f} {r['predicted_tflops']:>8.0f} "
+              f"{r['shortcut_error']:>+8.1%}  "
               f"{bd['communication'] / r['predicted_s']:.0%} / {bd['pipeline_bubble'] / r['predicted_s']:.0%}")
-    med, worst = summary([r["error"] for r in out])
-    smed, sworst = summary([r["shortcut_error"] for r in out])
-    print(f"\nmodel: median |error| {med:.1%}, worst {worst:.1%} over {len(out)} runs (bar: 10% / 25%)")
-    print(f"6*N*tokens at a fixed MFU of {out[0]['shortcut_mfu']:.1%} (the table's median): "
-          f"median |error| {smed:.1%}, worst {sworst:.1%}")
+    print(f"\n{'rows':<34} {'n':>3} {'model median':>13} {'worst':>7}   6NT median   worst")
+    for name, sel in (("fit (Megatron SC21 T1, Llama 3 T4)", "fit"), ("check (independent)", "check"), ("all", None)):
+        part = [r for r in out if sel is None or r["role"] == sel]
+        med, worst = summary([r["error"] for r in part])
+        smed, sworst = summary([r["shortcut_error"] for r in part])
+        print(f"{name:<34} {len(part):>3} {med:>13.1%} {worst:>7.1%} {smed:>12.1%} {sworst:>7.1%}")
+    print(f"(bar: median 10%, worst 25%; 6NT: 6 N tokens at a fixed MFU of {out[0]['shortcut_mfu']:.1%}, "
+          f"the fit rows' median)")
     return 0
 
 

@@ -43,6 +43,41 @@ def stats(pred, ref) -> str:
             f"over {err.size} rows")
 
 
+def summary(pred, ref) -> dict:
+    """Median, p90 and worst absolute relative error and the signed median (model / measured - 1)."""
+    e = np.asarray(pred, dtype=float) / np.asarray(ref, dtype=float) - 1
+    if e.size == 0:
+        return {"n": 0, "median": np.nan, "p90": np.nan, "worst": np.nan, "signed": np.nan}
+    a = np.abs(e)
+    return {"n": int(e.size), "median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
+            "worst": float(a.max()), "signed": float(np.median(e))}
+
+
+def _cells(s: dict) -> str:
+    if not s["n"]:
+        return f"{0:>3d} {'':>7s} {'':>7s} {'':>7s} {'':>7s}"
+    return f"{s['n']:>3d} {s['median']:7.1%} {s['p90']:7.1%} {s['worst']:7.1%} {s['signed']:+7.1%}"
+
+
+def group_table(title: str, keys: list, pred, meas, split) -> None:
+    """One line per group: n, median, p90, worst |error| and signed median, held-out rows then all rows."""
+    pred, meas, split, keys = map(np.asarray, (pred, meas, split, keys))
+    print(f"  {title:<16s} |  held out: n  median     p90   worst  signed |  all rows: n  median     p90   worst  signed")
+    for k in sorted(set(keys.tolist()), key=lambda x: (len(x), x) if x.startswith("b=") else (0, x)):
+        m = keys == k
+        h = m & (split == "holdout")
+        print(f"  {k:<16s} |        {_cells(summary(pred[h], meas[h]))} |        {_cells(summary(pred[m], meas[m]))}")
+
+
+def batch_regime(kind: str, b: int) -> str:
+    """Batch regimes: one sequence; a few (weights dominate); many (attention and the matmuls' rows grow)."""
+    if b == 1:
+        return "b=1"
+    if kind == "decode":
+        return "b=2-16" if b <= 16 else ("b=32-64" if b <= 64 else "b=128-256")
+    return "b=2-8" if b <= 8 else "b=16-32"
+
+
 # ------------------------------------------------------------------------------------------ measured
 def lean_config(r: dict) -> gm.TransformerConfig:
     """The config the measuring script's lean decoder has (its ``layers``, not the full model's)."""
@@ -70,43 +105,72 @@ def shortcut(cfg: gm.TransformerConfig, r: dict, gpu) -> float:
     return t
 
 
-def measured_section(path: Path, show_rows: bool) -> None:
+def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Model and shortcut times [s] of the lean-decoder rows of ``kind`` ("decode" or "prefill"), in order.
+
+    Rows of one shape go through the model as one array call (the serving functions broadcast).
+    """
     gpu = gm.gpu("h200")
+    pred, base = np.zeros(len(rows)), np.zeros(len(rows))
+    by_shape: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_shape.setdefault(r["shape"], []).append(i)
+    for idx in by_shape.values():
+        cfg = lean_config(rows[idx[0]])
+        b = np.array([rows[i]["batch"] for i in idx])
+        if kind == "decode":
+            t = decode_step_time(cfg, gpu, batch_size=b, context_len=np.array([rows[i]["context_len"] for i in idx]))
+        else:
+            t = prefill_time(cfg, gpu, batch_size=b, prompt_len=np.array([rows[i]["prompt_len"] for i in idx]))
+        pred[idx] = np.asarray(t.seconds, dtype=float)
+        w = gm.inference_memory(cfg, 1, 1).weights_bytes / gpu.memory_bandwidth
+        if kind == "decode":
+            base[idx] = w
+        else:
+            base[idx] = [max(w, shortcut(cfg, rows[i], gpu)) for i in idx]
+    return pred, base
+
+
+def measured_section(path: Path, show_rows: bool) -> None:
     rows = load_measured(path)
     print(f"== measured on the H200 ({path.name}, {len(rows)} rows) ==")
     for kind in ("decode", "prefill"):
         sel = [r for r in rows if r["engine"] == "graph" and r["kind"] == kind]
-        pred, base, meas, split = [], [], [], []
-        for r in sel:
-            cfg = lean_config(r)
-            if kind == "decode":
-                t = decode_step_time(cfg, gpu, batch_size=r["batch"], context_len=r["context_len"])
-            else:
-                t = prefill_time(cfg, gpu, batch_size=r["batch"], prompt_len=r["prompt_len"])
-            pred.append(float(t)), base.append(shortcut(cfg, r, gpu)), meas.append(r["seconds"]), split.append(r["split"])
-            if show_rows:
+        pred, base = predict_steps(sel, kind)
+        meas, split = [r["seconds"] for r in sel], [r["split"] for r in sel]
+        if show_rows:
+            for r, p_, b_ in zip(sel, pred, base):
                 n = r.get("context_len", r.get("prompt_len"))
                 print(f"  {kind:7s} {r['shape']:13s} b={r['batch']:<4d} {n:>6d} {r['split']:7s} measured "
-                      f"{r['seconds'] * 1e3:9.3f} ms  model {pred[-1] / meas[-1] - 1:+7.1%}  shortcut "
-                      f"{base[-1] / meas[-1] - 1:+7.1%}")
+                      f"{r['seconds'] * 1e3:9.3f} ms  model {p_ / r['seconds'] - 1:+7.1%}  shortcut "
+                      f"{b_ / r['seconds'] - 1:+7.1%}")
         pred, base, meas, split = map(np.asarray, (pred, base, meas, split))
         for part in ("holdout", "fit"):
             m = split == part
-            print(f"{kind:>8} {part:>7}: model    {stats(pred[m], meas[m])}")
+            print(f"{kind:>8} {part:>7}: model    {stats(pred[m], meas[m])}, signed median "
+                  f"{summary(pred[m], meas[m])['signed']:+.1%}")
             print(f"{'':>8} {'':>7}  shortcut {stats(base[m], meas[m])}")
+        group_table(f"{kind} by model", [r["shape"] for r in sel], pred, meas, split)
+        group_table(f"{kind} by batch", [batch_regime(kind, r["batch"]) for r in sel], pred, meas, split)
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
         pt, pp, mt, mp = [], [], [], []
         for r in hf:
-            g = generation_time(hf_config(r), gpu, batch_size=r["batch"], prompt_len=r["prompt_len"],
+            g = generation_time(hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
                                 new_tokens=r["new_tokens"], engine="hf")
             pt.append(g.ttft_s), pp.append(g.tpot_s), mt.append(r["ttft_s"]), mp.append(r["tpot_s"])
             if show_rows:
                 print(f"  hf {r['shape']:13s} b={r['batch']:<3d} prompt {r['prompt_len']:<5d} TTFT measured "
                       f"{r['ttft_s'] * 1e3:7.2f} ms model {pt[-1] / mt[-1] - 1:+7.1%}; TPOT measured "
                       f"{r['tpot_s'] * 1e3:7.2f} ms model {pp[-1] / mp[-1] - 1:+7.1%}")
-        print(f"{'hf TTFT':>16}: {stats(pt, mt)}")
-        print(f"{'hf TPOT':>16}: {stats(pp, mp)}")
+        split = np.asarray([r["split"] for r in hf])
+        for name, p_, m_ in (("hf TTFT", pt, mt), ("hf TPOT", pp, mp)):
+            p_, m_ = np.asarray(p_), np.asarray(m_)
+            for part in ("holdout", "fit"):
+                m = split == part
+                print(f"{name:>8} {part:>7}: model    {stats(p_[m], m_[m])}, signed median "
+                      f"{summary(p_[m], m_[m])['signed']:+.1%}")
+            group_table(f"{name} by model", [r["shape"] for r in hf], p_, m_, split)
 
 
 def fit_constants(path: Path) -> None:

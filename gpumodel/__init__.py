@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "max_dynamic_shared_memory": "occupancy_helpers", "next_occupancy_step": "occupancy_helpers", "occupancy_curves": "occupancy_helpers",
     # time estimates
     "estimate_time": "estimate", "TimeEstimate": "estimate",
-    "training_step_time": "steptime", "StepTime": "steptime",
+    "training_step_time": "steptime", "StepTime": "steptime", "HostCosts": "hostcost",
     # serving
     "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
     "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",

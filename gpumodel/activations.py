@@ -65,22 +65,26 @@ def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: A
 
 
 def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
-    i = cfg.intermediate_size
+    if not cfg.is_moe:
+        return _ffn_bytes(cfg, precision, a, cfg.intermediate_size)
+    k, e = cfg.experts_per_token, cfg.num_experts
+    # per routed copy: gathered input, expert activations, expert output (saved for the routing-weight
+    # multiply) and int64 indices; per token: fp32 router softmax, top-k indices and weights
+    n = k * (_ffn_bytes(cfg, precision, a, cfg.expert_size) + 2 * a * cfg.hidden_size + 24) + 4 * e + 36
+    if cfg.shared_expert_intermediate_size:  # the shared expert (qwen2_moe, deepseek_v3) and its sigmoid gate
+        n += _ffn_bytes(cfg, precision, a, cfg.shared_expert_intermediate_size) + a * cfg.hidden_size + 2 * a
+    return n
+
+
+def _ffn_bytes(cfg: TransformerConfig, precision: Precision, a: int, i: int) -> float:
     amp = precision.is_amp
     if cfg.mlp == MLPType.gated:
         # gate out (saved by act), act out and up out (saved by mul), product (down input)
-        n = 4 * a * i
-    elif cfg.activation == "gelu_new":
+        return 4 * a * i
+    if cfg.activation == "gelu_new":
         # HF NewGELUActivation: 0.5*x*(1+tanh(c*(x+0.044715*x**3))); under autocast pow runs in fp32
-        n = (4 * i * 3 + 2 * i + 2 * i) if amp else 5 * a * i
-    else:  # exact or tanh GELU through F.gelu: saves its input; the output is the down input
-        n = 2 * a * i
-    if cfg.is_moe:
-        k, e = cfg.experts_per_token, cfg.num_experts
-        # per routed copy: gathered input, expert activations, expert output (saved for the routing-weight
-        # multiply) and int64 indices; per token: fp32 router softmax, top-k indices and weights
-        n = k * (n + 2 * a * cfg.hidden_size + 24) + 4 * e + 36
-    return n
+        return (4 * i * 3 + 2 * i + 2 * i) if amp else 5 * a * i
+    return 2 * a * i  # exact or tanh GELU through F.gelu: saves its input; the output is the down input
 
 
 def _attention_bytes(cfg: TransformerConfig, precision: Precision, attn: Attention, seq_len, a: int,
@@ -166,8 +170,14 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     else:  # the norm output is shared by the projections that read it
         lin_in = a * h * 2
     drop = 2 * h if cfg.resid_dropout > 0 else 0
+    # gemma2/3 norm the attention and MLP outputs too (16-bit inputs; olmo2's post-norms replace the
+    # pre-norms and are counted as those); qwen3, gemma3 and olmo2
+    # norm q and k (per head or over all heads) before RoPE
+    extra = cfg.extra_norms * _norm_bytes(cfg, a) if cfg.extra_norms else 0.0
+    if cfg.qk_norm != "none":
+        extra += (4 + a) * (cfg.q_dim + cfg.kv_dim) / tp
     # without sequence parallelism the norms, dropout masks and projection inputs are replicated
-    replicated = (norm + norm2 + drop + lin_in) / sp
+    replicated = (norm + norm2 + drop + lin_in + extra) / sp
     sharded = _attention_bytes(cfg, prec, attn, seq_len, a, use_cache, tp) + _mlp_bytes(cfg, prec, a) / tp
     return tokens * (replicated + sharded)
 

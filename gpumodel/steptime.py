@@ -1,24 +1,25 @@
-"""Training-step time of a decoder-only transformer: the sum of its kernels' estimated times.
+"""Training-step time of a decoder-only transformer on one GPU: kernels on a host/device timeline.
 
-A step is forward + backward + optimizer step, written out as the kernels eager PyTorch and
-Hugging Face launch (:mod:`gpumodel.stepkernels`: unfused norms, casts, rotary embedding,
-activations, residual adds, the fp32 loss, the foreach optimizer passes), and every kernel is
-timed with :func:`gpumodel.estimate.estimate` — calibrated on GPUs that ship a calibration, the
-datasheet with default efficiencies elsewhere. Nothing here is fitted to step times; the
-step-time measurements in ``tests/data/steptime/`` only check the sum
-(``python bench/step_time_accuracy.py``): over 18 HF training steps of Llama- and GPT-2-style
-models of 160M-1.4B parameters on an H200, the median error is 26 % (p90 39 %), always an
-under-estimate — largest for the smallest models, whose steps are bound by the host's kernel
-launches, which are not modelled.
+A step (one optimizer update) is written out as the kernels eager PyTorch and Hugging Face launch,
+in order (:mod:`gpumodel.stepplan`, :mod:`gpumodel.stepkernels`, :mod:`gpumodel.moe`: unfused norms,
+casts, rotary embedding, activations, residual adds, the fp32 loss, MoE routing and experts, the
+optimizer's passes), each kernel timed with :func:`gpumodel.estimate.estimate` (calibrated on GPUs
+that ship a calibration, the datasheet with default efficiencies elsewhere). The host dispatches
+every kernel for its per-op cost (:class:`gpumodel.hostcost.HostCosts`, measured on the machine by
+microbenchmarks; defaults elsewhere) and the GPU waits whenever its kernels are shorter than their
+dispatch (:func:`gpumodel.hostcost.timeline`). Nothing here is fitted to step times; the step-time
+measurements in ``tests/data/steptime/`` only check the result (``python bench/step_time_accuracy.py``).
 
 MFU follows Chowdhery et al. (2022, PaLM, appendix B): model FLOPs ``6 N T + 12 L h s T``
 (the attention term with causal masking counted in full, as there), over step time and the dense
-peak of the compute dtype.
+peak of the compute dtype; HFU counts the FLOPs the kernels execute, recomputation included.
 
 References
 ----------
 Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, appendix B.
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+PyTorch, "Automatic Mixed Precision package - torch.amp": ops that autocast to float32 (``pow``, ``softmax``,
+``layer_norm``, ...).
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ import numpy as np
 from .errors import ArgumentError, DoesNotFitWarning
 from .estimate import estimate as _estimate
 from .memory import training_memory
+from .hostcost import HostCosts, host_costs_for, timeline
 from .stepkernels import Kernels, training_step
+from .stepplan import step_plan
 from .transformer import TransformerConfig
-from .vocabulary import Checkpointing, Optimizer, checkpointing_mode, choice, flag, format_seconds, positive_int, precision as _precision, resolve_gpu, resolve_model
+from .vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
+                         format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
+                         resolve_gpu, resolve_model)
 
 __all__ = ["StepTime", "training_step_time", "step_kernels"]
 
@@ -55,9 +60,12 @@ class StepTime:
     model_flops : float
         ``6 N T + 12 L h s T`` over the global batch [FLOP].
     breakdown : dict
-        Seconds by phase ("forward", "backward", "recompute", "optimizer", ...).
+        Seconds of kernel time by phase ("forward", "backward", "recompute", "optimizer"), plus
+        "host_wait" (the GPU idle, waiting for the host's dispatch) and "sync" (synchronisation
+        round trips); the values add up to ``seconds``.
     calibrated : bool
-        Whether a GPU calibration timed the kernels (else datasheet with default efficiencies).
+        Whether a GPU calibration timed the kernels and the host's costs were measured (else datasheet
+        with default efficiencies, or default host costs).
     kernels : int
         Kernels launched per step in this model of the step (per GPU).
     hardware_flops : float
@@ -72,7 +80,9 @@ class StepTime:
     peak_bytes : float
         Peak allocated bytes per GPU from ``training_memory`` [B] (nan where not checked).
     host_bound : bool
-        Whether the GPU waits on the host's kernel launches for part of the step.
+        Whether the GPU waits on the host's kernel launches for more than 2 % of the step.
+    host_calibrated : bool
+        Whether the host's per-op costs were measured on the host (else defaults).
     """
 
     seconds: float
@@ -88,6 +98,7 @@ class StepTime:
     fits: bool | None = None
     peak_bytes: float = float("nan")
     host_bound: bool = False
+    host_calibrated: bool = False
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -104,9 +115,18 @@ class StepTime:
         out["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
         return out
 
+    def _repr_html_(self) -> str:
+        from ._repr import html_table
+        rows = [("step", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.0f}"),
+                ("MFU", f"{self.mfu:.1%}"), ("HFU", f"{self.hfu:.1%}"), ("host-bound", str(self.host_bound)),
+                ("calibrated", str(self.calibrated)), ("fits", str(self.fits))]
+        rows += [(k, format_seconds(v)) for k, v in self.breakdown.items() if v]
+        return html_table("StepTime", rows)
+
     def __repr__(self) -> str:
         parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.breakdown.items() if v)
         label = "calibrated" if self.calibrated else "uncalibrated"
+        label += ", host-bound" if self.host_bound else ""
         fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
         gpus = f" on {self.num_gpus} GPUs" if self.num_gpus > 1 else ""
         return (f"StepTime({format_seconds(self.seconds)}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
@@ -132,15 +152,23 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                        precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
-                       calibrated: bool = True, calibration: Any = None, gradient_accumulation_steps: int = 1,
+                       fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
+                       clip_grad_norm: float | None = None, compile: bool = False,
+                       experts_implementation: str = "grouped_mm", expert_load: Any = None,
+                       calibrated: bool = True, calibration: Any = None, host: Any = None,
                        parallelism: Any = None, framework: str = "hf") -> StepTime:
-    """Estimate the time of one training step of a decoder-only transformer on one GPU.
+    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
+
+    On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
+    ``parallelism``, a system (``gm.system``) or a ``framework`` other than "hf", the step of a parallel
+    layout (:func:`gpumodel.cluster.step.parallel_training_step_time`, modelled, not measured).
 
     Parameters
     ----------
     model : TransformerConfig, str or dict
         A config, a preset name (``gm.model``) or a Hugging Face config dict.
-    gpu : GPUSpec or str
+    gpu : GPUSpec, SystemSpec or str
+        A GPU (the one-GPU model), or a system (``gm.system``) for a parallel layout.
     batch_size, seq_len : int
         Micro-batch size [sequences] and sequence length [tokens].
     precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
@@ -148,35 +176,70 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     checkpointing : bool or {"none", "full", "selective"}
         Activation checkpointing per decoder layer (``True`` means "full": the forward is recomputed in
         the backward).
+    fused : bool
+        ``torch.optim.AdamW(..., fused=True)`` (one kernel per step; adamw, adam, sgd, sgd_momentum).
+    foreach : bool
+        ``foreach=False``: the optimizer loops over the parameter tensors (ignored when ``fused``).
+    gradient_accumulation_steps : int
+        Forward/backward passes per optimizer step.
+    clip_grad_norm : float or None
+        ``torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)`` before the optimizer step.
+    compile : bool
+        The model is ``torch.compile``d (fused memory-bound kernels, no per-op dispatch); the optimizer
+        stays eager.
+    experts_implementation : {"grouped_mm", "eager"}
+        How a MoE layer runs (transformers v5: ``grouped_mm`` by default).
+    expert_load : array of float, optional
+        Share of the routed tokens each expert receives (``num_experts`` values; balanced by default).
     calibrated, calibration :
-        Passed to :func:`gpumodel.estimate.estimate_time`.
-    gradient_accumulation_steps, parallelism, framework :
-        With a ``gm.Parallelism`` or a system (``gm.system``), the step of a parallel layout:
-        see :func:`gpumodel.cluster.step.parallel_training_step_time` (modelled, not measured).
+        Passed to :func:`gpumodel.estimate.estimate` for the kernels.
+    host : HostCosts or path, optional
+        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
+        :data:`gpumodel.hostcost.DEFAULT_HOST`).
+    parallelism : Parallelism, optional
+        A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
+        PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,
+        ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
 
     Returns
     -------
     StepTime
-        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.fits`` and a ``breakdown`` by phase. A run that does not
-        fit in the GPU's memory still gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
+        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.hfu``, ``.host_bound``, ``.fits`` and a ``breakdown``
+        that splits kernel time by phase from host wait. A run that does not fit in the GPU's memory still
+        gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
 
     Notes
     -----
-    The step time is the sum of the kernels' times (one stream, no overlap). The host's launch
-    overhead of eager PyTorch is not modelled, so small models come out fast: measured on an H200,
-    -30 % to -50 % below 500M parameters, about -10 % at 1-1.4B (``bench/step_time_accuracy.py``).
-    Adafactor and 8-bit AdamW are approximated by a few passes over the parameters.
+    The step is a timeline of two resources (:func:`gpumodel.hostcost.timeline`): the host dispatches
+    each kernel of :func:`gpumodel.stepplan.step_plan` for its per-op host cost, the GPU runs it for
+    its estimated time once it has been launched and the previous kernel is done, and the step ends
+    with a synchronisation. Accuracy on Hugging Face steps measured on an H200 is printed by
+    ``bench/step_time_accuracy.py``.
 
     Examples
     --------
     >>> import gpumodel as gm
     >>> st = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
-    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0, st.fits
+    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0 and 0.0 < st.hfu < 1.0, st.fits
     (True, True)
+    >>> abs(sum(st.breakdown.values()) - st.seconds) < 1e-9
+    True
     """
+    from .cluster.step import Framework
     from .cluster.system import SYSTEM_CATALOG, SystemSpec  # a layout or a system: the cluster composition
-    if parallelism is not None or isinstance(gpu, SystemSpec) or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG):
+    fw = choice(Framework, framework, "framework")
+    if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
+            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
         from .cluster.step import parallel_training_step_time as _parallel
+        eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
+                 "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
+                 "expert_load": expert_load is not None, "host": host is not None}
+        given = [name for name, on in eager.items() if on]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: options of the one-GPU model of eager PyTorch; they cannot be "
+                                f"combined with a parallel layout, a system or framework={fw.value!r}")
         return _parallel(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, calibrated=calibrated,
                          calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
                          parallelism=parallelism, framework=framework)
@@ -184,24 +247,62 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")
     prec = _precision(precision)
-    phases = step_kernels(cfg, batch_size, seq_len, prec, optimizer, checkpointing)
-    batch_size, seq_len = int(batch_size), int(seq_len)
-    breakdown, count, calibrated_used = {}, 0, False
-    hardware_flops = 0.0
-    for phase, kernels in phases.items():
-        total = 0.0
-        for op, launches in kernels:
+    opt = choice(Optimizer, optimizer, "optimizer")
+    fused, foreach, compile = flag(fused, "fused"), flag(foreach, "foreach"), flag(compile, "compile")
+    accum = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
+    batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
+    if np.ndim(batch_size) or np.ndim(seq_len) or np.ndim(accum):
+        raise ArgumentError("batch_size, seq_len and gradient_accumulation_steps must be scalars here; "
+                            "loop over a sweep of step times")
+    if clip_grad_norm is not None:
+        clip_grad_norm = positive_number(clip_grad_norm, "clip_grad_norm")
+    if fused and opt.value not in ("adamw", "adam", "sgd", "sgd_momentum"):
+        raise ArgumentError(f"fused=True needs optimizer 'adamw', 'adam', 'sgd' or 'sgd_momentum', got {opt.value!r}")
+    experts = choice(ExpertsImplementation, experts_implementation, "experts_implementation")
+    if expert_load is not None:
+        expert_load = np.atleast_1d(nonnegative_number(expert_load, "expert_load"))
+        if not cfg.is_moe or expert_load.shape != (cfg.num_experts,) or not expert_load.sum() > 0:
+            raise ArgumentError(f"expert_load must be {cfg.num_experts or 'no'} non-negative shares, one per expert "
+                                f"of {cfg.name} (not all zero), got {expert_load.shape[0]} values")
+    ckpt = checkpointing_mode(checkpointing)
+    hc = host_costs_for(g.name, host)
+    batch_size, seq_len, accum = int(batch_size), int(seq_len), int(accum)
+    blocks = step_plan(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL, host=hc,
+                       fused=fused, foreach=foreach, gradient_accumulation_steps=accum, clip_grad_norm=clip_grad_norm,
+                       compile=compile, experts=experts.value, expert_load=expert_load)
+    cache: dict[int, tuple[float, bool]] = {}
+
+    def device_s(op) -> tuple[float, bool]:
+        if op is None:
+            return 0.0, False
+        if id(op) not in cache:
             est = _estimate(op, g, calibrated=calibrated, calibration=calibration)
-            total += launches * float(est.time_s)
-            hardware_flops += launches * float(op.flops)
-            calibrated_used = calibrated_used or bool(est.calibrated)
-            count += launches
-        breakdown[phase] = total
-    seconds = sum(breakdown.values())
-    tokens = batch_size * seq_len
+            cache[id(op)] = (float(est.time_s), bool(est.calibrated))
+        return cache[id(op)]
+
+    hosts, devices, syncs = [], [], []
+    kernel_by_phase = {"forward": 0.0, "backward": 0.0, "recompute": 0.0, "optimizer": 0.0}
+    count, hardware_flops, kernels_calibrated = 0, 0.0, False
+    for block in blocks:
+        h = np.array([k[1] for k in block.kernels], float)
+        d = np.array([device_s(k[0])[0] for k in block.kernels], float)
+        s = np.array([k[2] for k in block.kernels], bool)
+        hosts.append(np.tile(h, block.repeat))
+        devices.append(np.tile(d, block.repeat))
+        syncs.append(np.tile(s, block.repeat))
+        for (op, _h, _s), dt, phase in zip(block.kernels, d, block.phases()):
+            if op is not None:
+                kernel_by_phase[phase] += block.repeat * float(dt)
+                hardware_flops += block.repeat * float(op.flops)
+                count += block.repeat
+                kernels_calibrated = kernels_calibrated or device_s(op)[1]
+    tl = timeline(np.concatenate(hosts), np.concatenate(devices), np.concatenate(syncs), hc.item_s)
+    seconds = tl.seconds
+    breakdown = dict(kernel_by_phase, host_wait=tl.host_wait_s, sync=tl.sync_s)
+    tokens = batch_size * seq_len * accum
     model_flops = 6.0 * cfg.active_parameters() * tokens + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len * tokens
     peak = g.peak_flops(prec.compute_dtype.value)
-    mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=optimizer,
+    mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
                           checkpointing=checkpointing)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
@@ -209,6 +310,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                       f"{mem.total_bytes / 2**30:.1f} GiB, more than the {g.usable_memory_bytes / 2**30:.1f} GiB "
                       f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=2)
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
-                    model_flops=model_flops, breakdown=breakdown, calibrated=calibrated_used, kernels=count,
-                    hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1, fits=fits,
-                    peak_bytes=float(mem.peak_bytes))
+                    model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
+                    kernels=count, hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1,
+                    fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=bool(tl.host_wait_s > 0.02 * seconds),
+                    host_calibrated=hc.calibrated)

@@ -4,7 +4,8 @@
 heads, KV heads, FFN size and type, vocabulary, tied embeddings, norm and position types,
 biases, dropout, MoE experts). :meth:`TransformerConfig.from_hf` reads a Hugging Face
 ``config.json`` dict (or a ``transformers`` config object) of the llama, mistral, qwen2,
-gemma, gpt2, gpt_neox, phi3 and mixtral families; :meth:`TransformerConfig.num_parameters`
+gemma, gpt2, gpt_neox, phi3, mixtral, qwen3, qwen2_moe, qwen3_moe, gemma2, gemma3, olmo2,
+starcoder2 and deepseek_v3 families; :meth:`TransformerConfig.num_parameters`
 equals ``sum(p.numel() for p in model.parameters())`` of the model Hugging Face builds from
 that config. Presets live in ``specs/models/*.yaml`` (:func:`model`, :func:`list_models`).
 
@@ -98,6 +99,16 @@ class TransformerConfig(BaseModel):
     embd_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
+    moe_intermediate_size: int | None = Field(default=None, gt=0)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    shared_expert_gate: bool = False
+    first_dense_layers: int = Field(default=0, ge=0)
+    qk_norm: str = Field(default="none", pattern="^(none|head|full)$")
+    extra_norms: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
     aliases: tuple[str, ...] = ()
     source: str = ""
     notes: str = ""
@@ -154,25 +165,64 @@ class TransformerConfig(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    def layer_parameters(self) -> int:
-        """Parameters of one decoder layer (norms, attention, MLP or experts + router)."""
-        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed keys and values."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def expert_size(self) -> int:
+        """FFN width of one routed expert."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    def _mlp_parameters(self, width: int) -> int:
+        h = self.hidden_size
+        gated = self.mlp == MLPType.gated
+        return (3 if gated else 2) * h * width + (((2 * width if gated else width) + h) if self.mlp_bias else 0)
+
+    def attention_parameters(self) -> int:
+        """Parameters of one attention block (projections, their biases, q/k norms)."""
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        if self.is_mla:
+            nope, rope, v = self.dim_head - self.qk_rope_head_dim, self.qk_rope_head_dim, self.v_head_dim or self.dim_head
+            heads, b = self.num_heads, self.qkv_bias
+            qp = (h * self.q_lora_rank + b * self.q_lora_rank + self.q_lora_rank
+                  + self.q_lora_rank * heads * (nope + rope)) if self.q_lora_rank else h * heads * (nope + rope)
+            kvp = (h * (self.kv_lora_rank + rope) + b * (self.kv_lora_rank + rope) + self.kv_lora_rank
+                   + self.kv_lora_rank * heads * (nope + v))
+            return qp + kvp + heads * v * h + h * self.o_bias
+        attn = h * (q + 2 * kv) + q * h + (q + 2 * kv) * self.qkv_bias + h * self.o_bias
+        attn += {"none": 0, "head": 2 * self.dim_head, "full": q + kv}[self.qk_norm]
+        return attn
+
+    def layer_parameters(self, moe: bool | None = None) -> int:
+        """Parameters of one decoder layer (norms, attention, MLP or experts + router).
+
+        ``moe``: the MoE layer (default for MoE models) or a dense one (``first_dense_layers``).
+        """
+        h = self.hidden_size
+        moe = self.is_moe if moe is None else moe
         norm = h * (2 if self.norm_bias else 1)
-        attn = h * (q + 2 * kv) + q * h
-        attn += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
-        n_mats = 3 if self.mlp == MLPType.gated else 2
-        mlp = n_mats * h * i + (((2 * i if self.mlp == MLPType.gated else i) + h) if self.mlp_bias else 0)
-        if self.is_moe:
-            mlp = self.num_experts * mlp + h * self.num_experts  # experts + router
-        return 2 * norm + attn + mlp
+        if moe:
+            mlp = self.num_experts * self._mlp_parameters(self.expert_size) + h * self.num_experts  # experts + router
+            if self.shared_expert_intermediate_size:
+                mlp += self._mlp_parameters(self.shared_expert_intermediate_size) + h * self.shared_expert_gate
+        else:
+            mlp = self._mlp_parameters(self.intermediate_size)
+        return (2 + self.extra_norms) * norm + self.attention_parameters() + mlp
 
     def layer_matmul_parameters(self) -> int:
         """Weights of one layer that go through matmuls (cast by autocast), without biases and norms."""
-        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
-        mlp = (3 if self.mlp == MLPType.gated else 2) * h * i
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        attn = h * (q + 2 * kv) + q * h
+        if self.is_mla:
+            attn = self.attention_parameters()
+        n = 3 if self.mlp == MLPType.gated else 2
+        mlp = n * h * self.intermediate_size
         if self.is_moe:
-            mlp = self.num_experts * mlp + h * self.num_experts
-        return h * (q + 2 * kv) + q * h + mlp
+            mlp = self.num_experts * n * h * self.expert_size + h * self.num_experts
+            mlp += n * h * self.shared_expert_intermediate_size + h * self.shared_expert_gate
+        return attn + mlp
 
     def embedding_parameters(self) -> int:
         """Token (and learned position) embeddings, plus the LM head when it is not tied."""
@@ -189,16 +239,17 @@ class TransformerConfig(BaseModel):
         Tied input/output embeddings count once (as PyTorch's ``parameters()`` does).
         """
         final_norm = self.hidden_size * (2 if self.norm_bias else 1)
-        return self.num_layers * self.layer_parameters() + self.embedding_parameters() + final_norm
+        dense = min(self.first_dense_layers, self.num_layers) if self.is_moe else 0
+        return ((self.num_layers - dense) * self.layer_parameters() + dense * self.layer_parameters(moe=False)
+                + self.embedding_parameters() + final_norm)
 
     def active_parameters(self) -> int:
         """Parameters one token passes through (MoE: ``experts_per_token`` of the experts)."""
         if not self.is_moe:
             return self.num_parameters()
-        per_expert = (self.layer_parameters() - 2 * self.hidden_size * (2 if self.norm_bias else 1)
-                      - self.hidden_size * (self.q_dim + 2 * self.kv_dim) - self.q_dim * self.hidden_size
-                      - self.hidden_size * self.num_experts) // self.num_experts
-        return self.num_parameters() - self.num_layers * per_expert * (self.num_experts - self.experts_per_token)
+        per_expert = self._mlp_parameters(self.expert_size)
+        moe_layers = self.num_layers - min(self.first_dense_layers, self.num_layers)
+        return self.num_parameters() - moe_layers * per_expert * (self.num_experts - self.experts_per_token)
 
     # ------------------------------------------------------------------ Hugging Face import
     @classmethod
@@ -208,8 +259,9 @@ class TransformerConfig(BaseModel):
         Parameters
         ----------
         config : dict, str, path-like or ``transformers.PretrainedConfig``
-            Supported ``model_type``: llama, mistral, qwen2, gemma, gpt2, gpt_neox, phi3, mixtral
-            (and close relatives with the same keys).
+            Supported ``model_type``: llama, mistral, qwen2, gemma, gpt2, gpt_neox, phi3, mixtral, qwen3,
+            qwen2_moe, qwen3_moe, gemma2, gemma3 (its language model) / gemma3_text, olmo2, starcoder2 and
+            deepseek_v3 (multi-head latent attention, shared experts, leading dense layers).
         name : str, optional
             Name for the record (default: ``_name_or_path`` or the model type).
 
@@ -286,6 +338,64 @@ def _mixtral(g: _Getter) -> dict:
     return _llama_like(g, num_experts=g("num_local_experts"), experts_per_token=g("num_experts_per_tok"))
 
 
+def _qwen3(g: _Getter) -> dict:
+    return _llama_like(g, qk_norm="head")
+
+
+def _moe_keys(g: _Getter) -> dict:
+    return dict(num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
+                experts_per_token=g("num_experts_per_tok"), moe_intermediate_size=g("moe_intermediate_size"))
+
+
+def _qwen2_moe(g: _Getter) -> dict:
+    if g("decoder_sparse_step", default=1) != 1 or g("mlp_only_layers", default=[]):
+        raise HFConfigError("qwen2_moe configs with dense layers between MoE layers (decoder_sparse_step != 1 or "
+                            "mlp_only_layers) are not supported")
+    return _llama_like(g, qkv_bias=bool(g("qkv_bias", default=True)), o_bias=False, **_moe_keys(g),
+                       shared_expert_intermediate_size=g("shared_expert_intermediate_size", default=0),
+                       shared_expert_gate=bool(g("shared_expert_intermediate_size", default=0)))
+
+
+def _qwen3_moe(g: _Getter) -> dict:
+    if g("decoder_sparse_step", default=1) != 1 or g("mlp_only_layers", default=[]):
+        raise HFConfigError("qwen3_moe configs with dense layers between MoE layers (decoder_sparse_step != 1 or "
+                            "mlp_only_layers) are not supported")
+    return _llama_like(g, qk_norm="head", **_moe_keys(g))
+
+
+def _gemma2(g: _Getter) -> dict:
+    return _gemma(g) | dict(extra_norms=2)
+
+
+def _gemma3(g: _Getter) -> dict:
+    text = g.cfg.get("text_config")
+    if isinstance(text, Mapping):  # the multimodal Gemma 3: its language model (the vision tower is not counted)
+        g = _Getter({"model_type": "gemma3_text", **text}, "gemma3")
+    return _gemma(g) | dict(extra_norms=2, qk_norm="head", family="gemma3")
+
+
+def _olmo2(g: _Getter) -> dict:  # post-norms (after attention and MLP) instead of pre-norms; q/k norm over all heads
+    return _llama_like(g, qk_norm="full")
+
+
+def _starcoder2(g: _Getter) -> dict:
+    bias = bool(g("use_bias", default=True))
+    return _llama_like(g, mlp=MLPType.plain, norm=NormType.layernorm, norm_bias=True, qkv_bias=bias, o_bias=bias,
+                       mlp_bias=bias, activation=str(g("hidden_act", default="gelu_pytorch_tanh")),
+                       tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                       resid_dropout=float(g("residual_dropout", default=0.0)),
+                       embd_dropout=float(g("embedding_dropout", default=0.0)))
+
+
+def _deepseek_v3(g: _Getter) -> dict:
+    nope, rope = g("qk_nope_head_dim"), g("qk_rope_head_dim")
+    return _llama_like(g, head_dim=nope + rope, v_head_dim=g("v_head_dim"), qk_rope_head_dim=rope,
+                       q_lora_rank=g("q_lora_rank", default=0) or 0, kv_lora_rank=g("kv_lora_rank"),
+                       num_kv_heads=g("num_attention_heads"), **_moe_keys(g),
+                       shared_expert_intermediate_size=g("n_shared_experts", default=0) * g("moe_intermediate_size"),
+                       first_dense_layers=g("first_k_dense_replace", default=0))
+
+
 def _gpt2(g: _Getter) -> dict:
     h = g("n_embd", "hidden_size")
     return dict(hidden_size=h, num_layers=g("n_layer", "num_hidden_layers"), num_heads=g("n_head", "num_attention_heads"),
@@ -311,7 +421,9 @@ def _gpt_neox(g: _Getter) -> dict:
 
 
 _READERS = {"llama": _llama_like, "mistral": _llama_like, "qwen2": _qwen2, "gemma": _gemma,
-            "phi3": _phi3, "mixtral": _mixtral, "gpt2": _gpt2, "gpt_neox": _gpt_neox}
+            "phi3": _phi3, "mixtral": _mixtral, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "qwen3": _qwen3,
+            "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3": _gemma3,
+            "gemma3_text": _gemma3, "olmo2": _olmo2, "starcoder2": _starcoder2, "deepseek_v3": _deepseek_v3}
 
 #: Shipped presets (``specs/models``) plus ``GPUMODEL_SPEC_PATH`` folders and :func:`load_models`.
 MODEL_CATALOG: Catalog[TransformerConfig] = Catalog("models", TransformerConfig, error=UnknownModelError)

@@ -38,7 +38,7 @@ from .errors import ArgumentError, ArgumentTypeError
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
-    "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "checkpointing_mode",
+    "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
     "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "duration",
 ]
 
@@ -169,6 +169,16 @@ class Checkpointing(str, enum.Enum):
     FULL = "full"
     SELECTIVE = "selective"
     none, full, selective = NONE, FULL, SELECTIVE
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExpertsImplementation(str, enum.Enum):
+    """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
+
+    GROUPED_MM = "grouped_mm"
+    EAGER = "eager"
 
     def __str__(self) -> str:
         return self.value

@@ -67,3 +67,26 @@ def test_budget_stops_the_run(tmp_path):
     assert _script().main(["--out", str(out), "--dry-run", "--budget-s", "0"]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["environment", "stopped"]
+
+
+def _profile_script():
+    spec = importlib.util.spec_from_file_location("profile_serving", _PATH.parent / "profile_serving.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_profile_cases_are_measured_shapes():
+    ps, ms = _profile_script(), _script()
+    names = {s[0] for s in ms.SHAPES}
+    assert {c[0] for c in ps.CASES} <= names and {c[1] for c in ps.CASES} == {"decode", "prefill"}
+    assert {c[0] for c in ps.TINY_CASES} <= {s[0] for s in ms.TINY_SHAPES}
+
+
+def test_profile_dry_run_on_cpu(tmp_path):
+    pytest.importorskip("torch", reason="the dry run needs torch (any build)")
+    out = tmp_path / "p.jsonl"
+    assert _profile_script().main(["--out", str(out), "--dry-run"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows[0]["kind"] == "environment" and len(rows) == 3
+    assert all(r["status"] == "ok" and r["kernel_count"] > 0 and r["kernels"] for r in rows[1:]), rows

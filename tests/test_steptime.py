@@ -81,3 +81,141 @@ def test_gpt2_gelu_new_is_eight_unfused_kernels():
     layer = _layer(cfg, 1, 32, "bf16")
     mlp_width = [op for op in layer.forward if op.name == "elementwise" and float(op.shape["numel"]) == 32 * 3072]
     assert len(mlp_width) == 8
+
+
+# ---------------------------------------------------------------- host timeline and step options (issue: host side)
+def _st(model="llama-3.2-1b", gpu="h200", **kw):
+    args = dict(batch_size=2, seq_len=512) | kw
+    return gm.training_step_time(model, gpu, **args)
+
+
+def test_breakdown_splits_host_wait_from_kernels_and_adds_up():
+    st = _st("gpt2", batch_size=1, seq_len=128)
+    assert set(st.breakdown) == {"forward", "backward", "recompute", "optimizer", "host_wait", "sync"}
+    assert sum(st.breakdown.values()) == pytest.approx(st.seconds)
+    assert st.host_bound and st.breakdown["host_wait"] > 0  # a 124M model at 128 tokens waits on the host
+
+
+def test_gradient_accumulation_runs_forward_and_backward_per_micro_batch():
+    one, four = _st(), _st(gradient_accumulation_steps=4)
+    assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"], rel=1e-3)
+    assert four.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"])
+    assert four.tokens_per_s > one.tokens_per_s  # one optimizer step shared by four micro-batches
+
+
+def test_fused_adamw_moves_fewer_bytes_than_foreach_and_forloop_costs_host_time():
+    foreach, fused, loop = _st(), _st(fused=True), _st(foreach=False)
+    assert fused.breakdown["optimizer"] < foreach.breakdown["optimizer"]
+    assert loop.seconds > foreach.seconds
+
+
+def test_clipping_adds_a_norm_and_a_scale_pass():
+    assert _st(clip_grad_norm=1.0).breakdown["optimizer"] > _st().breakdown["optimizer"]
+
+
+def test_compile_fuses_memory_bound_kernels():
+    eager, compiled = _st("gpt2", batch_size=4), _st("gpt2", batch_size=4, compile=True)
+    assert compiled.kernels < eager.kernels / 2 and compiled.seconds < eager.seconds
+
+
+def test_moe_eager_loop_waits_on_the_host_and_is_slower_than_grouped_mm():
+    cfg = gm.TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 4,
+                                        "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 2048,
+                                        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000})
+    grouped = _st(cfg, batch_size=1, seq_len=256, precision="bf16")
+    eager = _st(cfg, batch_size=1, seq_len=256, precision="bf16", experts_implementation="eager")
+    assert eager.seconds > grouped.seconds and eager.breakdown["sync"] > grouped.breakdown["sync"]
+
+
+def test_expert_load_all_on_one_expert():
+    cfg = gm.TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 4,
+                                        "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 2048,
+                                        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000})
+    skew = _st(cfg, batch_size=1, seq_len=256, precision="bf16", experts_implementation="eager",
+               expert_load=[1, 0, 0, 0, 0, 0, 0, 0])
+    assert skew.seconds > 0
+    with pytest.raises(gm.ArgumentError, match="expert_load"):
+        _st(cfg, expert_load=[1, 2])
+
+
+def test_gpu_without_calibration_gets_an_uncalibrated_step_time():
+    st = _st("gpt2", gpu="rtx-4090", batch_size=1)
+    assert st.seconds > 0 and not st.calibrated and not st.host_calibrated
+    assert "uncalibrated" in repr(st)
+
+
+def test_hfu_counts_recomputation():
+    plain, ckpt = _st(), _st(checkpointing=True)
+    assert ckpt.hardware_flops > plain.hardware_flops and ckpt.model_flops == plain.model_flops
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fused": "yes"}, "fused must be True or False"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be a positive integer"),
+    ({"clip_grad_norm": -1.0}, "clip_grad_norm"),
+    ({"experts_implementation": "loop"}, "experts_implementation="),
+    ({"optimizer": "adafactor", "fused": True}, "fused=True needs optimizer"),
+])
+def test_bad_options(kwargs, match):
+    with pytest.raises(gm.ArgumentError, match=match):
+        _st("gpt2", **kwargs)
+
+
+MIXTRAL_TINY = {"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
+                "num_key_value_heads": 8, "intermediate_size": 2048, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "vocab_size": 32000}
+
+
+def _syncs_and_matmuls(cfg, precision):
+    from gpumodel.stepplan import step_plan
+    syncs = mms = 0
+    for block in step_plan(gm.TransformerConfig.from_hf(cfg), 8, 1024, precision, "adamw", False):
+        syncs += block.repeat * sum(bool(k[2]) for k in block.kernels)
+        mms += block.repeat * sum(k[0] is not None and k[0].name == "matmul" for k in block.kernels)
+    return syncs, mms
+
+
+def test_fp32_grouped_mm_falls_back_to_a_loop_over_experts_with_synchronisations():
+    # under autocast the expert weights are fp32 and ATen has no fp32 grouped kernel: per MoE layer the two
+    # forward grouped mms and the two of each backward read the offsets back (6 syncs; the H200 profile of this
+    # 8-layer shape shows 48 device-to-host copies) and run one mm per expert: 8 x (2 + 4) = 48 per layer
+    amp_syncs, amp_mms = _syncs_and_matmuls(MIXTRAL_TINY, "amp_bf16")
+    bf16_syncs, bf16_mms = _syncs_and_matmuls(MIXTRAL_TINY, "bf16")
+    assert amp_syncs - bf16_syncs == 8 * 6
+    assert amp_mms - bf16_mms == 8 * (48 - 6)
+
+
+def test_foreach_optimizer_passes_split_into_launches_of_320_chunks():
+    from gpumodel.stepplan import foreach_launches
+    # 320 blocks x 65,536 elements = 20,971,520 elements per launch: 3.2e9 / 20.97e6 -> 153 launches per pass
+    # (the H200 profile of Llama-3.2-3B's foreach AdamW step: 1232 multi_tensor_apply kernels = 8 passes x 154)
+    assert foreach_launches(3.2e9, 255, 2) == 153
+    assert foreach_launches(4096 * 256, 256, 2) == 4       # small tensors: 64 tensors per launch with 2 lists
+    assert foreach_launches(0, 8, 4) == 1
+
+
+def test_phi3_slices_its_fused_projection_and_sums_three_full_gradients():
+    from gpumodel.stepkernels import _Layer, _split_backward
+    phi3 = gm.TransformerConfig.from_hf({"model_type": "phi3", "hidden_size": 512, "num_hidden_layers": 2,
+                                         "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
+                                         "vocab_size": 1000})
+    L = _Layer("bf16")
+    _split_backward(L, phi3, 100, (512, 512, 512), 2)
+    # 3 x (zero-fill the full 100 x 1536 gradient, copy the slice) + 2 adds
+    assert sum(n for _, n in L.backward) == 3 * 2 + 2
+    assert sum(n * float(op.bytes) for op, n in L.backward) == pytest.approx(
+        3 * (100 * 1536 * 2 + 100 * 512 * 4) + 2 * 100 * 1536 * 6)
+    L = _Layer("bf16")
+    _split_backward(L, gm.model("gpt2"), 100, (768, 768, 768), 2)   # split(): one cat of the three gradients
+    assert sum(n for _, n in L.backward) == 1
+
+
+def test_parallel_layouts_delegate_and_refuse_the_eager_options():
+    one = _st("gpt2", gpu="h100", batch_size=1)
+    assert one.num_gpus == 1 and "host_wait" in one.breakdown
+    mega = gm.training_step_time("gpt2", "h100", batch_size=1, seq_len=512, framework="megatron")
+    assert "communication" in mega.breakdown                      # the cluster model, on one GPU
+    with pytest.raises(gm.ArgumentError, match="fused, clip_grad_norm"):
+        gm.training_step_time("gpt2", "dgx-h100", batch_size=1, seq_len=512, fused=True, clip_grad_norm=1.0)
+    with pytest.raises(gm.ArgumentError, match="framework"):
+        gm.training_step_time("gpt2", "h100", batch_size=1, seq_len=512, framework="jax")

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--points", metavar="JSONL", help="also keep the raw measurements as JSON lines")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the fitted parameters as JSON (keys below)")
+    p.add_argument("--host-out", metavar="FILE",
+                   help="also measure this host's per-op costs of eager PyTorch and write them (as in "
+                        "specs/hosts/<gpu>.yaml, which training_step_time reads; or pass it as host=)")
     p.set_defaults(func=_run)
 
 
@@ -66,11 +69,14 @@ def _run(args: argparse.Namespace) -> int:
     output_path(args.out, "--out")
     if args.points:
         output_path(args.points, "--points")
+    if args.host_out:
+        output_path(args.host_out, "--host-out")
     g = gpu(args.gpu) if args.gpu else None
     validation = [pt for path in args.validation for pt in _load(path, "--validation")[1]] if args.validation else None
     if args.from_points:
         given = [name for name, on in (("--quick", args.quick), ("--points", args.points),
-                                       ("--no-progress", args.no_progress)) if on]
+                                       ("--no-progress", args.no_progress),
+                                       ("--host-out", args.host_out)) if on]
         refuse(given, "applies when measuring; it cannot be given with --from-points")
         env, points = _load(args.from_points, "--from-points")
         return _fit_and_save(args, g, env, points, validation)
@@ -86,6 +92,14 @@ def _run(args: argparse.Namespace) -> int:
 
     env, points = bench.run_benchmarks(mode="quick" if args.quick else "full", jsonl=args.points,
                                        show_progress=not args.no_progress)
+    if args.host_out:
+        from gpumodel.calibration.host import fit_host_costs, measure_host, save_host_costs
+
+        hc = fit_host_costs(measure_host("cuda", n=500 if args.quick else 2000), source=args.source)
+        save_host_costs(hc, args.host_out, {"device_name": str(env.get("device_name", "")),
+                                            "torch_version": str(env.get("torch_version", ""))})
+        if not args.json:
+            print(f"wrote {args.host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
     return _fit_and_save(args, g, env, points, validation)
 
 

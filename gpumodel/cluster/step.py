@@ -23,6 +23,13 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
   reduces gradients after the pipeline flushes (exposed); PyTorch DDP/FSDP and DeepSpeed bucket the
   reduction under the backward of the last micro-batch (exposed: what the backward cannot hide).
 * **Optimizer**: over the shard's parameters (``/ dp`` with ZeRO >= 1).
+* **Communication overlap** (``comm_overlap=True``, Megatron-Core's ``--tp-comm-overlap``,
+  ``--overlap-grad-reduce`` and ``--overlap-param-gather``): each tensor-parallel all-gather and
+  reduce-scatter runs in chunks under the layer's GEMMs, exposed only where it outlasts them
+  (``max(0, t_tp - t_gemm)`` per layer, the GEMMs being the layer's compute less its attention
+  kernels); the gradient reduce-scatter runs bucket by bucket under the last micro-batch's backward
+  and the parameter all-gather under the first micro-batch's forward, each exposed where it outlasts
+  them, and at least one bucket (:data:`MEGATRON_BUCKET_PARAMS`).
 
 Collective times come from :mod:`gpumodel.cluster.collectives` with each group's placement (tensor
 ranks innermost). Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py``
@@ -58,6 +65,8 @@ __all__ = ["Framework", "parallel_training_step_time", "model_flops_per_token", 
 PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
 #: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
 DDP_BUCKET_BYTES = 25 * 2**20
+#: Megatron-Core's gradient bucket with ``--overlap-grad-reduce`` (``--ddp-bucket-size`` default, 40M parameters).
+MEGATRON_BUCKET_PARAMS = 40_000_000
 
 
 class Framework(str, enum.Enum):
@@ -81,7 +90,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 optimizer: str = "adamw", checkpointing: Any = False, *,
                                 gradient_accumulation_steps: int = 1, parallelism: Parallelism | None = None,
                                 framework: str = "hf", attention: str = "flash", calibrated: bool = True,
-                                calibration: Any = None) -> StepTime:
+                                calibration: Any = None, comm_overlap: bool = False) -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -105,6 +114,11 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         kernels, the gradient reduction bucketed under the backward.
     attention : {"flash", "naive"}
         Attention kernels: FlashAttention, or the scores written to memory (Megatron-LM before 2022).
+    comm_overlap : bool
+        Megatron-Core's communication overlap (``--tp-comm-overlap``, ``--overlap-grad-reduce``,
+        ``--overlap-param-gather``): tensor-parallel collectives under the GEMMs, the data-parallel
+        reduce-scatter and all-gather under the backward and forward. Default False (all exposed, as
+        Megatron-LM before 2023).
 
     Returns
     -------
@@ -132,6 +146,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     opt = choice(Optimizer, optimizer, "optimizer")
     ckpt = checkpointing_mode(checkpointing)
     calibrated = flag(calibrated, "calibrated")
+    overlap = flag(comm_overlap, "comm_overlap")
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
     m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
@@ -152,7 +167,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
-                  micro_batches=m, checkpointing=code)
+                  micro_batches=m, checkpointing=code, comm_overlap=overlap)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
@@ -175,12 +190,12 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
 
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
-            micro_batches, checkpointing) -> dict:
+            micro_batches, checkpointing, comm_overlap=False) -> dict:
     """The step of a layout from its shard's kernel times: a pure function that broadcasts.
 
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
     same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
-    (0 none, 1 selective, 2 full) may be arrays of one shape. Returns the breakdown by :data:`PHASES` [s],
+    (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is a bool. Returns the breakdown by :data:`PHASES` [s],
     ``"hardware_flops"`` [FLOP] and ``"stage_parameters"`` (parameters per GPU before ZeRO).
     """
     A = np.asarray
@@ -208,6 +223,9 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     p2p_bytes = act_bytes / np.where(sp, tp, 1)
     p2p = np.where(pp > 1, 2 * v * A(_coll("send_recv", p2p_bytes, sysm, 2, tp * cp * dp)), 0.0)
     compute_mb = layers * (f_l + b_l + r_l) + A(st.head_forward) + A(st.head_backward)
+    if comm_overlap:  # chunked under the layer's GEMMs: its compute less the attention kernels (backward 2.5x forward)
+        gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | sel, 1.0, 0.0)))
+        tp_layer = np.maximum(0.0, tp_layer - gemm_l)
     comm_mb = layers * (tp_layer + cp_layer + ep_layer) + 2 * tp_coll + p2p
 
     # ---- data parallel: gradients over dp * cp ranks (stride tp), ZeRO
@@ -226,6 +244,14 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     if fw != Framework.MEGATRON:  # buckets reduced under the last micro-batch's backward; the last one exposed
         last = A(_coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes), sysm, group, tp))
         dp_comm = np.where(group > 1, np.maximum(dp_comm - layers * b_l, last), 0.0)
+    elif comm_overlap:  # reduce-scatter under the last backward, all-gather under the first forward, by buckets
+        bucket = np.minimum(MEGATRON_BUCKET_PARAMS / tp, n_stage)
+        red = np.where(zero == 0, all_reduce, reduce_scatter)
+        red_b = np.where(zero == 0, A(_coll("all_reduce", bucket * grad_bytes, sysm, group, tp)),
+                         A(_coll("reduce_scatter", bucket * grad_bytes, sysm, group, tp)))
+        gat = np.where(zero == 0, 0.0, np.where(zero < 3, gather_params, 0.0))
+        gat_b = np.where(gat > 0, A(_coll("all_gather", bucket * c, sysm, group, tp)), 0.0)
+        dp_comm = np.where(group > 1, np.maximum(red - layers * b_l, red_b) + np.maximum(gat - layers * f_l, gat_b), 0.0)
     t_mb = compute_mb + comm_mb + zero3_mb
     bubble = (pp - 1) / v * t_mb
     n_opt = n_stage / np.where(zero >= 1, group, 1)

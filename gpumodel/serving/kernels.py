@@ -35,18 +35,22 @@ __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_band
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
 #: (the calibration's ``launch_s``, about 4.7 us on the H200): a graph submits its kernels back to
-#: back. Order of magnitude: NVIDIA's "Getting Started with CUDA Graphs" (A. Gray, 2019) measures
-#: about 3.4 us per short kernel with graphs against about 3.8 us without (kernel included).
-GRAPH_LAUNCH_S = 2.0e-6
+#: back. Fitted (least squares of the relative error) on the "fit" rows of the H200 step measurements
+#: (``tests/data/serving/measured.jsonl``, 120 rows; ``python bench/serving_accuracy.py --fit``), the
+#: one constant fitted there. The value is the same order as NVIDIA's "Getting Started with CUDA
+#: Graphs" (A. Gray, 2019): about 3.4 us per short kernel with graphs against 3.8 us without, kernel
+#: body included.
+GRAPH_LAUNCH_S = 1.31e-6
 #: Host time to dispatch one eager PyTorch op from Python (module call, dispatcher, launch) [s].
-#: An assumption, not a fit: PyTorch's eager overhead is "on the order of 10 us per op" on a modern
-#: x86 host (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022, section
-#: "Overhead"), and HF modules add their ``nn.Module.__call__`` layers on top. Used by ``engine="hf"``
-#: only; a measured host cost replaces it when one exists.
-HOST_OP_S = 10e-6
+#: Fitted, with :data:`HOST_STEP_S`, on the time per output token of the HF ``generate`` rows of the
+#: "fit" split of the H200 measurements (``python bench/serving_accuracy.py --fit``; transformers
+#: 5.17, torch 2.11). The order of magnitude is PyTorch's eager overhead, "on the order of 10 us per
+#: op" on a modern x86 host (Horace He, "Making Deep Learning Go Brrrr From First Principles", 2022,
+#: section "Overhead"). Used by ``engine="hf"`` only.
+HOST_OP_S = 8.1e-6
 #: Host time per ``generate`` step outside the model's ops (logits processors, stopping criteria,
-#: cache bookkeeping, the per-step device sync) [s]; the same source and status as :data:`HOST_OP_S`.
-HOST_STEP_S = 1.0e-3
+#: cache bookkeeping, the per-step device sync) [s]; fitted with :data:`HOST_OP_S`.
+HOST_STEP_S = 5.8e-3
 #: Fixed time of one all-reduce call (kernel launch and the cross-GPU handshake) [s]. An assumption
 #: in the range of NCCL's small-message all-reduce latency inside one NVLink node (nccl-tests
 #: ``all_reduce_perf`` reports ~10-30 us for 8 B..64 KiB messages on 8x A100/H100 SXM).

@@ -1,0 +1,128 @@
+"""Kernel-by-kernel times inside replayed serving steps: where a step's time goes on the local GPU.
+
+For a few cases of ``bench/measure_serving.py``'s lean decoder (long prefills, where the model is about
+10% too fast, large-batch decode with grouped KV heads, and batch-1 decode, where the per-kernel graph
+time dominates), the step is captured as a CUDA graph, replayed a few times, then replayed under
+``torch.profiler`` with CUDA activity. Each output line is one case: the event-timed replay
+(``seconds``), every kernel name with its count and summed duration over one replay (``kernels``), the
+sum of kernel durations (``kernel_sum_s``; ``seconds - kernel_sum_s`` is the gaps between kernels), and
+the SM clock before and after (``sm_clock_mhz``, from ``torch.cuda.clock_rate()`` where NVML is present).
+The serving model's per-family times can then be compared kernel family by kernel family.
+
+Usage::
+
+    python bench/profile_serving.py --out profile.jsonl --budget-s 240   # on a CUDA machine (~2 min)
+    python bench/profile_serving.py --out /tmp/p.jsonl --dry-run         # tiny shapes on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+_MS = Path(__file__).resolve().parent / "measure_serving.py"
+
+# (shape, kind, batch, tokens): tokens is the prompt length of a prefill or the context of a decode step
+CASES = [("llama-3-8b", "prefill", 1, 8192), ("llama-3-8b", "prefill", 32, 256), ("llama-3-8b", "prefill", 1, 512),
+         ("llama-3.2-1b", "prefill", 4, 2048), ("llama-3-70b", "prefill", 2, 4096),
+         ("llama-3-70b", "decode", 128, 128), ("qwen2.5-7b", "decode", 128, 128),
+         ("llama-3.2-1b", "decode", 1, 2048), ("llama-3-8b", "decode", 1, 2048), ("llama-2-7b", "decode", 64, 512)]
+TINY_CASES = [("tiny-gqa", "prefill", 1, 8), ("tiny-gqa", "decode", 2, 16)]
+
+
+def _measure_serving():
+    spec = importlib.util.spec_from_file_location("measure_serving", _MS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _clock(torch) -> float | None:
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:                       # no NVML: the clock is not recorded
+        return None
+
+
+def profile_case(torch, ms, case: dict, device: str, reps: int = 3) -> dict:
+    """Event-timed replays, then one profiled replay of the step; kernel durations summed by name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    weights = ms.build_weights(torch, case, device)
+    step, _, caches = ms.make_step(torch, case, weights, device)
+    out = dict(case)
+    if device == "cuda":
+        clock0 = _clock(torch)
+        times = ms.time_graph(torch, step, device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        for _ in range(reps):
+            g.replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            g.replay()
+            torch.cuda.synchronize()
+        out["sm_clock_mhz"] = [clock0, _clock(torch)]
+        events = [e for e in prof.events() if str(e.device_type).endswith("CUDA")]
+    else:
+        times = ms.time_graph(torch, step, device)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        events = [e for e in prof.events() if e.name.startswith("aten::")]
+    kernels: dict[str, list] = {}
+    for e in events:
+        k = kernels.setdefault(e.name[:160], [0, 0.0])
+        k[0] += 1
+        k[1] += e.time_range.elapsed_us() * 1e-6
+    out.update(seconds=statistics.median(times), seconds_all=times, kernels=kernels,
+               kernel_sum_s=sum(v[1] for v in kernels.values()), kernel_count=sum(v[0] for v in kernels.values()))
+    del caches, weights
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="JSON lines file to write")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="start no new case after this many seconds")
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
+    args = ap.parse_args(argv)
+    import torch
+
+    ms = _measure_serving()
+    device = "cpu" if args.dry_run else "cuda"
+    shapes = {s[0]: s for s in (ms.TINY_SHAPES if args.dry_run else ms.SHAPES)}
+    t0 = time.perf_counter()
+    with open(args.out, "w") as out:
+        out.write(json.dumps(ms.environment(torch, device)) + "\n")
+        for name, kind, batch, tokens in (TINY_CASES if args.dry_run else CASES):
+            if time.perf_counter() - t0 > args.budget_s:
+                out.write(json.dumps({"kind": "stopped", "elapsed_s": time.perf_counter() - t0}) + "\n")
+                break
+            _, hidden, layers, heads, kv, hd, ffn, vocab, full = shapes[name]
+            case = dict(kind=kind, engine="graph", batch=batch, shape=name, hidden=hidden, layers=layers, heads=heads,
+                        kv_heads=kv, head_dim=hd, ffn=ffn, vocab=vocab, full_layers=full, dtype="bf16",
+                        **({"prompt_len": tokens} if kind == "prefill" else {"context_len": tokens}))
+            try:
+                row = profile_case(torch, ms, case, device)
+                row["status"] = "ok"
+            except Exception as e:                   # one bad case must not lose the rest of the run
+                row = dict(case, status="error", error=f"{type(e).__name__}: {e}"[:500])
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            row["elapsed_s"] = round(time.perf_counter() - t0, 2)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"{row['elapsed_s']:7.1f}s {kind:8s} {name:14s} b={batch:<4d} {tokens:>6d} {row['status']} "
+                  f"{row.get('seconds', float('nan')) * 1e3:9.3f} ms, kernels {row.get('kernel_count', 0)} "
+                  f"summing {row.get('kernel_sum_s', float('nan')) * 1e3:9.3f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

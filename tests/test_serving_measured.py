@@ -1,0 +1,109 @@
+"""The serving model against the steps measured on an H200 (``tests/data/serving/measured.jsonl``).
+
+The bars are the levels the model reaches on the held-out rows, each with the value measured when it was
+written beside it; ``python bench/serving_accuracy.py`` prints the full tables.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpumodel.serving import kernels as K
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "serving" / "measured.jsonl"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("serving_accuracy", ROOT / "bench" / "serving_accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def steps():
+    """{kind: (rows, model, shortcut, measured, split)} for the lean decoder's decode and prefill rows."""
+    sa = _script()
+    rows = sa.load_measured(DATA)
+    out = {}
+    for kind in ("decode", "prefill"):
+        sel = [r for r in rows if r["engine"] == "graph" and r["kind"] == kind]
+        pred, base = sa.predict_steps(sel, kind)
+        out[kind] = (sel, pred, base, np.array([r["seconds"] for r in sel]), np.array([r["split"] for r in sel]))
+    return out
+
+
+def test_the_data_is_what_its_readme_says():
+    rows = _script().load_measured(DATA)
+    assert len(rows) == 161
+    count = {(k, s): sum(r["kind"] == k and r["split"] == s for r in rows)
+             for k in ("decode", "prefill", "generate") for s in ("fit", "holdout")}
+    assert count == {("decode", "fit"): 70, ("decode", "holdout"): 23, ("prefill", "fit"): 50,
+                     ("prefill", "holdout"): 10, ("generate", "fit"): 4, ("generate", "holdout"): 4}
+
+
+def test_decode_held_out(steps):
+    _, pred, base, meas, split = steps["decode"]
+    h = split == "holdout"
+    err = np.abs(pred[h] / meas[h] - 1)
+    assert np.median(err) < 0.05                        # measured 3.4% (issue's bar: 8%)
+    assert np.percentile(err, 90) < 0.10                # measured 6.7% (issue's bar: 20%)
+    assert abs(np.median(pred[h] / meas[h] - 1)) < 0.04  # signed median +1.0%: no overall bias
+    # the weights-over-bandwidth shortcut misses by half (median 50.0%)
+    assert np.median(np.abs(base[h] / meas[h] - 1)) > 0.4
+
+
+def test_decode_at_batch_one_is_weights_plus_a_floor_per_kernel(steps):
+    rows, pred, _, meas, _ = steps["decode"]
+    one = np.array([r["batch"] == 1 for r in rows])
+    err = np.abs(pred[one] / meas[one] - 1)
+    assert np.median(err) < 0.05 and err.max() < 0.08   # all 30 rows: median 3.1%, worst 5.8%
+
+
+def test_prefill_held_out(steps):
+    _, pred, base, meas, split = steps["prefill"]
+    h = split == "holdout"
+    err = np.abs(pred[h] / meas[h] - 1)
+    # measured 10.6% / 12.1%, every row too fast (signed -10.6%): the kernels of a long prefill run
+    # slower inside the graph than the calibration's isolated kernels (issue's bar: 8% / 20%)
+    assert np.median(err) < 0.12
+    assert np.percentile(err, 90) < 0.15
+    assert np.median(np.abs(base[h] / meas[h] - 1)) > 0.4   # shortcut: 50.7%
+
+
+def test_hf_generate_time_per_token():
+    sa = _script()
+    import gpumodel as gm
+
+    hf = [r for r in sa.load_measured(DATA) if r["engine"] == "hf"]
+    tpot = np.array([gm.generation_time(sa.hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
+                                        new_tokens=r["new_tokens"], engine="hf").tpot_s for r in hf])
+    err = np.abs(tpot / np.array([r["tpot_s"] for r in hf]) - 1)
+    assert np.median(err) < 0.12 and err.max() < 0.3    # 8 rows: median 7.1%, worst 22.3% (host noise)
+
+
+def test_graph_constant_is_the_fit_on_the_fit_rows(steps):
+    """GRAPH_LAUNCH_S equals its least-squares value on the fit rows (re-fit when the kernel model changes):
+    a step is ``body + n g`` with ``n`` kernels, so ``g = sum(n/m (1 - body/m)) / sum((n/m)^2)``."""
+    import gpumodel as gm
+
+    sa = _script()
+    num = den = 0.0
+    for kind in ("decode", "prefill"):
+        rows, pred, _, meas, split = steps[kind]
+        kernels = {}
+        for r, p_, m in zip(rows, pred, meas):
+            if r["split"] != "fit":
+                continue
+            if r["shape"] not in kernels:   # the kernel count depends on the shape only
+                kernels[r["shape"]] = gm.decode_step_time(sa.lean_config(r), "h200", 1, 1).kernels
+            n = kernels[r["shape"]]
+            body = p_ - n * K.GRAPH_LAUNCH_S
+            num += n / m * (1 - body / m)
+            den += (n / m) ** 2
+    assert num / den == pytest.approx(K.GRAPH_LAUNCH_S, rel=0.05)
