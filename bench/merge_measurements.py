@@ -2,8 +2,10 @@
 
 Kernels measured in several runs get the geometric mean of their medians; each run can be cut
 after its first N points (``file.jsonl:N``), e.g. where a repeatability check found it disturbed.
+``--exclude`` drops every kernel whose op, dtype and shape a held-out (VALIDATION) file has, so the
+fit never sees a validation shape.
 
-    python bench/merge_measurements.py --out fit.jsonl fit_run3.jsonl:620 fit_run2.jsonl
+    python bench/merge_measurements.py --out fit.jsonl fit_run3.jsonl:620 fit_run2.jsonl --exclude validation.jsonl
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="FILE or FILE:N (first N points only)")
     p.add_argument("--out", required=True)
+    p.add_argument("--exclude", nargs="*", default=[], metavar="FILE",
+                   help="held-out measurement files: their shapes are left out of the merge")
     args = p.parse_args(argv)
-    env, merged, order = None, {}, []
+    held = {_shape_key(r) for path in args.exclude for r in _rows(path) if "op" in r}
+    env, merged, order, dropped = None, {}, [], 0
     for spec in args.runs:
         path, _, limit = spec.partition(":")
-        rows = [json.loads(x) for x in open(path, encoding="utf-8") if x.strip()]
+        rows = _rows(path)
         points = [r for r in rows if "op" in r]
         if limit:
             points = points[: int(limit)]
@@ -30,21 +35,33 @@ def main(argv=None) -> int:
         for pt in points:
             if not pt.get("time_s"):
                 continue
+            if _shape_key(pt) in held:
+                dropped += 1
+                continue
             key = (pt["op"], pt.get("kernel", ""), pt["dtype"], json.dumps(pt["shape"], sort_keys=True))
             if key not in merged:
                 merged[key] = (pt, [])
                 order.append(key)
             merged[key][1].append(pt["time_s"])
-    env = {**env, "merged_from": args.runs}
+    env = {**env, "merged_from": args.runs, **({"excluded_shapes_of": args.exclude} if args.exclude else {})}
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(json.dumps({"environment": env}) + "\n")
         for key in order:
             pt, times = merged[key]
             t = math.exp(sum(math.log(x) for x in times) / len(times))
             fh.write(json.dumps({**pt, "time_s": t, "runs": len(times)}) + "\n")
-    print(f"{len(order)} kernels ({sum(len(v[1]) > 1 for v in merged.values())} measured more than once) -> {args.out}",
-          file=sys.stderr)
+    print(f"{len(order)} kernels ({sum(len(v[1]) > 1 for v in merged.values())} measured more than once; "
+          f"{dropped} points with a held-out shape left out) -> {args.out}", file=sys.stderr)
     return 0
+
+
+def _rows(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(x) for x in fh if x.strip()]
+
+
+def _shape_key(pt: dict) -> tuple:
+    return pt["op"], pt["dtype"], json.dumps(pt["shape"], sort_keys=True)
 
 
 if __name__ == "__main__":

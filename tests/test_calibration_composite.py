@@ -93,16 +93,36 @@ def test_adamw_launches_one_kernel_per_320_chunks(model):
     assert t(model, op) == pytest.approx(stream + launches * p["launch_s"], rel=0.05)
 
 
-def test_kv_cache_write_is_two_copies(model):
-    op = gm.ops.kv_cache_write(8, 8, 16, 128)
-    half = gm.ops.elementwise(8 * 8 * 16 * 128, "bf16")
-    assert t(model, op) == pytest.approx(2 * t(model, half))
+def test_kv_cache_write_is_two_index_copies(model):
+    p = model.params
+    small = gm.ops.kv_cache_write(8, 8, 16, 128)
+    n = 8 * 8 * 16 * 128                                              # 131072 elements each of K and V
+    half = gm.ops.elementwise(n, "bf16")
+    # each index_copy_ is a copy of n elements, unless its element rate (index arithmetic, no vector loads) is slower
+    body = max(t(model, half) - p["launch_s"], n / p["index_copy_rate"])
+    assert t(model, small) == pytest.approx(2 * (p["launch_s"] + body))
+    big = gm.ops.kv_cache_write(64, 8, 4096, 128)                     # 268M elements each
+    assert t(model, big) == pytest.approx(2 * (p["launch_s"] + 64 * 8 * 4096 * 128 / p["index_copy_rate"]))
 
 
 @pytest.mark.parametrize("w", ["int8", "int4", "fp8"])
 def test_weight_only_decode_is_faster_than_bf16_for_big_weights(model, w):
     big = (1, 28672, 8192)
-    if w == "int8":  # run as dequantise + bf16 GEMM: slower than the bf16 GEMM alone
+    if w == "int8":  # PyTorch's weight_int8pack_mm: an fp32 CUDA-core kernel, slower than the bf16 GEMM
         assert t(model, gm.ops.matmul(*big, weight_dtype=w)) > t(model, gm.ops.matmul(*big))
     else:
         assert t(model, gm.ops.matmul(*big, weight_dtype=w)) < 2 * t(model, gm.ops.matmul(*big))
+
+
+def test_int8_weight_only_is_casts_and_the_int8pack_kernel(model):
+    p = model.params
+    m, n, k = 16, 6144, 4096
+    op = gm.ops.matmul(m, n, k, weight_dtype="int8")
+    casts = [gm.ops.elementwise(m * k, "fp32", inputs=0.5, outputs=1), gm.ops.elementwise(n, "fp32", inputs=0.5),
+             gm.ops.elementwise(m * n, "bf16", inputs=2, outputs=1)]                 # x, scales to fp32; out to bf16
+    stream = (n * k + 2 * n + m * k * 2 + m * n * 2) / (p["bandwidth"] * p["bw_eff_int8_mm"])
+    math = 2 * m * n * k / p["flops_int8_mm"]
+    q = p["overlap_p"]
+    kernel = p["launch_s"] + max(stream, math) * ((min(stream, math) / max(stream, math)) ** q + 1) ** (1 / q)
+    assert t(model, op) == pytest.approx(sum(t(model, c) for c in casts) + kernel)
+    assert float(predict(model, op).overhead_s) == pytest.approx(4 * p["launch_s"])   # four kernels, as profiled

@@ -37,7 +37,10 @@ def test_targets_are_met_and_cost_throughput():
     # 277 sequences a decode GEMM needs a third row of 128-row tiles)
     rps = np.asarray(c["requests_per_s"])
     assert rps[-1] > 2 * rps[0] and np.all(np.diff(rps) > -0.02 * rps[:-1])
-    assert np.all(np.diff(c["tpot_s"]) > 0)
+    # TPOT grows with concurrency, up to the split-KV heuristic's steps (19 sequences can get fewer splits and
+    # run a hair faster than 17)
+    tpot = np.asarray(c["tpot_s"])
+    assert tpot[-1] > 10 * tpot[0] and np.all(np.diff(tpot) > -0.01 * tpot[:-1])
 
 
 def test_unreachable_target_serves_nothing():

@@ -9,7 +9,14 @@ splits whose wave efficiency is within 85% of the best, none when the tiles alre
 the SMs. For grouped-query decode the query heads that share a KV head are packed into the rows
 of one tile (``seqlenq_ngroups_swapped``), so the KV cache is read once per KV head. The backward
 pass runs three kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main
-kernel (a block per tile of keys, looping over the queries) and the dQ conversion.
+kernel (a block per tile of keys, looping over the queries) and the dQ conversion; timed as one
+``torch.autograd.grad`` call, its host work (about 0.1 ms on the H200's host) is a floor the GPU
+waits on at short sequences (``attn_bwd_host_s``).
+
+The kernels behind ``scaled_dot_product_attention`` depend on the shapes: on the H200 with torch 2.11
+the profiler shows cuDNN's sm90 (wgmma) kernels for a square attention (``seq == kv_seq``) and
+FlashAttention-2's ``flash_fwd_kernel`` / ``flash_fwd_splitkv_kernel`` for queries over a longer cache
+(chunked prefill, decode), about half as fast per FLOP on Hopper (``attn_flops_fa2``).
 
 The naive form is the composition of its kernels (:mod:`gpumodel.calibration.composite`).
 
@@ -114,7 +121,12 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         k = flash_tiles(op, model.sm_count)
         tiles, splits = k["tiles"], k["splits"]
     waves = np.ceil(tiles / P)
-    per_sm = _soft_max(_f(op.flops) / p[f"attn_flops_{d}"], scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
+    # FlashAttention-2's kernels (flash_fwd_kernel, flash_fwd_splitkv_kernel); a square attention runs the
+    # backend the rate attn_flops_fwd was fitted to (cuDNN's sm90 wgmma kernels on the H200 with torch 2.11)
+    rate = p[f"attn_flops_{d}"] if bwd else np.where(seq < skv, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
+                                                       p["attn_flops_fwd"])
+    per_sm = _soft_max(_f(op.flops) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
     t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
@@ -123,4 +135,9 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     kernels = BWD_KERNELS if bwd else 1.0 + (splits > 1)       # split-KV: + the combine kernel
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = p["launch_s"] * kernels * np.ones_like(body)
-    return Prediction(launch + body + combine, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})
+    total = launch + body + combine
+    if bwd:  # a backward call's host work (autograd, plan lookup, four launches) is a floor for short sequences
+        host = p.get("attn_bwd_host_s", 0.0)
+        launch = np.where(host > total, host, launch)
+        total = np.maximum(total, host)
+    return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})

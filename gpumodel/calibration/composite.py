@@ -21,8 +21,10 @@ embedding backward's sort, the optimizer step's host time.
 * **fused AdamW** (``torch.optim.AdamW(fused=True).step()``): ``_foreach_add_`` on the step
   counters and the fused kernel, launched per group of at most 36 tensors or 320 chunks of 65536
   elements (``multi_tensor_apply`` at depth 4), and the step's host time.
-* **KV-cache write**: two ``index_copy_`` kernels (keys, values).
-* **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them.
+* **KV-cache write**: two ``index_copy_`` kernels (keys, values), each at the element rate of an
+  indexing kernel.
+* **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them (kernel time only: the
+  dynamic fp8 recipe's eight Python calls can keep the GPU waiting on the host at small sizes).
 
 References
 ----------
@@ -49,8 +51,11 @@ NLL_THREADS = 32                  # NLL_LOSS_THREADS: the one block of the reduc
 EMBEDDING_SORT_MIN_TOKENS = 3072  # embedding_dense_backward sorts the ids above this many tokens
 MTA_MAX_TENSORS, MTA_MAX_BLOCKS, MTA_CHUNK = 36, 320, 65536   # multi_tensor_apply at depth 4
 FOREACH_MAX_TENSORS = 110         # multi_tensor_apply at depth 1 (the step counters)
-#: what PyTorch (2.11, CUDA) runs for a weight-only GEMM of each weight format
-WEIGHT_ONLY_PATH = {"int8": "dequant_linear", "int4": "weight_int4pack_mm", "fp8": "scaled_mm_dynamic"}
+#: what PyTorch (2.11, CUDA) runs for a weight-only GEMM of each weight format (the kernel names the
+#: profiler recorded on the H200: ``weight_int8pack_mm_kernel(float const*, signed char const*, float
+#: const*, float*, ...)`` between fp32 casts of the input and scales and a bf16 cast of the output)
+WEIGHT_ONLY_PATH = {"int8": "weight_int8pack_mm", "int4": "weight_int4pack_mm", "fp8": "scaled_mm_dynamic"}
+
 
 
 def _t(model: CalibrationModel, op: Any) -> np.ndarray:
@@ -169,9 +174,17 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
 
 @predictor(OpName.KV_CACHE_WRITE)
 def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
-    s = op.shape
-    half = ops.elementwise(_f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"]), op.dtype)
-    return _pred(*_sum(model, [half, half]))
+    """Two ``index_copy_`` kernels (keys, values). Each is an indexing kernel: one element per thread
+    and step with its index arithmetic, no vectorised loads, so it moves elements at a rate of its
+    own (``index_copy_rate``; about 0.3 G elements/us, 1.2 TB/s of bf16 read and write, on the H200)
+    unless the traffic takes longer."""
+    s, p = op.shape, model.params
+    numel = _f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"])
+    half = predict(model, ops.elementwise(numel, op.dtype))
+    launch = _f(half.overhead_s)
+    body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"])
+    total = 2.0 * (launch + body)
+    return _pred(total, 0.0 * total, total - 2.0 * launch, 2.0 * launch)
 
 
 def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
@@ -189,15 +202,34 @@ def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
         tiny = [ops.elementwise(1, "fp32")] * 3
         parts = [x, ops.reduce_sum(1, m * k, dt), *tiny, x, ops.elementwise(m * k, dt, outputs=1.0 / e),
                  ops.matmul(m, n, k, "fp8")]
+        # (the recipe is eight Python-level calls: for small products the GPU waits on the host, which this
+        # kernel model leaves out; the H200 runs measured that host floor at ~90 us in one run, ~280 us in another)
         return _pred(*_sum(model, parts))
+    if path == "weight_int8pack_mm":  # x and the scales to fp32, the fp32 kernel, the output to dtype
+        casts = [ops.elementwise(m * k, "fp32", inputs=e / 4.0, outputs=1), ops.elementwise(n, "fp32", inputs=0.5),
+                 ops.elementwise(m * n, dt, inputs=4.0 / e, outputs=1)]
+        total, compute, memory, launch = _sum(model, casts)
+        body = _weight_stream(model, op, wdt)
+        return _pred(total, compute, memory, launch, p["launch_s"] + body, p["launch_s"])
     if path == "dequant_linear":       # w.to(dtype) * scale, then the GEMM
         nk = n * k
         wb = 0.5 if wdt == "int4" else 1.0      # packed bytes per weight
         parts = [ops.elementwise(nk, dt, inputs=wb / e, outputs=1), ops.elementwise(nk, dt, inputs=1, outputs=1),
                  linear]
         return _pred(*_sum(model, parts))
-    # a weight-streaming kernel (tinygemm, int8pack): the packed weight read once, its math on tensor cores
+    # a weight-streaming kernel (tinygemm): the packed weight read once, its math on tensor cores
+    body = _weight_stream(model, op, wdt)
+    return Prediction(p["launch_s"] + body, 0.0 * body, body, p["launch_s"] + 0.0 * body, 1.0, {})
+
+
+def _weight_stream(model: CalibrationModel, op: Any, wdt: str) -> np.ndarray:
+    """Body of a weight-only GEMM kernel: its weight stream and its math at the kernel's own rates.
+
+    ``weight_int4pack_mm`` (tinygemm) multiplies on tensor cores; ``weight_int8pack_mm`` is a
+    CUDA-core fp32 kernel whose weight loads are not coalesced (about 0.1 TB/s and 1 TFLOP/s on the
+    H200), so its time grows with ``m`` from a handful of tokens on.
+    """
+    p = model.params
     stream = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{wdt}_mm"])
     math = _f(op.flops) / p[f"flops_{wdt}_mm"]
-    body = _soft_max(stream, math, p["overlap_p"])
-    return Prediction(p["launch_s"] + body, math, stream, p["launch_s"] + 0.0 * body, 1.0, {})
+    return _soft_max(stream, math, p["overlap_p"])

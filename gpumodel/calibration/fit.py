@@ -219,14 +219,18 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     for d in ("fwd", "bwd"):
         if f"attention_{d}" in fams or (d == "fwd" and "attention_decode" in fams):
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
+    if "attention_bwd" in fams:
+        free += ["attn_bwd_host_s"]
     if "attention_decode" in fams:
-        free += ["bw_eff_attention"]
+        free += ["bw_eff_attention", "attn_flops_fa2"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
         free += ["nll_step_s"]
     if "embedding_bwd" in fams:
         free += ["embedding_token_s", "embedding_sort_s"]
     if "adamw_step" in fams:
         free += ["adamw_host_s", "adamw_host_tensor_s"]
+    if "kv_cache_write" in fams:
+        free += ["index_copy_rate"]
     for w in sorted(x for x in weights if x and WEIGHT_ONLY_PATH[x] not in ("dequant_linear", "scaled_mm_dynamic")):
         free += [f"bw_eff_{w}_mm", f"flops_{w}_mm"]
     return list(dict.fromkeys(k for k in free if k in params))
@@ -306,7 +310,7 @@ def datasheet_bounds(gpu: Any) -> dict[str, float]:
         if gpu.supports(d):
             out[f"flops_{d}"] = gpu.peak_flops(d)
     bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    out.update(unaligned_flops=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, vector_flops=gpu.peak_flops("fp32"),
+    out.update(unaligned_flops=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"),
                attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
     return out
 

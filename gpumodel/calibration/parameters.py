@@ -121,6 +121,13 @@ DEFAULTS: dict[str, Default] = {
                               lambda g, bw: 0.55 * _bf16(g), f"{_H200}: 540-600 of 989 TFLOP/s"),
     "attn_flops_bwd": Default("FLOP/s", "achievable matmul rate inside flash attention, backward",
                               lambda g, bw: 0.4 * _bf16(g), f"{_H200}: 450-545 of 989 TFLOP/s"),
+    "attn_flops_fa2": Default("FLOP/s", "achievable matmul rate of FlashAttention-2's forward kernels, which PyTorch "
+                              "runs for a query block over a longer cache (chunked prefill, decode)",
+                              lambda g, bw: 0.35 * _bf16(g), "J. Shah et al., FlashAttention-3 (2024): FlashAttention-2 "
+                              "reaches about 35% of the H100's peak (no wgmma)"),
+    "attn_bwd_host_s": Default("s", "host time of one attention backward call (autograd, the backend's plan lookup "
+                               "and launches): a floor the GPU waits on for short sequences", _const(50e-6),
+                               "start value of the fit"),
     "attn_score_rate_fwd": Default("1/s", "score elements (softmax, masking) per second, forward",
                                    lambda g, bw: g.peak_flops("fp32") / 4, "about 4 FP32 operations a score"),
     "attn_score_rate_bwd": Default("1/s", "score elements per second, backward",
@@ -141,6 +148,9 @@ DEFAULTS: dict[str, Default] = {
                             _const(40e-6), "start value of the fit"),
     "adamw_host_tensor_s": Default("s", "host time per parameter tensor of that step", _const(1e-6),
                                    "start value of the fit"),
+    "index_copy_rate": Default("elements/s", "element rate of an indexing copy kernel (index_copy_)",
+                               lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
+                               "vectorised copy rate (start value of the fit)"),
 }
 for _f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (16 per SM), 16-byte loads, two passes
     DEFAULTS[f"row_rate_{_f}"] = Default("elements/s", f"rate at which one block works through one row of {_f}",
@@ -152,11 +162,15 @@ for _f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (
 for _f in ("elementwise", *ROW_FAMILIES):
     DEFAULTS[f"bw_eff_{_f}"] = Default("1", f"{_f} bandwidth as a fraction of `bandwidth`", _const(1.0),
                                        "start value of the fit")
-for _w in WEIGHT_ONLY_DTYPES:
-    DEFAULTS[f"bw_eff_{_w}_mm"] = Default("1", f"weight-stream rate of the {_w} weight-only GEMM kernel",
-                                          _const(0.6), "start value of the fit")
-    DEFAULTS[f"flops_{_w}_mm"] = Default("FLOP/s", f"math rate of the {_w} weight-only GEMM kernel",
-                                         lambda g, bw: 0.3 * _bf16(g), "start value of the fit")
+DEFAULTS["bw_eff_int4_mm"] = Default("1", "weight-stream rate of the int4 weight-only GEMM kernel (tinygemm)",
+                                     _const(0.6), "start value of the fit")
+DEFAULTS["flops_int4_mm"] = Default("FLOP/s", "math rate of the int4 weight-only GEMM kernel (bf16 tensor cores)",
+                                    lambda g, bw: 0.3 * _bf16(g), "start value of the fit")
+# PyTorch's weight_int8pack_mm on CUDA is an fp32 CUDA-core kernel with uncoalesced weight loads
+DEFAULTS["bw_eff_int8_mm"] = Default("1", "weight-stream rate of the int8 weight-only GEMM kernel (int8pack)",
+                                     _const(0.04), f"{_H200}: 0.1-0.15 TB/s at m = 1")
+DEFAULTS["flops_int8_mm"] = Default("FLOP/s", "math rate of the int8 weight-only GEMM kernel (fp32 CUDA cores)",
+                                    lambda g, bw: 0.013 * g.peak_flops("fp32"), f"{_H200}: 0.9 of 67 TFLOP/s")
 for _d in (*GEMM_DTYPES, "fp64", "int8"):
     DEFAULTS[f"flops_{_d}"] = Default(
         "FLOP/s", f"achievable {_d} GEMM rate with full waves and large tiles",

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..specs import Catalog, SpecError, load_records
-from .model import PARAMETERS, CalibrationModel
+from .model import PARAMETERS, CalibrationModel, default_parameters
 
 __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "calibration_for",
            "list_calibrations", "CALIBRATIONS"]
@@ -116,7 +116,13 @@ class Calibration(BaseModel):
         if not self.points:  # a record without its points: trust the families it reports errors for
             measured = {f.replace("_fwd", "").replace("_bwd", "") for f in self.fit_error if f != "overall"}
             measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
-        return CalibrationModel(dict(self.parameters), self.sm_count, calibrated=True,
+        # a record fitted before a mechanism existed lacks its parameters: those take the datasheet default
+        # (GEMM rates excepted: a dtype the record has no rate for stays unsupported)
+        from gpumodel.gpus import gpu as _gpu
+
+        defaults = {k: v for k, v in default_parameters(_gpu(self.gpu)).items()
+                    if k not in self.parameters and (not k.startswith("flops_") or k.endswith("_mm"))}
+        return CalibrationModel({**defaults, **self.parameters}, self.sm_count, calibrated=True,
                                 name=f"{self.gpu} calibration of {self.date[:10]}", measured=frozenset(measured),
                                 gpu=self.gpu)
 
