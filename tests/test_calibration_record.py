@@ -79,3 +79,25 @@ def test_efficiencies_are_fractions_of_the_datasheet():
     eff = _record().efficiencies()
     assert eff["flops_bf16"] == pytest.approx(0.72)       # DEFAULT_EFFICIENCY["flops"]
     assert eff["bandwidth"] == pytest.approx(0.87)
+
+
+@pytest.mark.parametrize("name, value, hint", [
+    ("bandwidth", 3.35, "3.35e12"),       # TB/s written without its unit: times would come out in years
+    ("flops_bf16", 989.0, "9.89e14"),     # TFLOP/s written without its unit
+    ("launch_s", 4.0, "4e-06"),           # microseconds written as seconds
+])
+def test_a_value_in_the_wrong_unit_is_refused_with_the_si_form(tmp_path, name, value, hint):
+    path = _record().save(tmp_path / "cal.yaml")
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data["parameters"][name] = value
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=rf"cal\.yaml.*{name}.*{hint}"):
+        load_calibration(path)
+
+
+def test_the_shipped_calibration_is_plausible():
+    from gpumodel.calibration.record import calibration_for
+
+    assert calibration_for("h200").parameters["bandwidth"] > 1e12   # 4.8 TB/s datasheet, about 4 TB/s fitted

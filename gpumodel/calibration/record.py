@@ -56,6 +56,19 @@ class FitError(BaseModel):
     p90: float = Field(ge=0)
 
 
+#: unit -> (lowest, highest, hint): wide bounds that no GPU's fitted rate or fixed time leaves, but that a value
+#: written in the wrong unit does (a bandwidth of ``3.35`` meant as TB/s, a launch of ``4`` meant as us). Rates
+#: have no upper bound: a fit marks a limit it never met with a huge rate.
+_INF = float("inf")
+_PLAUSIBLE = {
+    "bytes/s": (1e8, _INF, "bytes/s: 3.35 TB/s is 3.35e12"),
+    "FLOP/s": (1e8, _INF, "FLOP/s: 989 TFLOP/s is 9.89e14"),
+    "elements/s": (1e3, _INF, "elements per second"),
+    "1/s": (1e3, _INF, "per second"),
+    "s": (0.0, 1.0, "seconds: 4 us is 4e-06"),
+}
+
+
 class Calibration(BaseModel):
     """A GPU's measured points and fitted efficiency-model parameters.
 
@@ -106,6 +119,11 @@ class Calibration(BaseModel):
         missing = [k for k in ("launch_s", "bandwidth") if k not in value]
         if missing:
             raise ValueError(f"missing required parameter(s) {missing}")
+        implausible = [f"{k}={v:g} ({_PLAUSIBLE[PARAMETERS[k][0]][2]})" for k, v in value.items()
+                       if k in PARAMETERS and PARAMETERS[k][0] in _PLAUSIBLE
+                       and not _PLAUSIBLE[PARAMETERS[k][0]][0] <= v <= _PLAUSIBLE[PARAMETERS[k][0]][1]]
+        if implausible:
+            raise ValueError("implausible value(s), parameters are in SI units: " + "; ".join(implausible))
         return value
 
     # ------------------------------------------------------------------ use
