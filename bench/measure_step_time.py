@@ -378,12 +378,16 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
             "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
             "cross_entropy": lambda: F.cross_entropy(lg, idx), "index_select": lambda: x.index_select(0, idx % 8),
             "topk": lambda: torch.topk(x, 2, dim=-1), "nonzero": lambda: torch.nonzero(x > 0),
+            # the eager expert loop's ops (transformers' ``experts_implementation="eager"``): ``torch.where(mask)``
+            # (a nonzero: waits for the device), token gather, ``index_add_`` back, one_hot of the routing
+            "where_mask": lambda: torch.where(x > 0), "gather_rows": lambda: x[idx % 8],
+            "index_add": lambda: x.index_add(0, idx % 8, y), "one_hot": lambda: F.one_hot(idx, 8),
         }
         for name, fn in ops.items():
             try:
                 for _ in range(20):
                     fn()
-                h, w = _per_call(torch, device, fn, n // 4 if name == "nonzero" else n)
+                h, w = _per_call(torch, device, fn, n // 4 if name in ("nonzero", "where_mask") else n)
                 add(f"op_{name}", grad=rg, host_per_op_s=h, wall_per_op_s=w)
             except Exception as exc:  # noqa: BLE001 - one op failing must not stop the rest
                 add(f"op_{name}", grad=rg, error=repr(exc)[:200])
