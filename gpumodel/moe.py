@@ -120,6 +120,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
     for m in expert_tokens(cfg, t, load):
         if m <= 0:
             continue
+        n0, b0, g0 = len(L.forward), len(L.backward), (L.modules, L.views)
         L.mem(1, 8, 1, grad=False)             # expert_idx == num_experts
         L.sync()
         L.mem(tk, 1, 16, grad=False)           # torch.where(expert_mask[idx]): nonzero
@@ -145,6 +146,8 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
         L.mem(m * h, r + 8, r)                 # index_add_
         L.views += 8
         L.modules += 1
+        # one iteration of the loop, which a host with measured per-expert costs prices as a whole
+        L.experts.append(((n0, len(L.forward)), (b0, len(L.backward)), (L.modules - g0[0], L.views - g0[1])))
 
 
 def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, experts: str,
