@@ -41,9 +41,11 @@ import yaml
 
 from ..hostcost import DEFAULT_HOST, HostCosts
 
-__all__ = ["fit_host_costs", "load_rows", "save_host_costs", "measure_host"]
+__all__ = ["fit_host_costs", "combine_host_costs", "load_rows", "save_host_costs", "measure_host"]
 
-_NOT_KERNEL_OPS = {"op_view", "op_nonzero", "op_sdpa", "op_topk"}
+# not one kernel-launching op each: views, syncs (nonzero), fused or compound ops (gather / index_add of ``idx % 8``)
+_NOT_KERNEL_OPS = {"op_view", "op_nonzero", "op_sdpa", "op_topk", "op_where_mask", "op_gather_rows", "op_index_add",
+                   "op_one_hot"}
 
 
 def load_rows(path: str | os.PathLike) -> list[dict]:
@@ -135,6 +137,43 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     hc = replace(DEFAULT_HOST, **out, layers={}, calibrated=bool(out),
                  source=source or "fitted from host microbenchmarks")
     return replace(hc, layers=_layer_scales(hc, plain_rows))
+
+
+def combine_host_costs(fits: list[HostCosts], source: str = "") -> HostCosts:
+    """The mean of host costs fitted on several measurement runs of the same host, field by field.
+
+    A host's per-op costs move from run to run (the median op 13 us in one run and 9 us in the next on the
+    H200 machine); averaging the runs' fits keeps one run's state of the CPU out of the record. A field a
+    run did not measure (equal to its default) is left out of that field's mean.
+
+    Examples
+    --------
+    >>> a, b = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 8e-6}]), \\
+    ...     fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 12e-6}])
+    >>> round(combine_host_costs([a, b]).op_s * 1e6, 3)
+    10.0
+    """
+    fits = list(fits)
+    if len(fits) == 1:
+        return fits[0]
+    out: dict[str, Any] = {}
+    for name, default in DEFAULT_HOST.to_dict().items():
+        if name in ("calibrated", "source", "layers", "optimizer"):
+            continue
+        vals = [getattr(f, name) for f in fits if getattr(f, name) != default]
+        if vals:
+            out[name] = float(np.mean(vals))
+    optimizer = dict(DEFAULT_HOST.optimizer)
+    for key, default in DEFAULT_HOST.optimizer.items():
+        vals = [f.optimizer[key] for f in fits if tuple(f.optimizer.get(key, default)) != tuple(default)]
+        if vals:
+            optimizer[key] = tuple(float(x) for x in np.mean(np.array(vals, float), axis=0))
+    layers: dict = {}
+    for key in sorted({k for f in fits for k in f.layers}):
+        entries = [f.layers[key] for f in fits if key in f.layers]
+        layers[key] = {k: round(float(np.mean([e[k] for e in entries])), 4) for k in entries[0]}
+    return replace(DEFAULT_HOST, **out, optimizer=optimizer, layers=layers,
+                   calibrated=any(f.calibrated for f in fits), source=source or " + ".join(f.source for f in fits))
 
 
 def _moe_layers(hf_config: dict) -> int:
