@@ -137,3 +137,14 @@ def test_measured_expert_iteration_prices_the_loop_as_a_whole():
                                                                                    expert_backward_s=3e-3)
     assert host(hi, "forward") - host(lo, "forward") == pytest.approx(4 * 1e-3)   # 4 experts, 1 ms more each
     assert host(hi, "backward") - host(lo, "backward") == pytest.approx(4 * 2e-3)
+
+
+def test_combining_runs_averages_measured_fields_and_keeps_single_measurements():
+    from gpumodel.calibration.host import combine_host_costs
+    a = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 8e-6},
+                        {"kind": "host", "bench": "item_idle", "host_per_op_s": 9e-6}])
+    b = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 12e-6}])
+    both = combine_host_costs([a, b])
+    assert both.op_s == pytest.approx(10e-6)       # (8 + 12) / 2
+    assert both.item_s == pytest.approx(9e-6)      # measured in one run only: that run's value
+    assert both.backward_op_s == DEFAULT_HOST.backward_op_s and both.calibrated
