@@ -12,6 +12,13 @@ Ground truth for ``gm.training_step_time``. Writes JSON lines to ``--out``:
 * ``{"kind": "layers", ...}``: per family, tiny models (hidden 64) of 2 and 4 layers: host time of
   forward / backward / optimizer and the kernels each phase launches (torch.profiler), so the
   difference gives per-layer dispatch counts.
+* ``{"kind": "host", "bench": "optimizer_sweep", ...}``: AdamW fused / foreach and SGD steps over 1-512
+  tensors of 4096 and 2**20 elements (host time per step against the tensor count; wall time).
+* ``{"kind": "layers", "experts_requested": "eager", ...}``: the MoE families' tiny models with Hugging Face's
+  eager expert loop (``experts_implementation="eager"``) at 4 and 8 experts; ``host_backward_accumulate_s``:
+  a second micro-batch's backward into existing gradients (llama, gpt2, mixtral).
+* ``{"kind": "layers", "compile": true, ...}``: ``torch.compile``'d tiny llama and gpt2 of 2 and 4 layers: host
+  time per phase and kernels launched (``triton_kernels``: inductor's generated ones), so host time per launch.
 * ``{"kind": "step", ...}``: steady-state training steps (models built from configs; nothing is
   downloaded): ``--warmup`` steps, then ``--steps`` timed steps, each synchronised before and after
   and timed by the wall clock (``step_s_all``, median ``step_s_median``) and by CUDA events per
@@ -32,6 +39,9 @@ Usage::
 
     python bench/measure_step_time.py --out step_times_v2.jsonl --budget-s 420   # on a CUDA machine
     python bench/measure_step_time.py --out /tmp/x.jsonl --dry-run               # a smoke test anywhere
+    python bench/measure_step_time.py --out step_times_v3.jsonl --budget-s 290 --exclude compile
+        # microbenchmarks, tiny models (eager experts, compiled) and every step but the two compiled ones
+    python bench/measure_step_time.py --list-runs                                 # the runs and their indices
 """
 
 from __future__ import annotations
@@ -140,6 +150,7 @@ RUNS = [
     ("olmo2-400m", 8, 1024, "amp_bf16", "adamw", {}),
     ("starcoder2-400m", 8, 1024, "amp_bf16", "adamw", {}),
     ("qwen3-moe-400m", 8, 1024, "amp_bf16", "adamw", {}),
+    ("gemma2-400m", 8, 1024, "amp_bf16", "adamw", {}),
     # 2. optimizer options, clipping, accumulation, host-bound extremes
     ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"fused": True}),
     ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"foreach": False}),
@@ -179,11 +190,12 @@ RUNS = [
     ("gpt2-30m", 8, 1024, "amp_bf16", "adamw", {"compile": True}),
     ("llama-160m", 8, 1024, "amp_bf16", "adamw", {"compile": True, "fused": True}),
     # 5. extra families, least sure to run
-    ("gemma2-400m", 8, 1024, "amp_bf16", "adamw", {}),
     ("deepseek-v3-400m", 8, 1024, "amp_bf16", "adamw", {}),
     ("qwen3-moe-400m", 8, 1024, "amp_bf16", "adamw", {"experts": "eager"}),
 ]
 TINY_SHAPES = ("llama-160m", "gpt2-30m", "mixtral-500m", "qwen2-moe-400m")
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
+COMPILED_TINY = ("llama-160m", "gpt2-30m")  # torch.compile'd tiny models: host time per generated kernel
 DRY_RUNS = [
     ("llama-160m", 2, 32, "fp32", "adamw", {}),
     ("gpt2-30m", 2, 32, "fp32", "sgd", {"checkpointing": True, "accum": 2, "clip": 1.0}),
@@ -204,7 +216,7 @@ def run_key(shape: str, batch: int, seq: int, precision: str, optimizer: str, op
     return json.dumps([shape, batch, seq, precision, optimizer, o], sort_keys=True)
 
 
-def hf_config(transformers, name: str, tiny_layers: int | None = None):
+def hf_config(transformers, name: str, tiny_layers: int | None = None, tiny_experts: int | None = None):
     mtype, keys = SHAPES[name]
     keys = dict(keys)
     if tiny_layers is not None:
@@ -217,7 +229,7 @@ def hf_config(transformers, name: str, tiny_layers: int | None = None):
         if "num_local_experts" in keys or "num_experts" in keys or "n_routed_experts" in keys:
             for k in ("num_local_experts", "num_experts", "n_routed_experts"):
                 if k in keys:
-                    keys[k] = 4
+                    keys[k] = tiny_experts or 4
             keys["num_experts_per_tok"] = 2
         keys["n_layer" if mtype == "gpt2" else "num_hidden_layers"] = tiny_layers
         if mtype != "gpt2":
@@ -264,11 +276,12 @@ def kernel_counts(torch, device: str, fn) -> dict:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             sync(torch, device)
-        kernels, launches, aten, names = 0, 0, 0, {}
+        kernels, launches, aten, triton, names = 0, 0, 0, 0, {}
         cuda_type = torch.autograd.DeviceType.CUDA
         for e in prof.events():
             if e.device_type == cuda_type:
                 kernels += 1
+                triton += e.name.startswith("triton_")
                 short = e.name[:60]
                 names[short] = names.get(short, 0) + 1
             elif "LaunchKernel" in e.name or e.name.startswith("cuLaunch"):
@@ -276,7 +289,8 @@ def kernel_counts(torch, device: str, fn) -> dict:
             elif e.name.startswith("aten::"):
                 aten += 1
         top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:40])
-        return {"kernels": kernels, "launch_calls": launches, "aten_ops": aten, "kernel_names": top}
+        return {"kernels": kernels, "launch_calls": launches, "aten_ops": aten, "triton_kernels": triton,
+                "kernel_names": top}
     except Exception as exc:  # noqa: BLE001 - profiling is a bonus; the timing stands without it
         return {"error": repr(exc)[:200]}
 
@@ -364,12 +378,16 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
             "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
             "cross_entropy": lambda: F.cross_entropy(lg, idx), "index_select": lambda: x.index_select(0, idx % 8),
             "topk": lambda: torch.topk(x, 2, dim=-1), "nonzero": lambda: torch.nonzero(x > 0),
+            # the eager expert loop's ops (transformers' ``experts_implementation="eager"``): ``torch.where(mask)``
+            # (a nonzero: waits for the device), token gather, ``index_add_`` back, one_hot of the routing
+            "where_mask": lambda: torch.where(x > 0), "gather_rows": lambda: x[idx % 8],
+            "index_add": lambda: x.index_add(0, idx % 8, y), "one_hot": lambda: F.one_hot(idx, 8),
         }
         for name, fn in ops.items():
             try:
                 for _ in range(20):
                     fn()
-                h, w = _per_call(torch, device, fn, n // 4 if name == "nonzero" else n)
+                h, w = _per_call(torch, device, fn, n // 4 if name in ("nonzero", "where_mask") else n)
                 add(f"op_{name}", grad=rg, host_per_op_s=h, wall_per_op_s=w)
             except Exception as exc:  # noqa: BLE001 - one op failing must not stop the rest
                 add(f"op_{name}", grad=rg, error=repr(exc)[:200])
@@ -473,66 +491,164 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
     return rows
 
 
-def layer_costs(torch, transformers, device: str, names, reps: int, deadline: float):
-    """Per family: host time and kernels of forward / backward / optimizer of tiny models of 2 and 4 layers."""
+def optimizer_sweep(torch, device: str, tensor_counts, numels, n: int = 5) -> list[dict]:
+    """AdamW (fused and foreach) and SGD (foreach) steps over ``nt`` tensors of ``numel`` elements each.
+
+    Host time per step (the launches: fused AdamW launches one multi-tensor kernel per group of tensors,
+    foreach one per op per group) and wall time per step (the device's streaming time at large ``numel``):
+    ``{"kind": "host", "bench": "optimizer_sweep", ...}``.
+    """
     rows = []
-    for name in names:
-        variants = [(amp, False) for amp in (((True, False) if name in ("llama-160m", "gpt2-30m") else (True,))
-                                             if device == "cuda" else (False,))]
-        if name in ("llama-160m", "gpt2-30m"):
-            variants.append((device == "cuda", True))
-        for layers in (2, 4):
-            for amp, ckpt in variants:
-                if time.perf_counter() > deadline:
-                    rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "skipped_budget"})
-                    continue
-                try:
-                    cfg, d = hf_config(transformers, name, tiny_layers=layers)
-                    model = build(torch, transformers, cfg, "fp32", device, None)
-                    if ckpt:
-                        model.gradient_checkpointing_enable()
-                    model.train()
-                    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                    ids = torch.randint(0, cfg.vocab_size, (1, 16), device=device)
-                    state = {}
-
-                    def fwd():
-                        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
-                            state["loss"] = model(input_ids=ids, labels=ids).loss
-
-                    def bwd():
-                        state["loss"].backward()
-
-                    def ostep():
-                        opt.step()
-                        opt.zero_grad(set_to_none=True)
-
+    for numel in numels:
+        for nt in tensor_counts:
+            try:
+                params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(nt)]
+                for p in params:
+                    p.grad = torch.randn_like(p)
+                for opt_name, kw in (("adamw", {"fused": True}), ("adamw", {"foreach": True}),
+                                     ("sgd", {"foreach": True})):
+                    if kw.get("fused") and device != "cuda":
+                        continue
+                    opt = make_optimizer(torch, params, opt_name, kw.get("fused", False), kw.get("foreach", True))
                     for _ in range(3):
-                        fwd(); bwd(); ostep()
-                    times = {"forward": [], "backward": [], "optimizer": []}
-                    for _ in range(reps):
-                        for phase, fn in (("forward", fwd), ("backward", bwd), ("optimizer", ostep)):
-                            sync(torch, device)
-                            t0 = time.perf_counter()
-                            fn()
-                            times[phase].append(time.perf_counter() - t0)
-                    row = {"kind": "layers", "shape": name, "family": d["model_type"], "layers": layers, "amp": amp,
-                           "checkpointing": ckpt,
-                           "n_params": sum(p.numel() for p in model.parameters()), "n_tensors": len(list(model.parameters())),
-                           "hf_config": d}
-                    for phase, ts in times.items():
-                        row[f"host_{phase}_s"] = statistics.median(ts)
-                    counts = {}
-                    fwd(); bwd(); ostep()
-                    counts["forward"] = kernel_counts(torch, device, fwd)
-                    counts["backward"] = kernel_counts(torch, device, bwd)
-                    counts["optimizer"] = kernel_counts(torch, device, ostep)
-                    row["profile"] = counts
+                        opt.step()
+                    h, w = _per_call(torch, device, opt.step, n)
+                    row = {"kind": "host", "bench": "optimizer_sweep", "optimizer": opt_name, "tensors": nt,
+                           "numel": numel, "host_per_op_s": h, "wall_per_op_s": w, **kw}
+                    if nt in (tensor_counts[0], tensor_counts[-1]):
+                        row["profile"] = kernel_counts(torch, device, opt.step)
                     rows.append(row)
-                    model = opt = state = None  # free the GPU memory (closures still name them)
-                except Exception as exc:  # noqa: BLE001 - one family failing must not stop the rest
-                    rows.append({"kind": "layers", "shape": name, "layers": layers, "amp": amp, "status": "error",
-                                 "error": repr(exc)[:300]})
+                    opt = None
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                rows.append({"kind": "host", "bench": "optimizer_sweep", "tensors": nt, "numel": numel,
+                             "error": repr(exc)[:200]})
+            params = None
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _layer_row(torch, transformers, device: str, name: str, layers: int, reps: int, amp: bool = True,
+               ckpt: bool = False, experts: str | None = None, n_experts: int | None = None,
+               compiled: bool = False, accum_probe: bool = False) -> dict:
+    """One tiny model: host time and kernels of forward / backward / optimizer (see :func:`layer_costs`)."""
+    cfg, d = hf_config(transformers, name, tiny_layers=layers, tiny_experts=n_experts)
+    model = build(torch, transformers, cfg, "fp32", device, experts)
+    if ckpt:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd_model = model
+    if compiled:
+        torch._dynamo.reset()
+        # on the CPU (a smoke test) the graph capture runs, without inductor's C++ build
+        fwd_model = torch.compile(model) if device == "cuda" else torch.compile(model, backend="eager")
+    ids = torch.randint(0, cfg.vocab_size, (1, 16), device=device)
+    state = {}
+
+    def fwd():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
+            state["loss"] = fwd_model(input_ids=ids, labels=ids).loss
+
+    def bwd():
+        state["loss"].backward()
+
+    def ostep():
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fwd(); bwd(); ostep()
+    sync(torch, device)
+    warmup_s = time.perf_counter() - t0
+    times = {"forward": [], "backward": [], "optimizer": []}
+    if accum_probe:
+        times["backward_accumulate"] = []
+    for _ in range(reps):
+        for phase, fn in (("forward", fwd), ("backward", bwd), ("optimizer", ostep)):
+            if phase == "optimizer" and accum_probe:  # a second micro-batch: backward adds into existing .grad
+                fwd()
+                sync(torch, device)
+                t0 = time.perf_counter()
+                bwd()
+                times["backward_accumulate"].append(time.perf_counter() - t0)
+            sync(torch, device)
+            t0 = time.perf_counter()
+            fn()
+            times[phase].append(time.perf_counter() - t0)
+    row = {"kind": "layers", "shape": name, "family": d["model_type"], "layers": layers, "amp": amp,
+           "checkpointing": ckpt, "compile": compiled, "experts_requested": experts, "n_experts": n_experts,
+           "experts_implementation": getattr(model.config, "_experts_implementation", None),
+           "tokens": int(ids.numel()), "warmup_s": warmup_s,
+           "n_params": sum(p.numel() for p in model.parameters()), "n_tensors": len(list(model.parameters())),
+           "hf_config": d}
+    for phase, ts in times.items():
+        row[f"host_{phase}_s"] = statistics.median(ts)
+        row[f"host_{phase}_s_all"] = ts
+    counts = {}
+    fwd(); bwd(); ostep()
+    counts["forward"] = kernel_counts(torch, device, fwd)
+    counts["backward"] = kernel_counts(torch, device, bwd)
+    counts["optimizer"] = kernel_counts(torch, device, ostep)
+    if accum_probe:
+        fwd(); bwd(); fwd()
+        counts["backward_accumulate"] = kernel_counts(torch, device, bwd)
+        ostep()
+    row["profile"] = counts
+    if compiled:
+        torch._dynamo.reset()
+    return row
+
+
+def layer_jobs(names, device: str, moe_experts=(4, 8)) -> list[dict]:
+    """The tiny-model variants :func:`layer_costs` measures, in order of value.
+
+    Every family: 2 and 4 layers under autocast (fp32 too on the CPU). llama and gpt2: also without autocast
+    and with checkpointing. llama, gpt2 and mixtral: a second backward into existing gradients (accumulation).
+    MoE families: ``experts_implementation="eager"`` (Hugging Face's Python loop over the experts) at 4 and 8
+    experts, beside the default implementation at 4.
+    """
+    amp = device == "cuda"
+    jobs = []
+    for name in names:
+        family = SHAPES[name][0]
+        probe = family in ("llama", "gpt2", "mixtral")
+        for layers in (2, 4):
+            jobs.append(dict(name=name, layers=layers, amp=amp, accum_probe=probe))
+            if family in ("llama", "gpt2"):
+                if amp:
+                    jobs.append(dict(name=name, layers=layers, amp=False))
+                jobs.append(dict(name=name, layers=layers, amp=amp, ckpt=True))
+            if family in MOE_FAMILIES:
+                for ne in moe_experts:
+                    jobs.append(dict(name=name, layers=layers, amp=amp, experts="eager", n_experts=ne,
+                                     accum_probe=probe and ne == moe_experts[0]))
+    return jobs
+
+
+def layer_costs(torch, transformers, device: str, jobs, reps: int, deadline: float, min_left: float = 0.0):
+    """Per job (see :func:`layer_jobs`): host time and kernels of forward / backward / optimizer of a tiny model.
+
+    A job starts only while ``min_left`` seconds are left before ``deadline`` (torch.compile takes seconds).
+    """
+    rows = []
+    for job in jobs:
+        base = {"kind": "layers", "shape": job["name"], "layers": job["layers"], "amp": job.get("amp"),
+                "compile": job.get("compiled", False), "experts_requested": job.get("experts"),
+                "n_experts": job.get("n_experts")}
+        if deadline - time.perf_counter() < max(min_left, 0.0) or time.perf_counter() > deadline:
+            rows.append({**base, "status": "skipped_budget"})
+            continue
+        try:
+            rows.append(_layer_row(torch, transformers, device, job["name"], job["layers"], reps,
+                                   **{k: v for k, v in job.items() if k not in ("name", "layers")}))
+        except Exception as exc:  # noqa: BLE001 - one family failing must not stop the rest
+            rows.append({**base, "status": "error", "error": repr(exc)[:300]})
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -653,9 +769,32 @@ def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, dea
     return row
 
 
+def select_runs(runs, include: str, exclude: str = "") -> list:
+    """The runs named by ``include`` minus those named by ``exclude`` (see ``--runs``), in their order."""
+    def matches(i, spec, token):
+        if token == "all":
+            return True
+        if token.replace("-", "").isdigit():
+            a, _, b = token.partition("-")
+            return int(a) <= i <= int(b or a)
+        if token in OPTION_DEFAULTS:
+            return spec[5].get(token, OPTION_DEFAULTS[token]) not in (OPTION_DEFAULTS[token], None)
+        return spec[0] == token or spec[0] == token + "-tiny"
+
+    inc = [t.strip() for t in include.split(",") if t.strip()]
+    exc = [t.strip() for t in exclude.split(",") if t.strip()]
+    known = set(OPTION_DEFAULTS) | {s[0] for s in runs} | set(SHAPES) | {"all"}
+    for t in inc + exc:
+        if not (t in known or t.replace("-", "").isdigit()):
+            raise SystemExit(f"--runs/--exclude: unknown selector {t!r} (indices, ranges a-b, shape names, "
+                             f"or {sorted(OPTION_DEFAULTS)})")
+    return [spec for i, spec in enumerate(runs)
+            if any(matches(i, spec, t) for t in inc) and not any(matches(i, spec, t) for t in exc)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="JSON lines to write (required unless --list-runs)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes and few iterations on the CPU (a smoke test)")
     ap.add_argument("--tiny", action="store_true", help="alias of --dry-run")
@@ -665,9 +804,21 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                                        "data", "steptime", "hf_configs"),
                     help="folder of HF config JSONs whose parameter counts are recorded (built on the meta device)")
-    ap.add_argument("--skip-micro", action="store_true")
-    ap.add_argument("--skip-steps", action="store_true")
+    ap.add_argument("--skip-micro", action="store_true", help="no host microbenchmarks, tiny models or sweeps")
+    ap.add_argument("--skip-steps", action="store_true", help="no end-to-end training steps")
+    ap.add_argument("--skip-compiled", action="store_true", help="no torch.compile'd tiny models")
+    ap.add_argument("--runs", default="all",
+                    help="end-to-end steps to run: comma-separated run indices (0-based, ranges a-b), shape names, "
+                         "or option names (compile, experts, fused, clip, accum, checkpointing); 'all' (default)")
+    ap.add_argument("--exclude", default="", help="end-to-end steps to leave out, same grammar as --runs")
+    ap.add_argument("--list-runs", action="store_true", help="print the runs with their indices and exit")
     args = ap.parse_args(argv)
+    if args.list_runs:
+        for i, spec in enumerate(RUNS):
+            print(i, spec)
+        return 0
+    if not args.out:
+        ap.error("--out is required")
     dry = args.dry_run or args.tiny
     t_start = time.perf_counter()
     deadline = t_start + args.budget_s
@@ -686,7 +837,7 @@ def main(argv=None) -> int:
            "cuda": torch.version.cuda, "cpu": cpu_name, "cpu_count": os.cpu_count(),
            "torch_threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
            "held_out_rule": "sha256(run key) first byte odd", "budget_s": args.budget_s}
-    runs = DRY_RUNS if dry else RUNS
+    runs = select_runs(DRY_RUNS if dry else RUNS, args.runs, args.exclude)
     with open(args.out, "w") as out:
         def emit(row):
             out.write(json.dumps(row) + "\n")
@@ -703,10 +854,27 @@ def main(argv=None) -> int:
             first_of_family = {}
             for spec in RUNS:  # one tiny model per family, in the order of the runs
                 first_of_family.setdefault(SHAPES[spec[0]][0], spec[0])
-            names = TINY_SHAPES[:2] if dry else list(first_of_family.values())
-            for row in layer_costs(torch, transformers, device, names, 2 if dry else 10, deadline=t_start + 0.25 * args.budget_s):
+            sweep = (dict(tensor_counts=(1, 4), numels=(64,), n=2) if dry else
+                     dict(tensor_counts=(1, 4, 16, 64, 128, 256, 512), numels=(4096, 1 << 20), n=5))
+            for row in optimizer_sweep(torch, device, **sweep):
+                emit(row)
+            print(f"optimizer sweep done at {time.perf_counter() - t_start:.0f} s", flush=True)
+            names = TINY_SHAPES if dry else list(first_of_family.values())
+            jobs = layer_jobs(names, device, moe_experts=(4,) if dry else (4, 8))
+            if dry:  # a smoke test: one job of each kind
+                jobs = [j for j in jobs if j["layers"] == 2 and (j.get("experts") or not j.get("ckpt"))]
+            for row in layer_costs(torch, transformers, device, jobs, 2 if dry else 10,
+                                   deadline=t_start + 0.32 * args.budget_s):
                 emit(row)
             print(f"layer costs done at {time.perf_counter() - t_start:.0f} s", flush=True)
+            if not args.skip_compiled:
+                amp = device == "cuda"
+                cjobs = [dict(name=name, layers=layers, amp=amp, compiled=True)
+                         for name in COMPILED_TINY for layers in ((2,) if dry else (2, 4))]
+                for row in layer_costs(torch, transformers, device, cjobs, 2 if dry else 10,
+                                       deadline=t_start + 0.58 * args.budget_s, min_left=0 if dry else 20.0):
+                    emit(row)
+                print(f"compiled tiny models done at {time.perf_counter() - t_start:.0f} s", flush=True)
         if not args.skip_steps:
             profiled = set()
             for spec in runs:

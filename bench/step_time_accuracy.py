@@ -2,11 +2,13 @@
 
 Reads the step records of ``tests/data/steptime/step_times.jsonl`` (first set, Llama and GPT-2) and
 ``step_times_v2.jsonl`` (second set, 15 families and the step options; written by
-``bench/measure_step_time.py``), rebuilds each model's config through ``TransformerConfig.from_hf``
+``bench/measure_step_time.py``) and ``step_times_v3.jsonl`` (the second set's steps measured again in a
+later run, with Gemma 2), rebuilds each model's config through ``TransformerConfig.from_hf``
 (checking the parameter count against the measured model's), predicts the step with the shipped H200
 calibration and host costs, and prints predicted vs measured per run, then the error over the
 held-out runs (``held_out`` in the data, fixed by a hash before measuring; the first set was never
-used to fit anything and counts as held out) per family and per option, and the bar.
+used to fit anything and counts as held out) per family and per option, the run-to-run difference of
+the steps measured twice, and the bar.
 
 The host costs come from host microbenchmarks only (``bench/fit_host_costs.py``); no step time is fitted.
 
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import gpumodel as gm
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "steptime"
-DATA = [DATA_DIR / "step_times.jsonl", DATA_DIR / "step_times_v2.jsonl"]
+DATA = [DATA_DIR / "step_times.jsonl", DATA_DIR / "step_times_v2.jsonl", DATA_DIR / "step_times_v3.jsonl"]
 MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
 
 
@@ -104,6 +106,24 @@ def summary(err: np.ndarray) -> str:
             f"worst ratio {np.max(np.maximum(1 + err, 1 / (1 + err))):5.2f}x  signed median {np.median(err):+6.1%}")
 
 
+def run_key(row: dict) -> tuple:
+    """What makes two measured rows the same step (shape, sizes and options)."""
+    kw = options(row)
+    return (row["shape"], row["batch"], row["seq"], tuple(sorted((k, str(v)) for k, v in kw.items())))
+
+
+def run_to_run(rows: list[dict]) -> str:
+    """The same steps measured in two runs (second and third sets): how far the third set is from the second."""
+    first = {run_key(r): r["step_s_median"] for r in rows if r["set"] == "step_times_v2"}
+    ratios = [r["step_s_median"] / first[run_key(r)] - 1 for r in rows
+              if r["set"] == "step_times_v3" and run_key(r) in first]
+    if not ratios:
+        return "run to run: no step measured twice"
+    a = np.abs(ratios)
+    return (f"run to run (the same {len(ratios)} steps, third set over second): median |diff| {np.median(a):.1%}, "
+            f"p90 {np.percentile(a, 90):.1%}, largest {np.max(a):.1%}, signed median {np.median(ratios):+.1%}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, nargs="*", default=DATA)
@@ -141,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         sel = keep & np.array([r["set"] == name for r in rows])
         if sel.any():
             print(f"  {name:<22} {summary(err[sel])}")
+    print(run_to_run(rows))
     total = err[keep]
     print(f"\nALL {'held-out' if not args.all else ''}: {summary(total)}")
     a = np.abs(total)

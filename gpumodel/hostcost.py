@@ -71,6 +71,15 @@ class HostCosts:
         ``torch.nonzero`` on an idle GPU, its synchronisation included (counts, then the output's allocation).
     kernel_floor_s : float
         The device's minimum time per kernel launched back to back (launch gap included).
+    compile_launch_s : float
+        Launch of one kernel of a ``torch.compile``d graph from inductor's generated Python wrapper
+        (0: ``launch_s``).
+    compile_forward_s, compile_backward_s : float
+        Host time per call of a compiled forward and of its compiled backward beyond the launches
+        (guards, runtime wrappers, the autograd function).
+    expert_forward_s, expert_backward_s : float
+        Host time of one iteration of Hugging Face's eager expert loop (``experts_implementation="eager"``),
+        forward and backward, its two synchronisations on an idle GPU included (0: priced per op).
     optimizer : dict
         ``"<optimizer>_<impl>"`` -> (seconds per step, seconds per parameter tensor) of ``opt.step()``,
         impl in {"foreach", "fused", "forloop"}.
@@ -104,6 +113,11 @@ class HostCosts:
     item_s: float = 1.1e-5
     nonzero_s: float = 4e-5
     kernel_floor_s: float = 1e-6
+    compile_launch_s: float = 0.0
+    compile_forward_s: float = 0.0
+    compile_backward_s: float = 0.0
+    expert_forward_s: float = 0.0
+    expert_backward_s: float = 0.0
     optimizer: dict = field(default_factory=lambda: {
         "adamw_foreach": (2.3e-4, 8e-6), "adamw_fused": (8e-5, 2.5e-6), "adamw_forloop": (3.8e-4, 7e-5),
         "sgd_foreach": (4.5e-5, 0.9e-6), "sgd_fused": (1e-4, 1.5e-6), "sgd_forloop": (1.2e-4, 6.7e-6)})
@@ -115,6 +129,10 @@ class HostCosts:
     calibrated: bool = False
     source: str = ("defaults: the H200 machine's host (16-core Xeon, Python 3.12, torch 2.11, transformers 5.17, "
                    "2026-12-03) rounded; one host, not this one")
+
+    def compiled_launch(self) -> float:
+        """Host seconds per kernel of a compiled graph."""
+        return self.compile_launch_s or self.launch_s
 
     def optimizer_cost(self, optimizer: str, impl: str, tensors: int) -> float:
         """Host seconds of one ``opt.step()`` over ``tensors`` parameter tensors."""

@@ -14,8 +14,10 @@ of the two implementations transformers v5 ships (``experts_implementation``):
 * ``"eager"``: a one-hot mask, ``nonzero`` over the experts that received tokens, and a Python loop
   over them; per expert ``torch.where`` (a ``nonzero``), a gather, two ``F.linear`` on slices of the
   3-D expert weights (autocast casts each slice again: slices are not cached), the activation,
-  router weighting and ``index_add_``. Each ``nonzero`` and ``bool(tensor)`` makes the host wait for
-  the GPU, so the loop runs host and device in turn. In the backward each weight slice's gradient
+  router weighting and ``index_add_``. Each ``nonzero``, ``bool(tensor)`` and index by the 0-dim CUDA
+  tensor ``expert_idx`` (the two weight slices) makes the host wait for the GPU, so the loop runs host
+  and device in turn: the profiled tiny models copy device to host five times per iteration
+  (``tests/data/steptime/step_times_v3.jsonl``, ``layers`` records with ``experts_requested="eager"``). In the backward each weight slice's gradient
   is a full-size zero tensor with the slice written (``select_backward``) that autograd sums over
   the experts, and each gather's gradient is a full ``T x h`` tensor summed likewise.
 
@@ -120,6 +122,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
     for m in expert_tokens(cfg, t, load):
         if m <= 0:
             continue
+        n0, b0, g0 = len(L.forward), len(L.backward), (L.modules, L.views)
         L.mem(1, 8, 1, grad=False)             # expert_idx == num_experts
         L.sync()
         L.mem(tk, 1, 16, grad=False)           # torch.where(expert_mask[idx]): nonzero
@@ -133,6 +136,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
                 L.mem(m * i, c, c, 4)          # act(gate)
                 L.mem(m * i, 2 * c, c, inputs=2)  # * up
             _cast_for_matmul(L, m * m_in, n if m_out != h else c, c)
+            L.sync()                           # the weight slice ``w[expert_idx]``: a 0-dim CUDA index, read back
             if p != c:
                 L.cast(m_out * m_in, p, c)     # the weight slice, cast again for every expert
             L.mm(m, m_out, m_in)
@@ -145,6 +149,8 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
         L.mem(m * h, r + 8, r)                 # index_add_
         L.views += 8
         L.modules += 1
+        # one iteration of the loop, which a host with measured per-expert costs prices as a whole
+        L.experts.append(((n0, len(L.forward)), (b0, len(L.backward)), (L.modules - g0[0], L.views - g0[1])))
 
 
 def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, experts: str,

@@ -73,7 +73,8 @@ class _Layer:
 
     ``kinds[i]`` says how the host dispatches ``forward[i]`` ("op" or "cast"); ``syncs`` holds the
     indices of forward kernels after which the host waits for the device (data-dependent shapes);
-    ``modules`` and ``views`` count the Python glue of the forward (module calls, views, reshapes).
+    ``modules`` and ``views`` count the Python glue of the forward (module calls, views, reshapes);
+    ``experts`` the spans of forward and backward kernels of each iteration of the eager expert loop.
     """
 
     def __init__(self, dt: str) -> None:
@@ -84,6 +85,8 @@ class _Layer:
         self.syncs: list[int] = []
         self.modules = 0
         self.views = 0
+        # iterations of the eager expert loop: ((first, end) forward, (first, end) backward, (modules, views))
+        self.experts: list[tuple] = []
 
     def add(self, op: ops.OpCost, backward: Kernels = (), kind: str = "op") -> None:
         self.forward.append(op)

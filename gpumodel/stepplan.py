@@ -15,8 +15,12 @@ times (a decoder layer), each kernel with the host seconds spent dispatching it
   fused kernel (``fused=True``); host cost per step and per tensor from the host record.
 * ``torch.compile``: the model's forward and backward become graphs whose chains of memory-bound
   kernels between two matmuls or attentions are one fused kernel (reading the chain's first
-  input, writing its last output), each launched for ``launch_s`` with no per-op dispatch; the
-  optimizer stays eager.
+  input, writing its last output), each launched from inductor's Python wrapper for
+  ``compile_launch_s`` with no per-op dispatch, plus a fixed host cost per compiled forward and
+  backward call (``compile_forward_s``, ``compile_backward_s``: guards, runtime wrappers, the
+  autograd function); the optimizer stays eager.
+* ``experts_implementation="eager"``: with measured per-iteration host costs of the expert loop
+  (``expert_forward_s``, ``expert_backward_s``), each iteration's kernels share them.
 
 References
 ----------
@@ -84,24 +88,41 @@ def _fuse_chains(L: _Layer) -> _Layer:
 def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0,
                      ckpt: bool = False) -> list[Entry]:
     if compiled:
-        return [(op, host.launch_s, False) for op in L.forward]
+        return [(op, host.compiled_launch(), False) for op in L.forward]
     extra = host.checkpoint_forward_s if ckpt else 0.0
     per_op = {"op": host.op_s + (host.autocast_s if amp else 0.0) + extra, "cast": host.op_s + extra,
               "launch": host.launch_s, "nonzero": max(host.nonzero_s - host.item_s, host.op_nograd_s)}
-    glue = (None, scale * (L.modules * host.module_s + L.views * host.view_s), False)
+    modules, views = L.modules, L.views
     syncs = set(L.syncs)
-    return [glue] + [(op, scale * per_op[k], i in syncs) for i, (op, k) in enumerate(zip(L.forward, L.kinds))]
+    priced: dict[int, float] = {}
+    if host.expert_forward_s > 0:  # the eager expert loop, priced per iteration as measured
+        for (f0, f1), _back, (mods, vws) in L.experts:
+            waits = sum(1 for i in range(f0, f1) if i in syncs)
+            per = max(host.expert_forward_s - waits * host.item_s, 0.0) / max(f1 - f0, 1)
+            priced.update(dict.fromkeys(range(f0, f1), per))
+            modules, views = modules - mods, views - vws
+    glue = (None, scale * (modules * host.module_s + views * host.view_s), False)
+    return [glue] + [(op, priced[i] if i in priced else scale * per_op[k], i in syncs)
+                     for i, (op, k) in enumerate(zip(L.forward, L.kinds))]
 
 
 def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float = 1.0,
                       ckpt: bool = False) -> list[Entry]:
-    per = host.launch_s if compiled else scale * (host.backward_op_s + (host.checkpoint_backward_s if ckpt else 0.0))
+    per = host.compiled_launch() if compiled else scale * (host.backward_op_s +
+                                                           (host.checkpoint_backward_s if ckpt else 0.0))
     entries: list[Entry] = [] if compiled else [(None, scale * L.views * host.view_s, False)]
-    for op, n, *kind in reversed(L.backward):
+    priced: dict[int, float] = {}
+    if host.expert_backward_s > 0 and not compiled:
+        for _fwd, (b0, b1), _glue in L.experts:
+            kernels = sum(L.backward[j][1] for j in range(b0, b1) if L.backward[j][0] is not None)
+            priced.update(dict.fromkeys(range(b0, b1), host.expert_backward_s / max(kernels, 1)))
+    for j in range(len(L.backward) - 1, -1, -1):
+        op, n, *kind = L.backward[j]
         if op is None:  # the host waits for the device (a size read back), then dispatches on
             entries.append((None, 0.0, True))
             continue
-        entries += [(op, host.launch_s if kind == ["launch"] else per, False)] * n
+        launch = host.compiled_launch() if compiled else host.launch_s
+        entries += [(op, priced.get(j, launch if kind == ["launch"] else per), False)] * n
     return entries
 
 
@@ -158,12 +179,16 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     sc = host.layer_scale(cfg.family, amp or precision in ("bf16", "fp16"), checkpointing)
     ck = checkpointing
     for micro in range(accum):
+        if compile:  # the compiled graph's call: guards, runtime wrappers, the autograd function
+            blocks.append(Block("forward", [(None, host.compile_forward_s, False)]))
         blocks.append(Block("forward", _forward_entries(embed, host, amp, compile, sc["fixed_forward"])))
         for L, n in layers:
             blocks.append(Block("forward", _forward_entries(L, host, amp, compile, sc["forward"], ck), n))
         blocks.append(Block("forward", _forward_entries(head, host, amp, compile, sc["fixed_forward"])))
         if accum > 1:
             blocks.append(Block("forward", [(memory_kernel(1, 4, 4), host.op_s, False)]))  # loss / accumulation
+        if compile:
+            blocks.append(Block("backward", [(None, host.compile_backward_s, False)]))
         blocks.append(Block("backward", _backward_entries(head, host, compile, sc["fixed_backward"])))
         for L, n in reversed(layers):
             bwd = _backward_entries(L, host, compile, sc["backward"], ck)

@@ -91,3 +91,60 @@ def test_checkpointed_entry_scales_the_recompute_with_the_backward():
     assert hc.layer_scale("gpt2", amp=True, checkpointing=True)["recompute"] == 1.6    # measured over the whole backward
     assert HostCosts(layers={}).layer_scale("gpt2", amp=True) == {"forward": 1.0, "backward": 1.0, "fixed_forward": 1.0,
                                                                   "fixed_backward": 1.0, "recompute": 1.0}
+
+
+def test_expert_loop_cost_is_the_difference_of_two_expert_counts_per_iteration():
+    # mixtral tiny, 2 MoE layers, 16 tokens, top-2: 4 experts all hit, 8 experts 8 (1 - 0.75^16) = 7.92 hit;
+    # 2 layers x 3.92 more iterations = 7.84, so 4 ms more forward host time is 0.51 ms per iteration
+    mix = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "num_experts_per_tok": 2}
+    rows = [{"kind": "layers", "shape": "mixtral-500m", "layers": 2, "amp": True, "experts_requested": "eager",
+             "n_experts": e, "tokens": 16, "hf_config": mix | {"num_local_experts": e},
+             "host_forward_s": f, "host_backward_s": b} for e, f, b in ((4, 0.010, 0.012), (8, 0.014, 0.018))]
+    hc = fit_host_costs(rows)
+    iters = 2 * (8 * (1 - 0.75 ** 16) - 4 * (1 - 0.5 ** 16))
+    assert hc.expert_forward_s == pytest.approx(0.004 / iters) and hc.expert_backward_s == pytest.approx(0.006 / iters)
+    assert hc.layers == {}  # eager-expert models do not enter the per-op glue ratio
+
+
+def test_compiled_launch_is_the_slope_of_host_time_over_kernels():
+    # 2 -> 4 layers: forward +30 kernels, +0.6 ms; backward +70 kernels, +1.4 ms: 20 us per launch; the rest of the
+    # 2-layer forward, 2 ms - 40 x 20 us = 1.2 ms, is the call's fixed cost
+    lla = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 128, "vocab_size": 256}
+    rows = [{"kind": "layers", "shape": "llama-160m", "layers": n, "amp": True, "compile": True,
+             "hf_config": lla | {"num_hidden_layers": n}, "host_forward_s": f, "host_backward_s": b,
+             "profile": {"forward": {"kernels": kf}, "backward": {"kernels": kb}}}
+            for n, kf, kb, f, b in ((2, 40, 80, 0.002, 0.003), (4, 70, 150, 0.0026, 0.0044))]
+    hc = fit_host_costs(rows)
+    assert hc.compile_launch_s == pytest.approx(20e-6) and hc.compiled_launch() == pytest.approx(20e-6)
+    assert hc.compile_forward_s == pytest.approx(1.2e-3) and hc.compile_backward_s == pytest.approx(1.4e-3)
+    assert HostCosts().compiled_launch() == HostCosts().launch_s  # unmeasured: an eager launch
+
+
+def test_measured_expert_iteration_prices_the_loop_as_a_whole():
+    from gpumodel.stepplan import step_plan
+    from gpumodel.transformer import TransformerConfig
+    cfg = TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 1,
+                                     "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+                                     "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2})
+
+    def host(hc, phase):
+        return sum(b.repeat * sum(k[1] for k in b.kernels) for b in step_plan(cfg, 1, 16, "amp_bf16", "adamw", False,
+                                                                               host=hc, experts="eager") if b.phase == phase)
+    base = replace(DEFAULT_HOST, layers={})
+    lo, hi = replace(base, expert_forward_s=1e-3, expert_backward_s=1e-3), replace(base, expert_forward_s=2e-3,
+                                                                                   expert_backward_s=3e-3)
+    assert host(hi, "forward") - host(lo, "forward") == pytest.approx(4 * 1e-3)   # 4 experts, 1 ms more each
+    assert host(hi, "backward") - host(lo, "backward") == pytest.approx(4 * 2e-3)
+
+
+def test_combining_runs_averages_measured_fields_and_keeps_single_measurements():
+    from gpumodel.calibration.host import combine_host_costs
+    a = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 8e-6},
+                        {"kind": "host", "bench": "item_idle", "host_per_op_s": 9e-6}])
+    b = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 12e-6}])
+    both = combine_host_costs([a, b])
+    assert both.op_s == pytest.approx(10e-6)       # (8 + 12) / 2
+    assert both.item_s == pytest.approx(9e-6)      # measured in one run only: that run's value
+    assert both.backward_op_s == DEFAULT_HOST.backward_op_s and both.calibrated

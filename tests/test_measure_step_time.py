@@ -25,5 +25,25 @@ def test_dry_run_writes_all_kinds(tmp_path):
     steps = [r for r in rows if r["kind"] == "step"]
     assert all(r["status"] == "ok" and len(r["step_s_all"]) >= 1 for r in steps)
     assert {r["optimizer"] for r in steps} == {"adamw", "sgd"}
+    layers = [r for r in rows if r["kind"] == "layers" and r.get("status", "ok") == "ok"]
+    assert any(r["experts_requested"] == "eager" for r in layers)  # the MoE families' eager expert loop
+    assert any(r["compile"] for r in layers)  # torch.compile'd tiny models
+    assert any("host_backward_accumulate_s" in r for r in layers)
+    assert any(r.get("bench") == "optimizer_sweep" for r in rows)
     params = next(r for r in rows if r["kind"] == "params")
     assert params["n_params"] == 1484916736  # OLMo-2-1B as Hugging Face builds it (meta device)
+
+
+def test_select_runs():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("measure_step_time", ROOT / "bench/measure_step_time.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = mod.RUNS
+    assert mod.select_runs(runs, "all") == runs
+    no_compile = mod.select_runs(runs, "all", "compile")
+    assert len(no_compile) == len(runs) - 2 and not any(r[5].get("compile") for r in no_compile)
+    assert mod.select_runs(runs, "0-1,gemma2-400m") == runs[:2] + [r for r in runs if r[0] == "gemma2-400m"]
+    assert all(r[5].get("experts") == "eager" for r in mod.select_runs(runs, "experts"))
+    with pytest.raises(SystemExit):
+        mod.select_runs(runs, "no-such-shape")

@@ -12,7 +12,12 @@ writes, and :func:`fit_host_costs` turns rows into a :class:`~gpumodel.hostcost.
   ``op_nograd_s`` the same without; ``view_s`` a view; ``autocast_s`` the median extra under autocast;
 * ``module_s``: ``nn.Linear(x)`` minus ``F.linear(x, w, b)``;
 * ``backward_op_s``: median per-op host time of ``.backward()`` over the chains;
-* optimizer, clipping, ``zero_grad``: least-squares line ``a + b * tensors`` per implementation.
+* optimizer, clipping, ``zero_grad``: least-squares line ``a + b * tensors`` per implementation
+  (``optimizer_step`` rows and the ``optimizer_sweep`` rows of the smallest tensors);
+* ``expert_forward_s``, ``expert_backward_s``: tiny MoE models with ``experts_implementation="eager"``
+  at two expert counts (:func:`_expert_loop`);
+* ``compile_launch_s``, ``compile_forward_s``, ``compile_backward_s``: tiny ``torch.compile``d models
+  of two depths with their kernels profiled (:func:`_compiled`).
 
 Examples
 --------
@@ -36,9 +41,11 @@ import yaml
 
 from ..hostcost import DEFAULT_HOST, HostCosts
 
-__all__ = ["fit_host_costs", "load_rows", "save_host_costs", "measure_host"]
+__all__ = ["fit_host_costs", "combine_host_costs", "load_rows", "save_host_costs", "measure_host"]
 
-_NOT_KERNEL_OPS = {"op_view", "op_nonzero", "op_sdpa", "op_topk"}
+# not one kernel-launching op each: views, syncs (nonzero), fused or compound ops (gather / index_add of ``idx % 8``)
+_NOT_KERNEL_OPS = {"op_view", "op_nonzero", "op_sdpa", "op_topk", "op_where_mask", "op_gather_rows", "op_index_add",
+                   "op_one_hot"}
 
 
 def load_rows(path: str | os.PathLike) -> list[dict]:
@@ -59,6 +66,7 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     """A :class:`HostCosts` from microbenchmark rows; fields without rows keep their defaults."""
     rows = list(rows)
     layer_rows = [r for r in rows if r.get("kind") == "layers" and r.get("status", "ok") == "ok" and "hf_config" in r]
+    plain_rows = [r for r in layer_rows if not r.get("compile") and not r.get("experts_requested")]
     rows = [r for r in rows if r.get("kind") == "host" and "error" not in r]
     by: dict[str, list[dict]] = {}
     for r in rows:
@@ -108,7 +116,8 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
         out["kernel_floor_s"] = by["graph_tiny_kernel"][0]["wall_per_op_s"]
     optimizer = dict(DEFAULT_HOST.optimizer)
     groups: dict[str, list[tuple[float, float]]] = {}
-    for r in by.get("optimizer_step", []):
+    small = min((r["numel"] for r in by.get("optimizer_sweep", [])), default=None)
+    for r in by.get("optimizer_step", []) + [r for r in by.get("optimizer_sweep", []) if r["numel"] == small]:
         impl = "fused" if r.get("fused") else ("foreach" if r.get("foreach", True) else "forloop")
         groups.setdefault(f"{r['optimizer']}_{impl}", []).append((r["tensors"], r["host_per_op_s"]))
     for key, pts in groups.items():
@@ -123,9 +132,107 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     zero = _line([(r["tensors"], r["host_per_op_s"]) for r in by.get("zero_grad", [])])
     if zero:
         out["zero_grad_tensor_s"] = zero[1]
+    out.update(_expert_loop(layer_rows))
+    out.update(_compiled(layer_rows))
     hc = replace(DEFAULT_HOST, **out, layers={}, calibrated=bool(out),
                  source=source or "fitted from host microbenchmarks")
-    return replace(hc, layers=_layer_scales(hc, layer_rows))
+    return replace(hc, layers=_layer_scales(hc, plain_rows))
+
+
+def combine_host_costs(fits: list[HostCosts], source: str = "") -> HostCosts:
+    """The mean of host costs fitted on several measurement runs of the same host, field by field.
+
+    A host's per-op costs move from run to run (the median op 13 us in one run and 9 us in the next on the
+    H200 machine); averaging the runs' fits keeps one run's state of the CPU out of the record. A field a
+    run did not measure (equal to its default) is left out of that field's mean.
+
+    Examples
+    --------
+    >>> a, b = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 8e-6}]), \\
+    ...     fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 12e-6}])
+    >>> round(combine_host_costs([a, b]).op_s * 1e6, 3)
+    10.0
+    """
+    fits = list(fits)
+    if len(fits) == 1:
+        return fits[0]
+    out: dict[str, Any] = {}
+    for name, default in DEFAULT_HOST.to_dict().items():
+        if name in ("calibrated", "source", "layers", "optimizer"):
+            continue
+        vals = [getattr(f, name) for f in fits if getattr(f, name) != default]
+        if vals:
+            out[name] = float(np.mean(vals))
+    optimizer = dict(DEFAULT_HOST.optimizer)
+    for key, default in DEFAULT_HOST.optimizer.items():
+        vals = [f.optimizer[key] for f in fits if tuple(f.optimizer.get(key, default)) != tuple(default)]
+        if vals:
+            optimizer[key] = tuple(float(x) for x in np.mean(np.array(vals, float), axis=0))
+    layers: dict = {}
+    for key in sorted({k for f in fits for k in f.layers}):
+        entries = [f.layers[key] for f in fits if key in f.layers]
+        layers[key] = {k: round(float(np.mean([e[k] for e in entries])), 4) for k in entries[0]}
+    return replace(DEFAULT_HOST, **out, optimizer=optimizer, layers=layers,
+                   calibrated=any(f.calibrated for f in fits), source=source or " + ".join(f.source for f in fits))
+
+
+def _moe_layers(hf_config: dict) -> int:
+    from ..transformer import TransformerConfig
+    cfg = TransformerConfig.from_hf(hf_config)
+    return cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers)
+
+
+def _expert_loop(rows: list[dict]) -> dict:
+    """Host time per iteration of the eager expert loop: tiny MoE models with 8 and 4 experts.
+
+    The difference of the two models' forward (backward) host time over the difference of the loop's
+    iterations, ``L_moe * E (1 - (1 - k/E)^T)`` (the experts expected to receive one of the ``T`` tokens'
+    ``k`` choices), median over the families and depths.
+    """
+    eager = [r for r in rows if r.get("experts_requested") == "eager" and r.get("n_experts")]
+    fwd, bwd = [], []
+    for r in eager:
+        if r["n_experts"] == min(x["n_experts"] for x in eager):
+            continue
+        base = [b for b in eager if b["shape"] == r["shape"] and b["layers"] == r["layers"]
+                and b["n_experts"] < r["n_experts"] and bool(b["amp"]) == bool(r["amp"])]
+        if not base:
+            continue
+        b = base[0]
+        k, tokens = r["hf_config"].get("num_experts_per_tok", 2), r.get("tokens", 16)
+        hits = [e * (1 - (1 - k / e) ** tokens) for e in (r["n_experts"], b["n_experts"])]
+        iters = _moe_layers(r["hf_config"]) * (hits[0] - hits[1])
+        if iters > 0:
+            fwd.append((r["host_forward_s"] - b["host_forward_s"]) / iters)
+            bwd.append((r["host_backward_s"] - b["host_backward_s"]) / iters)
+    if not fwd:
+        return {}
+    return {"expert_forward_s": max(statistics.median(fwd), 0.0), "expert_backward_s": max(statistics.median(bwd), 0.0)}
+
+
+def _compiled(rows: list[dict]) -> dict:
+    """Host time per launch of a compiled graph and per compiled call: tiny compiled models of 2 and 4 layers.
+
+    Per family and phase the host time against the kernels launched (profiled) is a line: its slope is
+    the launch of one generated kernel, the median over families and phases; what is left of each
+    model's host time is the call's fixed cost, the median per phase.
+    """
+    comp = [r for r in rows if r.get("compile") and all(
+        isinstance(r.get("profile", {}).get(ph), dict) and r["profile"][ph].get("kernels") for ph in ("forward", "backward"))]
+    slopes = []
+    for r in comp:
+        for b in comp:
+            if b["shape"] == r["shape"] and b["layers"] < r["layers"] and bool(b["amp"]) == bool(r["amp"]):
+                for ph in ("forward", "backward"):
+                    dk = r["profile"][ph]["kernels"] - b["profile"][ph]["kernels"]
+                    if dk > 0:
+                        slopes.append((r[f"host_{ph}_s"] - b[f"host_{ph}_s"]) / dk)
+    if not slopes:
+        return {}
+    launch = max(statistics.median(slopes), 0.0)
+    fixed = {ph: statistics.median(max(r[f"host_{ph}_s"] - launch * r["profile"][ph]["kernels"], 0.0) for r in comp)
+             for ph in ("forward", "backward")}
+    return {"compile_launch_s": launch, "compile_forward_s": fixed["forward"], "compile_backward_s": fixed["backward"]}
 
 
 def _plan_host(hc: HostCosts, hf_config: dict, amp: bool, ckpt: bool = False) -> dict[str, float]:
