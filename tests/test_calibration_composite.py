@@ -66,21 +66,49 @@ def test_naive_attention_is_the_sum_of_its_kernels(model):
 def test_cross_entropy_is_cast_log_softmax_and_one_block_nll(model):
     tokens, vocab, p = 4096, 32000, model.params
     fwd = gm.ops.cross_entropy(tokens, vocab, "bf16")                 # logits cast to fp32 first
-    cast = gm.ops.elementwise(tokens * vocab, "fp32", inputs=0.5, outputs=1)
+    n, bw = tokens * vocab, p["bandwidth"]
+    cast = p["launch_s"] + n * (2 + 4) / (bw * p["bw_eff_cast_copy"])  # unrolled copy: 2 B read, 4 B written
+    # cunn_SoftMaxForward over 128 KB fp32 rows (no shared-memory copy): three row reads and one write;
+    # beside it 4096 / (132 SMs x 2 blocks) = 16 waves of 3 passes x ceil(32000 / 4096) = 8 loads a thread
+    stream = 4 * n * 4 / (bw * p["bw_eff_log_softmax"])
+    lat = 16 * (p["block_sync_s"] + 3 * 8 * p["mem_latency_s"])
     nll = p["launch_s"] + tokens / 32 * p["nll_step_s"]              # 32 threads walk 4096 targets: 128 steps
-    want = t(model, cast) + t(model, gm.ops.softmax(tokens, vocab, "fp32")) + nll
+    want = cast + p["launch_s"] + max(stream, lat) + nll
     assert t(model, fwd) == pytest.approx(want, rel=1e-12)
     no_cast = gm.ops.cross_entropy(tokens, vocab, "bf16", upcast=False)
     assert t(model, no_cast) < t(model, fwd)
     assert t(model, gm.ops.cross_entropy(tokens, vocab, "fp32")) == t(model, gm.ops.cross_entropy(
         tokens, vocab, "fp32", upcast=False))                        # fp32 logits: nothing to cast
-    assert t(model, gm.ops.cross_entropy(tokens, vocab, "bf16", backward=True)) > t(model, fwd)
+    # backward: the same log-softmax kernel shape plus a zero fill of the logits' gradient
+    assert t(model, gm.ops.cross_entropy(tokens, vocab, "bf16", upcast=False, backward=True)) > t(model, no_cast)
+
+
+def test_cross_entropy_backward_of_few_tokens_is_host_bound(model):
+    p = model.params
+    small = gm.ops.cross_entropy(8, 1000, "bf16", backward=True)     # 8000 logits: microseconds of kernels
+    assert t(model, small) == pytest.approx(p["loss_bwd_host_s"], rel=1e-12)
 
 
 def test_embedding_backward_writes_the_whole_table(model):
     small = gm.ops.embedding(512, 128256, 4096, "bf16", backward=True)
     zero = t(model, gm.ops.elementwise(128256 * 4096, "bf16", inputs=0, outputs=1, flops_per_element=0))
     assert t(model, small) > zero > t(model, gm.ops.embedding(512, 128256, 4096, "bf16"))
+
+
+def test_embedding_backward_feature_kernel_runs_two_blocks_per_sm(model):
+    # 5120 / 32 = 160 blocks of 1024 threads fit 132 SMs x 2 at once: one wave, as 4096 / 32 = 128 blocks
+    wide, narrow = (gm.ops.embedding(1024, 32000, h, "bf16", backward=True) for h in (5120, 4096))
+    zero = lambda h: t(model, gm.ops.elementwise(32000 * h, "bf16", inputs=0, outputs=1, flops_per_element=0))  # noqa: E731
+    assert t(model, wide) - zero(5120) == pytest.approx(t(model, narrow) - zero(4096), rel=1e-12)
+
+
+def test_embedding_backward_segments_run_at_an_element_rate(model):
+    p = model.params
+    ops = [gm.ops.embedding(tok, 32000, 4096, "bf16", backward=True) for tok in (16384, 32768)]
+    slope = (t(model, ops[1]) - t(model, ops[0])) / (16384 * 4096)  # [s] per gradient element
+    rows = (2 * 2 + 8) / (p["bandwidth"] * p["bw_eff_embedding"])   # its bytes: bf16 in and out, fp32 partials
+    assert slope == pytest.approx(max(1 / p["embedding_segment_rate"], rows + 16 / 4096 / (
+        p["bandwidth"] * p["bw_eff_embedding"])), rel=1e-9)
 
 
 def test_adamw_launches_one_kernel_per_320_chunks(model):
@@ -91,6 +119,13 @@ def test_adamw_launches_one_kernel_per_320_chunks(model):
     assert float(predict(model, op).overhead_s) == pytest.approx(launches * p["launch_s"])
     stream = 28e9 / (p["bandwidth"] * p["bw_eff_adamw_step"])         # 7 fp32 words a parameter
     assert t(model, op) == pytest.approx(stream + launches * p["launch_s"], rel=0.05)
+
+
+def test_bf16_adamw_is_bound_by_its_element_rate(model):
+    p = model.params
+    fp32, bf16 = (gm.ops.adamw_step(2**27, dt, tensors=1) for dt in ("fp32", "bf16"))
+    rate = 2**27 / p["adamw_elem_rate"]                               # 4 elements a thread and step
+    assert t(model, bf16) >= rate and t(model, bf16) > 0.5 * t(model, fp32)
 
 
 def test_kv_cache_write_is_two_index_copies(model):

@@ -54,6 +54,19 @@ def test_measured_sum_switch_follows_the_plan():
     assert k["steps"][0] > 10 * k["steps"][1]                                         # 28 vs 2 loads a thread
 
 
+def test_sum_rows_of_128_load_16_bytes():
+    # bf16 rows of 128 (dim0 >= 128): 128 / 8 = 16 vectors -> block 16 lanes x 32 warps, 32 rows a block,
+    # one load a lane; rows of 96 load one element at a time: 32 lanes x 16 warps, 16 rows a block
+    k = sum_plan(2**20, [96, 128, 256], 2, 132)
+    assert k["blocks"].tolist() == [2**16, 2**15, 2**16] and k["steps"].tolist() == [1, 1, 1]
+    # measured on the H200 (FIT set): 2^20 rows of 128 take half the time of rows of 64 or 256 (same steps, half
+    # the blocks)
+    pts = [json.loads(x) for x in (DATA / "fit_widened.jsonl").read_text().splitlines()[1:]]
+    t = {p["shape"]["cols"]: p["time_s"] for p in pts
+         if p["op"] == "reduce_sum" and p["dtype"] == "bf16" and p["shape"]["rows"] == 2**20}
+    assert t[128] < 0.65 * min(t[64], t[256])
+
+
 @given(st.integers(1, 70000), st.integers(1, 300000), st.sampled_from([2, 4]))
 def test_sum_plan_invariants(rows, cols, e):
     k = sum_plan(rows, cols, e, 132)

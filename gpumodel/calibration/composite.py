@@ -4,23 +4,29 @@ Every function here lists the kernels one PyTorch call launches (read from PyTor
 checked against the kernel names the profiler records in the measurements) and prices each with
 the calibrated model of its kind: a batched GEMM, an elementwise pass, a softmax, a reduction.
 Only the mechanisms no other kernel shows get parameters of their own (see
-:data:`~gpumodel.calibration.parameters.PARAMETERS`): NLL's one-block loop over the tokens, the
-embedding backward's sort, the optimizer step's host time.
+:data:`~gpumodel.calibration.parameters.PARAMETERS`): NLL's one-block loop over the tokens,
+log-softmax's three-pass stream, the unvectorised dtype cast, a loss backward's host time, the
+embedding backward's sort and segment rate, the optimizer step's element rate and host time.
 
 * **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``,
   softmax, dropout (a pass that also writes a one-byte mask), ``P V`` (bmm). Backward: ``dP = dO V^T``
   and ``dV = P^T dO``, dropout's and the mask's backward, softmax backward (one more score read
   than the forward), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``.
-* **cross-entropy**: with ``upcast``, a cast of the 16-bit logits to fp32; log-softmax (the
-  softmax kernels); ``nll_loss``, whose reducing kernel is one block of 32 threads walking the
+* **cross-entropy**: with ``upcast``, a cast of the 16-bit logits to fp32 (a dtype-converting copy,
+  ``unrolled_elementwise_kernel``: no vectorised loads, its own rate); log-softmax, which over rows of
+  a vocabulary runs ``cunn_SoftMaxForward`` (three row reads and a write; not ``torch.softmax``'s
+  one-pass kernel); ``nll_loss``, whose reducing kernel is one block of 32 threads walking the
   tokens (``NLL_LOSS_THREADS``). Backward: zero the logits' gradient, NLL's one-block scatter,
-  log-softmax backward, and the cast back.
+  ``cunn_SoftMaxBackward`` (again three reads and a write), and the cast back; one
+  ``torch.autograd.grad`` call takes at least its host time.
 * **embedding** backward (``embedding_dense_backward``): zero the dense gradient; up to 3072
-  tokens one kernel over feature columns walks all tokens, more tokens are sorted (a radix sort of
-  the ids) and reduced by segments.
+  tokens one kernel over feature columns walks all tokens (1024-thread blocks, two resident per SM),
+  more tokens are sorted (a radix sort of the ids) and reduced by segments, whose kernels gather one
+  scalar a thread through the sorted ids: an element rate.
 * **fused AdamW** (``torch.optim.AdamW(fused=True).step()``): ``_foreach_add_`` on the step
   counters and the fused kernel, launched per group of at most 36 tensors or 320 chunks of 65536
-  elements (``multi_tensor_apply`` at depth 4), and the step's host time.
+  elements (``multi_tensor_apply`` at depth 4), bound by its bytes or, for 16-bit parameters, by an
+  element rate (4 elements a thread and step: 8-byte loads), and the step's host time.
 * **KV-cache write**: two ``index_copy_`` kernels (keys, values), each at the element rate of an
   indexing kernel.
 * **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them (kernel time only: the
@@ -28,7 +34,9 @@ embedding backward's sort, the optimizer step's host time.
 
 References
 ----------
-PyTorch, aten/src/ATen/native/cuda: NLLLoss.cu (``NLL_LOSS_THREADS``), Embedding.cu and
+PyTorch, aten/src/ATen/native/cuda: NLLLoss.cu (``NLL_LOSS_THREADS``), SoftMax.cu (``host_softmax``:
+``use_fast_softmax`` only for softmax, not log-softmax), Embedding.cu (``embedding_backward_feature_kernel``,
+a 32 x 32 block) and
 EmbeddingBackwardKernel.cu (the 3072-token switch), MultiTensorApply.cuh (``depth_to_max_tensors``,
 ``kChunkSize``), FusedAdamWKernel.cu, github.com/pytorch/pytorch.
 """
@@ -43,6 +51,7 @@ from gpumodel import ops
 from gpumodel.dtypes import bytes_per_element
 from gpumodel.opcost import OpName
 
+from .kernels import softmax_plan
 from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
 
 __all__ = ["naive_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
@@ -123,22 +132,68 @@ def _nll(model: CalibrationModel, tokens: np.ndarray) -> np.ndarray:
     return p["launch_s"] + np.ceil(tokens / NLL_THREADS) * p["nll_step_s"]
 
 
+def _log_softmax(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
+    """Log-softmax forward or backward kernel over ``rows`` x ``cols`` [s].
+
+    ``log_softmax`` does not take ``torch.softmax``'s one-pass online kernel (``cunn_SoftMaxForwardGmem``,
+    ``use_fast_softmax`` is false for it): rows too long for the register or shared-memory kernels run
+    ``cunn_SoftMaxForward`` (max, sum of exponentials, write) or ``cunn_SoftMaxBackward`` (sum of the
+    gradient, then gradient and output in, input gradient out), one 1024-thread block per row. Either
+    reads a row three times and writes it once:
+
+    .. math::
+
+        t = t_{launch} + \\max\\left(\\frac{4 r c e}{\\epsilon_{ls} B},\\
+            W (\\tau_b + 3 s L)\\right), \\quad W = \\lceil r / (P \\cdot 2048/1024) \\rceil
+
+    with :math:`s` the 16-byte loads of a thread per pass. Rows that the other kernels take are
+    priced as :func:`torch.softmax`'s (the softmax model).
+    """
+    p, P = model.params, float(model.sm_count)
+    e = bytes_per_element(dtype)
+    rows, cols = _f(rows), _f(cols)
+    k = softmax_plan(rows, cols, e, model.smem_per_block)
+    three = k["block"] & (k["passes"] == 3.0)
+    stream = 4.0 * rows * cols * e / (p["bandwidth"] * p["bw_eff_log_softmax"])
+    waves = np.ceil(np.maximum(rows, 1.0) / (P * model.threads_per_sm / 1024.0))
+    lat = waves * (p["block_sync_s"] + 3.0 * k["steps"] * p["mem_latency_s"])
+    own = p["launch_s"] + np.maximum(stream, lat)
+    return np.where(three, own, _t(model, ops.softmax(rows, cols, dtype)))
+
+
+def _cast_copy(model: CalibrationModel, n: Any, src: Any, dst: Any) -> np.ndarray:
+    """``x.to(dst)`` of ``n`` elements as ``unrolled_elementwise_kernel`` runs it (no vectorised loads) [s]."""
+    p = model.params
+    nbytes = _f(n) * (bytes_per_element(src) + bytes_per_element(dst))
+    return p["launch_s"] + nbytes / (p["bandwidth"] * p["bw_eff_cast_copy"])
+
+
 @predictor(OpName.CROSS_ENTROPY)
 def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
-    s, dt = op.shape, op.dtype
+    """Cross-entropy as PyTorch runs it (module notes): forward ``[logits.float()]``, log-softmax, NLL;
+    backward: zero fill, NLL's scatter, log-softmax backward, ``[the cast back]`` (the kernel names the
+    profiler recorded on the H200: ``direct_copy_kernel_cuda`` in ``unrolled_elementwise_kernel``,
+    ``cunn_SoftMaxForward``, ``nll_loss_forward_reduce_cuda_kernel_2d``; ``FillFunctor``,
+    ``nll_loss_backward_reduce_cuda_kernel_2d``, ``cunn_SoftMaxBackward``, ``bfloat16_copy_kernel_cuda``)."""
+    s, dt, p = op.shape, op.dtype, model.params
     t, v = _f(s["tokens"]), _f(s["vocab"])
     e = bytes_per_element(dt)
     up = bool(s.get("upcast", True)) and e < 4
     work = "fp32" if up else dt
     n = t * v
-    cast = [ops.elementwise(n, "fp32", inputs=e / 4.0, outputs=1)] if up else []
-    launch = model.params["launch_s"]
+    launch = p["launch_s"]
+    ls = _log_softmax(model, t, v, work)
     if not s.get("backward", False):
-        return _pred(*_sum(model, [*cast, ops.softmax(t, v, work)]), _nll(model, t), launch)
-    back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast's backward
+        cast = _cast_copy(model, n, dt, "fp32") if up else 0.0
+        return _pred(*_sum(model, []), cast + ls + _nll(model, t), (2 + up) * launch)
+    back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast back (vectorised)
     zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
-    sm = _softmax_backward(model, t, v, work)
-    return _pred(*_sum(model, [zero, *back]), sm + _nll(model, t), 2 * launch)
+    total, compute, memory, kl = _sum(model, [zero, *back])
+    # one ``torch.autograd.grad`` call: below a few hundred microseconds of kernels the host (autograd's
+    # graph walk, four launches) sets the time, as for attention's backward
+    gpu = total + ls + _nll(model, t)
+    host = p["loss_bwd_host_s"] * np.ones_like(gpu)
+    return _pred(0.0, compute, 0.0, kl, np.maximum(gpu, host), 2 * launch, host_s=host)
 
 
 @predictor(OpName.EMBEDDING)
@@ -149,12 +204,18 @@ def _embedding(model: CalibrationModel, op: Any) -> Prediction:
     t, v, h = _f(s["tokens"]), _f(s["vocab"]), _f(s["hidden"])
     e = bytes_per_element(dt)
     zero = _t(model, ops.elementwise(v * h, dt, inputs=0, outputs=1, flops_per_element=0))
-    # few tokens: blocks of 32 feature columns each walk every token
+    # few tokens: 32 x 32-thread blocks of 32 feature columns each walk every token; as many of them run at
+    # once on an SM as its resident threads allow (2 on sm_80..sm_90), so the waves are of that many per SM
     blocks = np.ceil(h / 32.0)
-    feature = p["launch_s"] + np.ceil(blocks / model.sm_count) * t * p["embedding_token_s"]
-    # many tokens: sort the ids, then reduce the gradient rows segment by segment (fp32 partial sums)
+    per_sm = max(1.0, np.floor(model.threads_per_sm / 1024.0))
+    feature = p["launch_s"] + np.ceil(blocks / (model.sm_count * per_sm)) * t * p["embedding_token_s"]
+    # many tokens: sort the ids, then reduce the gradient rows segment by segment (fp32 partial sums):
+    # compute_grad_weight gathers the rows of each segment through the sorted ids, one scalar per thread
+    # and id (a dependent load, not a vectorised stream), and sum_and_scatter adds the partial sums into
+    # the weight's rows: an element rate of their own, unless the bytes take longer
     rows = t * h * (2.0 * e + 8.0) + 16.0 * t
-    sort = p["embedding_sort_s"] + rows / (p["bandwidth"] * p["bw_eff_embedding"])
+    sort = p["embedding_sort_s"] + np.maximum(rows / (p["bandwidth"] * p["bw_eff_embedding"]),
+                                              t * h / p["embedding_segment_rate"])
     body = np.where(t <= EMBEDDING_SORT_MIN_TOKENS, feature, sort)
     return _pred(zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
 
@@ -166,7 +227,10 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
     chunks = np.ceil(numel / MTA_CHUNK) + np.maximum(tensors - 1.0, 0.0)        # each tensor starts a chunk
     launches = np.maximum(np.ceil(tensors / MTA_MAX_TENSORS), np.ceil(chunks / MTA_MAX_BLOCKS))
     launches = launches + np.ceil(tensors / FOREACH_MAX_TENSORS)                 # the step counters
-    gpu = launches * p["launch_s"] + _f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"])
+    # the fused kernel works through kILP = 4 elements a thread and step whatever their width: 16-bit
+    # parameters and states load 8 bytes a step, so a bf16 step is bound by an element rate, not the bytes
+    body = np.maximum(_f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"]), numel / p["adamw_elem_rate"])
+    gpu = launches * p["launch_s"] + body
     host = p["adamw_host_s"] + tensors * p["adamw_host_tensor_s"]
     total = _soft_max(gpu, host, p["vector_overlap_p"])
     return _pred(total, 0.0 * total, total - launches * p["launch_s"], launches * p["launch_s"], host_s=host)

@@ -213,7 +213,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["rows_per_sm_softmax", "softmax_warp_step_s", "softmax_reg_step_s",
                  *(f"elem_rate_softmax_{k}" for k in ("warp", "reg", "block"))]
     if "reduce_sum" in uses:
-        free += ["sum_block_s", "sum_warp_s", "sum_step_s", "global_reduce_s"]
+        free += ["sum_block_s", "sum_warp_s", "sum_step_s", "global_reduce_s", "sum_overlap_p"]
     if attention - {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["attn_overlap_p", "sm_bandwidth"]
     for d in ("fwd", "bwd"):
@@ -224,11 +224,13 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if "attention_decode" in fams:
         free += ["bw_eff_attention", "attn_flops_fa2"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
-        free += ["nll_step_s"]
+        free += ["nll_step_s", "bw_eff_log_softmax", "bw_eff_cast_copy"]
+    if "cross_entropy_bwd" in fams:
+        free += ["loss_bwd_host_s"]
     if "embedding_bwd" in fams:
-        free += ["embedding_token_s", "embedding_sort_s"]
+        free += ["embedding_token_s", "embedding_sort_s", "embedding_segment_rate"]
     if "adamw_step" in fams:
-        free += ["adamw_host_s", "adamw_host_tensor_s"]
+        free += ["adamw_host_s", "adamw_host_tensor_s", "adamw_elem_rate"]
     if "kv_cache_write" in fams:
         free += ["index_copy_rate"]
     for w in sorted(x for x in weights if x and WEIGHT_ONLY_PATH[x] not in ("dequant_linear", "scaled_mm_dynamic")):

@@ -67,7 +67,8 @@ def sum_plan(rows: Any, cols: Any, e: float, sm_count: int,
 
     The reduced (contiguous) dimension maps to ``block.x`` lanes and rows to ``block.y`` warps
     (512 threads at most; few rows widen ``block.x``). Each thread sums ``cols / block.x`` values
-    with 16-byte loads; when that leaves at least ``16 * block.y`` (or 256) values, the warps of a
+    with 16-byte loads from 128 columns on (``dim0 >= 128``: 8 elements a load for 16-bit types,
+    4 for fp32), one element a load below (4 unrolled); when that leaves at least ``16 * block.y`` (or 256) values, the warps of a
     block share one row instead of taking one row each, and when a thread still has 256 or more
     and the grid is small, each row is split over several blocks (``ctas``) that combine through
     global memory. Returns ``blocks``, ``threads``, ``ctas``, ``steps`` (loads per thread) and
@@ -83,9 +84,9 @@ def sum_plan(rows: Any, cols: Any, e: float, sm_count: int,
     ([2.0, 32.0], [16.0, 2.0])
     """
     rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
-    vec = np.where(cols > 128, 16.0 / e, 4.0)  # vectorized along the row, else 4 loads unrolled
+    vec = np.where(cols >= 128, 16.0 / e, 4.0)  # vectorized along the row from 128 on, else 4 loads unrolled
     pow2 = lambda d: np.where(d < 512, 2.0 ** np.floor(np.log2(np.maximum(d, 1.0))), 512.0)  # noqa: E731
-    d0, d1 = pow2(np.where(cols > 128, cols / vec, cols)), pow2(rows)
+    d0, d1 = pow2(np.where(cols >= 128, cols / vec, cols)), pow2(rows)
     bh = np.minimum(d1, 512.0 / np.minimum(d0, 32.0))
     bw = np.minimum(d0, 512.0 / bh)
     threads = bw * bh

@@ -84,7 +84,9 @@ blocks (:math:`W_b \\max(a, b) + \\min(a, b)` for per-wave times :math:`a, b`): 
 thread's dependent loads queue behind the stream (the two add up), while from wave to wave the
 latency of one wave hides behind the streaming of the next, so a sum of many waves streams at the
 full read rate (4.1-4.25 TB/s on the H200, above the copy rate: a read-only stream has no
-read/write turnarounds), :math:`E_k` the element rate of
+read/write turnarounds); blocks whose warps own short rows take the larger of that and the
+soft maximum (sharpness :math:`q_s`) of the two, since each wave's loads queue behind its own
+short fixed work, :math:`E_k` the element rate of
 kernel :math:`k` over :math:`c_k` elements a row (the warp-per-row kernel: :math:`c`; the register
 kernel: :math:`1024 \\lceil c/1024 \\rceil`, padding included; the block kernels: :math:`c`),
 :math:`W_k` the waves of rows (warp kernel: :math:`\\max(1, r / P\\rho)`; 1024-thread kernels:
@@ -385,6 +387,10 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         q = p["row_overlap_p"]
         if fam == "reduce_sum":  # a two-stage pipeline over W waves: W max(a, b) + min(a, b)
             body = np.maximum(t_m, t_lat) + np.minimum(t_m, t_lat) / waves
+            if "sum_overlap_p" in p:  # warps owning short rows: a wave's loads queue behind its fixed work
+                own = ~sum_plan(_f(op.shape["rows"]), _f(op.shape["cols"]), _bpe(op), model.sm_count,
+                                model.threads_per_sm)["split"]
+                body = np.where(own, np.maximum(body, _soft_max(t_m, t_lat, p["sum_overlap_p"])), body)
         else:
             body = _pipeline(_soft_max(t_m, t_rate, q), t_lat, q, waves)
         launch = p["launch_s"] * np.ones_like(body)

@@ -101,6 +101,8 @@ DEFAULTS: dict[str, Default] = {
                            _const(1e-6), _H200),
     "sum_warp_s": Default("s", "fixed time of a wave of sum blocks whose warps each own a row (warp shuffles only)",
                           _const(0.5e-6), "five shuffle steps and a store"),
+    "sum_overlap_p": Default("1", "sharpness of the overlap of a short-row sum's streaming and its per-wave "
+                             "fixed work (warps owning rows)", _const(2.0), "start value of the fit"),
     "sum_step_s": Default("s", "time of one dependent step of a sum thread (a 16-byte load and its accumulation)",
                           _const(0.6e-6), "HBM latency"),
     "global_reduce_s": Default("s", "extra time of a sum split over several blocks per row", _const(2e-6),
@@ -140,10 +142,24 @@ DEFAULTS: dict[str, Default] = {
                                 _const(1.0), "start value of the fit"),
     "nll_step_s": Default("s", "time per target a thread of NLL's one 32-thread block handles (two dependent loads)",
                           _const(1.2e-6), "two HBM latencies"),
+    "bw_eff_log_softmax": Default("1", "device-memory rate of log-softmax's three-pass block kernel "
+                                  "(cunn_SoftMaxForward / Backward: three row reads and one write)",
+                                  _const(0.9), "start value of the fit"),
+    "bw_eff_cast_copy": Default("1", "device-memory rate of a dtype-converting copy (unrolled_elementwise_kernel: "
+                                "no vectorised loads), e.g. logits.float()", _const(0.5), "start value of the fit"),
+    "loss_bwd_host_s": Default("s", "host time of a cross-entropy backward called as one torch.autograd.grad "
+                               "(autograd's graph walk and launches)", _const(80e-6), "start value of the fit"),
     "embedding_token_s": Default("s", "time per token of the embedding backward's feature kernel (< 3072 tokens)",
                                  _const(0.05e-6), "start value of the fit"),
     "embedding_sort_s": Default("s", "fixed time of the embedding backward's sort and segment kernels",
                                 _const(60e-6), "about a dozen launches (radix sort, segments)"),
+    "embedding_segment_rate": Default("elements/s", "gradient elements per second the embedding backward's "
+                                      "segment kernels (compute_grad_weight, sum_and_scatter) reduce (> 3072 tokens)",
+                                      lambda g, bw: bw / 16.0, "a gathered 2-byte load, an fp32 partial written and "
+                                      "read, a scattered write (start value of the fit)"),
+    "adamw_elem_rate": Default("elements/s", "parameters per second the fused AdamW kernel updates when its "
+                               "4-element steps, not its bytes, bound it (16-bit parameters and states)",
+                               lambda g, bw: bw / 24.0, "start value of the fit"),
     "adamw_host_s": Default("s", "host time of a fused optimizer step (Python, grouping, launches)",
                             _const(40e-6), "start value of the fit"),
     "adamw_host_tensor_s": Default("s", "host time per parameter tensor of that step", _const(1e-6),
