@@ -124,7 +124,7 @@ def widened_validation_cases() -> list[dict]:
     for b, h, seq, d in ((2, 8, 2048, 64), (4, 12, 1024, 64)):  # the same maths through SDPA's math backend
         for backward in (False, True):
             cases.append(_case("attention", "sdpa_math", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
-                               causal=True, impl="naive", backward=backward, dropout=0.0))
+                               causal=True, impl="math", backward=backward, dropout=0.0))
     for tokens in (1024, 4096, 16384):
         for vocab in (49152, 151936, 32768):
             for backward in (False, True):

@@ -51,10 +51,12 @@ SCALE_BYTES = 2
 
 
 class AttentionImpl(str, enum.Enum):
-    """How attention is computed: ``flash`` keeps scores on chip, ``naive`` writes them to device memory."""
+    """How attention is computed: ``flash`` keeps scores on chip, ``naive`` writes them to device memory,
+    ``math`` is PyTorch's SDPA math backend (the naive form, computed in fp32 for 16-bit inputs)."""
 
     FLASH = "flash"
     NAIVE = "naive"
+    MATH = "math"
 
     def __str__(self) -> str:
         return self.value
@@ -349,9 +351,11 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     causal : bool
         Causal mask (aligned to the last key: query ``i`` of ``seq`` sees the first
         ``kv_seq - seq + i + 1`` keys); with ``seq == kv_seq`` half of the scores are useful work.
-    impl : {"flash", "naive"}
+    impl : {"flash", "naive", "math"}
         ``flash`` (FlashAttention) keeps the ``seq x kv_seq`` scores on chip; ``naive`` writes the
-        scores and the softmax output to device memory and reads them back.
+        scores and the softmax output to device memory and reads them back; ``math`` is the same
+        form as ``scaled_dot_product_attention``'s math backend runs it (counted as ``naive`` here;
+        the calibrated time model prices its fp32 kernels).
     backward : bool
         Cost of the backward pass instead of the forward.
     kv_heads : int or array_like, optional

@@ -8,10 +8,15 @@ Only the mechanisms no other kernel shows get parameters of their own (see
 log-softmax's three-pass stream, the unvectorised dtype cast, a loss backward's host time, the
 embedding backward's sort and segment rate, the optimizer step's element rate and host time.
 
-* **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``,
-  softmax, dropout (a pass that also writes a one-byte mask), ``P V`` (bmm). Backward: ``dP = dO V^T``
-  and ``dV = P^T dO``, dropout's and the mask's backward, softmax backward (one more score read
-  than the forward), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``.
+* **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``
+  (out of place: a copy of the scores, then a non-vectorised kernel over the broadcast mask, priced
+  at its own element rate ``strided_elem_rate``), softmax, dropout (a pass that also writes a
+  one-byte mask), ``P V`` (bmm). Backward: ``dP = dO V^T`` and ``dV = P^T dO``, a binary pass over
+  the scores, dropout's and the mask's backward (the same copy and masked fill), softmax backward
+  (the warp kernel up to 1024 columns, one more score read than the forward's; longer rows a
+  streaming kernel, ``cunn_SoftMaxBackwardSmem``), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``;
+  timed as one ``torch.autograd.grad`` call, the host's walk of its autograd nodes is a floor
+  (``naive_bwd_host_s``).
 * **cross-entropy**: with ``upcast``, a cast of the 16-bit logits to fp32 (a dtype-converting copy,
   ``unrolled_elementwise_kernel``: no vectorised loads, its own rate); log-softmax, which over rows of
   a vocabulary runs ``cunn_SoftMaxForward`` (three row reads and a write; not ``torch.softmax``'s
@@ -54,8 +59,9 @@ from gpumodel.opcost import OpName
 from .kernels import softmax_plan
 from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
 
-__all__ = ["naive_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
+__all__ = ["naive_attention", "math_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
 
+SOFTMAX_WARP_BWD_MAX_COLS = 1024  # softmax_warp_backward up to this many columns and 4096 bytes a row
 NLL_THREADS = 32                  # NLL_LOSS_THREADS: the one block of the reducing NLL kernels
 EMBEDDING_SORT_MIN_TOKENS = 3072  # embedding_dense_backward sorts the ids above this many tokens
 MTA_MAX_TENSORS, MTA_MAX_BLOCKS, MTA_CHUNK = 36, 320, 65536   # multi_tensor_apply at depth 4
@@ -98,9 +104,32 @@ def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any)
     return _f(pred.overhead_s) + 1.5 * (_f(pred.time_s) - _f(pred.overhead_s))
 
 
+def _attention_softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
+    """Softmax backward over attention scores as ``host_softmax_backward`` dispatches it: rows of at most
+    1024 elements and 4096 bytes run the warp kernel (:func:`_softmax_backward`); longer rows run
+    ``cunn_SoftMaxBackward(Smem)``, a block per row, which streams ``dY`` and ``Y`` in and ``dX`` out
+    (not the forward's per-element register kernel)."""
+    warp = _softmax_backward(model, rows, cols, dtype)
+    stream = _t(model, ops.elementwise(_f(rows) * _f(cols), dtype, inputs=2, outputs=1))
+    fits = (_f(cols) <= SOFTMAX_WARP_BWD_MAX_COLS) & (_f(cols) * bytes_per_element(dtype) <= 4096)
+    return np.where(fits, warp, stream)
+
+
+def _masked_fill(model: CalibrationModel, n: Any, dt: Any) -> list:
+    """``masked_fill`` out of place with a broadcast mask: a copy of the scores (``Memcpy DtoD``), then
+    ``masked_fill_`` as a non-vectorised ``elementwise_kernel<128, 4>`` (the mask is broadcast over batch and
+    heads, so each element's offsets are computed), at an element rate of its own (``strided_elem_rate``)
+    unless its traffic takes longer. Returns ``[kernels priced as ops, extra seconds, extra launch seconds]``."""
+    p = model.params
+    fill = predict(model, ops.elementwise(n, dt))
+    launch = _f(fill.overhead_s)
+    body = np.maximum(_f(fill.time_s) - launch, n / p["strided_elem_rate"])
+    return [ops.elementwise(n, dt), launch + body, launch]
+
+
 def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     """Naive attention as the sum of its kernels (module notes)."""
-    s, dt = op.shape, op.dtype
+    s, dt, p = op.shape, op.dtype, model.params
     bh = _f(s["batch"]) * _f(s["heads"])
     seq, skv, d = _f(s["seq"]), _f(s.get("kv_seq", s["seq"])), _f(s["head_dim"])
     n = bh * seq * skv
@@ -108,21 +137,89 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     causal, drop = bool(s.get("causal", False)), float(s.get("dropout", 0.0)) > 0
     score_pass = ops.elementwise(n, dt)                                  # read and write the scores once
     mask_bytes = 1.0 / e                                                 # a bool per score, in score elements
+    extra, extra_launch = 0.0, 0.0
+    if causal:                                                           # the copy, then masked_fill_
+        copy, extra, extra_launch = _masked_fill(model, n, dt)
     if not s.get("backward", False):
         parts = [ops.bmm(bh, seq, skv, d, dt), score_pass, ops.softmax(bh * seq, skv, dt), ops.bmm(bh, seq, d, skv, dt)]
         if causal:
-            parts.append(score_pass)
+            parts.append(copy)
         if drop:
             parts.append(ops.elementwise(n, dt, inputs=1, outputs=1 + mask_bytes))
-        return _pred(*_sum(model, parts))
+        return _pred(*_sum(model, parts), extra, extra_launch)
     parts = [ops.bmm(bh, seq, skv, d, dt), ops.bmm(bh, skv, d, seq, dt),       # dP = dO V^T, dV = P^T dO
+             ops.elementwise(n, dt, inputs=2, outputs=1),                      # the binary pass before softmax's
              score_pass,                                                        # the scale's backward
              ops.bmm(bh, seq, d, skv, dt), ops.bmm(bh, skv, d, seq, dt)]        # dQ = dS K, dK = dS^T Q
     if causal:
-        parts.append(score_pass)
+        parts.append(copy)
     if drop:
         parts.append(ops.elementwise(n, dt, inputs=1 + mask_bytes, outputs=1))
-    sm = _softmax_backward(model, bh * seq, skv, dt)
+    sm = _attention_softmax_backward(model, bh * seq, skv, dt)
+    total, compute, memory, launch = _sum(model, parts)
+    total, launch = total + sm + extra, launch + p["launch_s"] + extra_launch
+    # one torch.autograd.grad call through ~10 autograd nodes: its host work is a floor for small shapes
+    host = p.get("naive_bwd_host_s", 0.0)
+    launch = np.where(host > total, host, launch)
+    total = np.maximum(total, host)
+    memory = np.maximum(total - launch - compute, 0.0)
+    return Prediction(total, compute, memory, launch, 1.0, {})
+
+
+def _strided(model: CalibrationModel, op: Any) -> np.ndarray:
+    """A non-vectorised elementwise kernel over a broadcast operand: its traffic or ``strided_elem_rate``."""
+    pred = predict(model, op)
+    launch = _f(pred.overhead_s)
+    return launch + np.maximum(_f(pred.time_s) - launch, _f(op.shape["numel"]) / model.params["strided_elem_rate"])
+
+
+def math_attention(model: CalibrationModel, op: Any) -> Prediction:
+    """``scaled_dot_product_attention``'s math backend (``impl="math"``) as the kernels it launches.
+
+    For 16-bit inputs it works in fp32 (the profiler on the H200: ``direct_copy_kernel`` casts,
+    ``sm80_xmma_gemm_f32f32`` CUDA-core GEMMs, fp32 softmax): cast Q, K, V to fp32, scale Q and K
+    by ``d^-1/4`` each, build the causal mask (``(seq, kv_seq)``: a bool fill, ``triu``, two fills and
+    a ``where`` into an additive fp32 bias), ``Q K^T``, add the bias (a broadcast, non-vectorised
+    kernel), softmax; with a mask its "safe" softmax (``isneginf``, an ``all`` reduction, a fill and a
+    ``where`` over the scores), the probabilities' round trip through 16 bits, ``P V`` and the output's
+    cast. Backward: the cast of ``dO``, ``dP = dO V^T``, ``dV = P^T dO``, a binary pass, softmax
+    backward, ``dQ``, ``dK``, the two scales' backward and three casts of the gradients.
+    """
+    s, dt = op.shape, op.dtype
+    e = bytes_per_element(dt)
+    if e >= 4:                      # fp32 inputs: nothing to cast; the maths is the naive form's
+        return naive_attention(model, op)
+    bh = _f(s["batch"]) * _f(s["heads"])
+    seq, skv, d = _f(s["seq"]), _f(s.get("kv_seq", s["seq"])), _f(s["head_dim"])
+    n, nq, nkv = bh * seq * skv, bh * seq * d, bh * skv * d
+    causal = bool(s.get("causal", False))
+    f32 = "fp32"
+    up = lambda x: ops.elementwise(x, f32, inputs=e / 4.0, outputs=1)          # noqa: E731  16-bit -> fp32
+    down = lambda x: ops.elementwise(x, dt, inputs=4.0 / e, outputs=1)         # noqa: E731  fp32 -> 16-bit
+    if not s.get("backward", False):
+        parts = [up(nq), up(nkv), up(nkv), ops.elementwise(nq, f32), ops.elementwise(nkv, f32),
+                 ops.bmm(bh, seq, skv, d, f32), ops.softmax(bh * seq, skv, f32),
+                 ops.elementwise(n, f32, inputs=1, outputs=e / 4.0),           # P to 16 bits and back
+                 ops.bmm(bh, seq, d, skv, f32), down(nq)]
+        extra = launch = 0.0
+        if causal:
+            mask = seq * skv
+            parts += [ops.elementwise(mask, f32, inputs=0, outputs=0.25, flops_per_element=0),
+                      ops.elementwise(mask, f32, inputs=0.25, outputs=0.25),
+                      *[ops.elementwise(mask, f32, inputs=0, outputs=1, flops_per_element=0)] * 2,
+                      ops.elementwise(mask, f32, inputs=1.25, outputs=1),
+                      ops.elementwise(n, f32, inputs=1, outputs=0.25),           # isneginf
+                      ops.elementwise(n / 4.0, f32, inputs=1, outputs=0),        # all() over the rows
+                      ops.elementwise(n, f32, inputs=0, outputs=1, flops_per_element=0)]
+            adds = [ops.elementwise(n, f32), ops.elementwise(n, f32, inputs=2.25, outputs=1)]  # + bias, where
+            extra = sum(_strided(model, x) for x in adds)
+            launch = 2 * model.params["launch_s"]
+        return _pred(*_sum(model, parts), extra, launch)
+    parts = [up(nq), ops.bmm(bh, seq, skv, d, f32), ops.bmm(bh, skv, d, seq, f32),
+             ops.elementwise(n, f32, inputs=2, outputs=1),
+             ops.bmm(bh, seq, d, skv, f32), ops.bmm(bh, skv, d, seq, f32),
+             ops.elementwise(nq, f32), ops.elementwise(nkv, f32), down(nq), down(nkv), down(nkv)]
+    sm = _attention_softmax_backward(model, bh * seq, skv, f32)
     return _pred(*_sum(model, parts), sm, model.params["launch_s"])
 
 

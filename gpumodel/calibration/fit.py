@@ -116,7 +116,7 @@ def family_of(point: Mapping[str, Any]) -> str:
     """
     s = point["shape"]
     if point["op"] == "attention":
-        if s.get("impl", "flash") == "naive":
+        if s.get("impl", "flash") in ("naive", "math"):
             return "attention_naive_bwd" if s.get("backward") else "attention_naive_fwd"
         if s.get("kv_seq") is not None and s["kv_seq"] != s["seq"]:
             return "attention_decode"
@@ -223,6 +223,10 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["attn_bwd_host_s"]
     if "attention_decode" in fams:
         free += ["bw_eff_attention", "attn_flops_fa2"]
+    if fams & {"attention_naive_fwd", "attention_naive_bwd"}:
+        free += ["strided_elem_rate"]
+    if "attention_naive_bwd" in fams:
+        free += ["naive_bwd_host_s"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
         free += ["nll_step_s", "bw_eff_log_softmax", "bw_eff_cast_copy"]
     if "cross_entropy_bwd" in fams:

@@ -141,6 +141,10 @@ SPLITS = (1, 2, 4, 8, 16)
 #: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
 WHOLE_WAVE_DTYPES = ("tf32", "fp32")
 STREAM_MAX_EDGE = 64  # a GEMM with m, n or k at most this (one tile edge) may run as a stream (GEMV, small k)
+#: a batched GEMM (``bmm``) with an edge at most this may run as a stream: the strided-batched kernels cuBLAS runs
+#: for them on the H200 (``nvjet_sm90_tst_256x128_64x4`` / ``128x128_64x6`` in the profiler) cover 128 rows,
+#: columns or a whole k of 128 in one tile, so each batch's inputs are read and its output written once
+BMM_STREAM_MAX_EDGE = 128
 
 
 @dataclass(frozen=True)
@@ -316,7 +320,8 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # a skinny product (m, n or k within one tile edge) reads its big operand (or writes its output) once: a stream
     # at its own rate, or its math at the full rate, plus a fixed time (cuBLAS's GEMV and small-k kernels)
     if "stream_overhead_s" in p:  # (records fitted before this candidate existed lack its parameters)
-        t_v = np.where(np.minimum(np.minimum(m, n), k) <= STREAM_MAX_EDGE,
+        edge = BMM_STREAM_MAX_EDGE if op.name == "bmm" else STREAM_MAX_EDGE
+        t_v = np.where(np.minimum(np.minimum(m, n), k) <= edge,
                        p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
                                                            _f(op.flops) / (rate * P)), np.inf)
     else:

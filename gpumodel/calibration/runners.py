@@ -40,7 +40,7 @@ def run_naive_attention(torch, s: dict, tdt, randn, device: str) -> Callable[[],
     causal, backward = bool(s.get("causal", False)), bool(s.get("backward", False))
     p = float(s.get("dropout", 0.0))
     q, k, v = (randn(b, h, sq, d).requires_grad_(backward) for _ in range(3))
-    if s.get("kernel") == "sdpa_math":
+    if s.get("impl") == "math" or s.get("kernel") == "sdpa_math":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         def fwd():
@@ -213,7 +213,7 @@ def run_weight_only_matmul(torch, s: dict, tdt, randn, device: str) -> Callable[
 
 #: (op, predicate on the shape) -> runner; the first match wins
 RUNNERS: list[tuple[str, Callable[[dict], bool], Callable]] = [
-    ("attention", lambda s: s.get("impl") == "naive", run_naive_attention),
+    ("attention", lambda s: s.get("impl") in ("naive", "math"), run_naive_attention),
     ("attention", lambda s: s.get("kv_seq") is not None, run_decode_attention),
     ("cross_entropy", lambda s: True, run_cross_entropy),
     ("embedding", lambda s: True, run_embedding),
