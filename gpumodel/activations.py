@@ -60,7 +60,7 @@ def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: A
     if attention != Attention.sdpa:
         return attention
     if precision.name == "fp32":
-        return Attention.math if cfg.kv_heads != cfg.num_heads else Attention.efficient
+        return Attention.math if cfg.num_kv_heads != cfg.num_heads else Attention.efficient
     return Attention.flash
 
 
@@ -209,5 +209,5 @@ def head_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="am
     norm = _norm_bytes(cfg, r)
     head_in = 2 * h if prec.is_amp else a * h
     per_token = 8 + norm + head_in + (h if cfg.embd_dropout > 0 else 0) + 16  # ids, labels, shifted labels
-    rope = 2 * np.asarray(seq_len, dtype=float) * cfg.dim_head * (2 if r == 2 else 4) if cfg.position == PositionType.rope else 0
+    rope = 2 * np.asarray(seq_len, dtype=float) * cfg.head_dim * (2 if r == 2 else 4) if cfg.position == PositionType.rope else 0
     return tokens * per_token + rope

@@ -174,18 +174,18 @@ def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int,
 def mla_projections(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int) -> None:
     """Multi-head latent attention's projections, norms and rotary part (DeepSeek-V3 in HF)."""
     h, heads = cfg.hidden_size, cfg.num_heads
-    rope, nope = cfg.qk_rope_head_dim, cfg.dim_head - cfg.qk_rope_head_dim
-    v = cfg.v_head_dim or cfg.dim_head
+    rope, nope = cfg.qk_rope_head_dim, cfg.head_dim - cfg.qk_rope_head_dim
+    v = cfg.v_head_dim or cfg.head_dim
     if cfg.q_lora_rank:
         _linear(L, t, cfg.q_lora_rank, h, n, c, p, cfg.qkv_bias)
         qn = _norm(L, cfg, t, c, p, cfg.q_lora_rank)
-        _linear(L, t, heads * cfg.dim_head, cfg.q_lora_rank, qn, c, p)
+        _linear(L, t, heads * cfg.head_dim, cfg.q_lora_rank, qn, c, p)
     else:
-        _linear(L, t, heads * cfg.dim_head, h, n, c, p)
+        _linear(L, t, heads * cfg.head_dim, h, n, c, p)
     _linear(L, t, cfg.kv_lora_rank + rope, h, n, c, p, cfg.qkv_bias)
     kn = _norm(L, cfg, t, c, p, cfg.kv_lora_rank)
     _linear(L, t, heads * (nope + v), cfg.kv_lora_rank, kn, c, p)
     _rope(L, t, (heads * rope, rope), r, c)
-    L.mem(t * heads * cfg.dim_head, 2 * c, c, inputs=2)  # cat(q_pass, q_rot)
-    L.mem(t * heads * cfg.dim_head, 2 * c, c, inputs=2)  # cat(k_pass, k_rot.expand)
+    L.mem(t * heads * cfg.head_dim, 2 * c, c, inputs=2)  # cat(q_pass, q_rot)
+    L.mem(t * heads * cfg.head_dim, 2 * c, c, inputs=2)  # cat(k_pass, k_rot.expand)
     L.views += 10

@@ -230,12 +230,12 @@ def _attention_block(L: _Layer, cfg: TransformerConfig, b: int, s: int, n: int, 
         L.views += 6
     if cfg.qk_norm != "none":
         for width in (q, kv):
-            _norm(L, cfg, t * width // (cfg.dim_head if cfg.qk_norm == "head" else width), c, p,
-                  cfg.dim_head if cfg.qk_norm == "head" else width)
+            _norm(L, cfg, t * width // (cfg.head_dim if cfg.qk_norm == "head" else width), c, p,
+                  cfg.head_dim if cfg.qk_norm == "head" else width)
     if cfg.position == PositionType.rope and not cfg.is_mla:
         _rope(L, t, (q, kv), r, c)
-    v_dim = cfg.num_heads * (cfg.v_head_dim or cfg.dim_head)
-    L.attention(b, cfg.num_heads, s, cfg.dim_head, cfg.kv_heads)
+    v_dim = cfg.num_heads * (cfg.v_head_dim or cfg.head_dim)
+    L.attention(b, cfg.num_heads, s, cfg.head_dim, cfg.num_kv_heads)
     L.mem(t * v_dim, c, c, 0)                  # transpose(1, 2).contiguous()
     L.views += 2
     _linear(L, t, h, v_dim, c, c, p, cfg.o_bias)

@@ -156,8 +156,8 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     if cfg.family.startswith("gemma"):
         embed.mem(t * h, r, r)                 # Gemma scales the embeddings by sqrt(hidden)
     if cfg.position == PositionType.rope:
-        embed.mem(seq_len * cfg.dim_head, 4, 4)  # cos, sin of the rotary embedding
-        embed.mem(seq_len * cfg.dim_head, 4, 4, grad=False)
+        embed.mem(seq_len * cfg.head_dim, 4, 4)  # cos, sin of the rotary embedding
+        embed.mem(seq_len * cfg.head_dim, 4, 4, grad=False)
     head = _Layer(dt)
     n = _norm(head, cfg, t, r, p)
     _cast_for_matmul(head, t * h, n, c)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import warnings
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -143,13 +144,15 @@ class TransformerConfig(BaseModel):
     # ------------------------------------------------------------------ derived sizes
     @property
     def kv_heads(self) -> int:
-        """Former name of :attr:`num_kv_heads` (always filled in now)."""
-        return self.num_kv_heads or self.num_heads
+        """Former name of :attr:`num_kv_heads`; deprecated, to be removed in the next release."""
+        warnings.warn("TransformerConfig.kv_heads is deprecated; use num_kv_heads", DeprecationWarning, stacklevel=2)
+        return self.num_kv_heads
 
     @property
     def dim_head(self) -> int:
-        """Former name of :attr:`head_dim` (always filled in now)."""
-        return self.head_dim or self.hidden_size // self.num_heads
+        """Former name of :attr:`head_dim`; deprecated, to be removed in the next release."""
+        warnings.warn("TransformerConfig.dim_head is deprecated; use head_dim", DeprecationWarning, stacklevel=2)
+        return self.head_dim
 
     @property
     def q_dim(self) -> int:
@@ -184,7 +187,7 @@ class TransformerConfig(BaseModel):
         """Parameters of one attention block (projections, their biases, q/k norms)."""
         h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
         if self.is_mla:
-            nope, rope, v = self.dim_head - self.qk_rope_head_dim, self.qk_rope_head_dim, self.v_head_dim or self.dim_head
+            nope, rope, v = self.head_dim - self.qk_rope_head_dim, self.qk_rope_head_dim, self.v_head_dim or self.head_dim
             heads, b = self.num_heads, self.qkv_bias
             qp = (h * self.q_lora_rank + b * self.q_lora_rank + self.q_lora_rank
                   + self.q_lora_rank * heads * (nope + rope)) if self.q_lora_rank else h * heads * (nope + rope)
@@ -192,7 +195,7 @@ class TransformerConfig(BaseModel):
                    + self.kv_lora_rank * heads * (nope + v))
             return qp + kvp + heads * v * h + h * self.o_bias
         attn = h * (q + 2 * kv) + q * h + (q + 2 * kv) * self.qkv_bias + h * self.o_bias
-        attn += {"none": 0, "head": 2 * self.dim_head, "full": q + kv}[self.qk_norm]
+        attn += {"none": 0, "head": 2 * self.head_dim, "full": q + kv}[self.qk_norm]
         return attn
 
     def layer_parameters(self, moe: bool | None = None) -> int:

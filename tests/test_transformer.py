@@ -56,7 +56,7 @@ def test_brenndoerfer_layer_weights():
 def test_gqa_and_head_dim():
     cfg = gm.model("llama-3-8b")
     assert cfg.kv_dim == 8 * 128 and cfg.q_dim == 4096
-    assert gm.model("llama-3.2-1b").dim_head == 64
+    assert gm.model("llama-3.2-1b").head_dim == 64
 
 
 def test_moe_active_parameters():
@@ -121,3 +121,11 @@ def test_matches_transformers_when_installed():
         with torch.device("meta"):
             hf = transformers.AutoModelForCausalLM.from_config(cfg)
         assert TransformerConfig.from_hf(cfg).num_parameters() == sum(p.numel() for p in hf.parameters())
+
+
+def test_former_attribute_names_warn_and_still_answer():
+    cfg = gm.model("llama-3.2-1b")        # 32 heads, 8 key/value heads, head_dim 2048 / 32 = 64
+    with pytest.warns(DeprecationWarning, match="num_kv_heads"):
+        assert cfg.kv_heads == cfg.num_kv_heads == 8
+    with pytest.warns(DeprecationWarning, match="head_dim"):
+        assert cfg.dim_head == cfg.head_dim == 64

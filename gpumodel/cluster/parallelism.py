@@ -98,8 +98,8 @@ class Parallelism:
 
         cfg = resolve_model(model)
         divides(self.tp, cfg.num_heads, "tp", "the attention heads")
-        if cfg.kv_heads % self.tp and self.tp % cfg.kv_heads:
-            raise ArgumentError(f"tp={self.tp} must divide the key/value heads ({cfg.kv_heads}) or be a multiple of them")
+        if cfg.num_kv_heads % self.tp and self.tp % cfg.num_kv_heads:
+            raise ArgumentError(f"tp={self.tp} must divide the key/value heads ({cfg.num_kv_heads}) or be a multiple of them")
         divides(self.tp, cfg.intermediate_size, "tp", "the MLP width")
         if self.pp * self.virtual_stages > cfg.num_layers:
             raise ArgumentError(f"pp * virtual_stages = {self.pp * self.virtual_stages} exceeds the layers "

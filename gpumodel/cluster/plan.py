@@ -191,7 +191,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
 
     # ---- enumerate candidates
     tps = [t for t in _divisors_pow2(cfg.num_heads, sysm.gpus_per_node)
-           if cfg.intermediate_size % t == 0 and (cfg.kv_heads % t == 0 or t % cfg.kv_heads == 0)]
+           if cfg.intermediate_size % t == 0 and (cfg.num_kv_heads % t == 0 or t % cfg.num_kv_heads == 0)]
     cps = [c for c in _divisors_pow2(s, 64) if s // c >= 2048 or c == 1]
     pps = [p for p in (2 ** k for k in range(0, 8)) if p <= cfg.num_layers]
     P = np.array(np.meshgrid(counts, tps, cps, pps, list(micro_batches), list(virtual_stages), list(zero_stages),

@@ -54,9 +54,9 @@ def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> Transforme
     ``experts_per_token * intermediate_size / tp`` (with balanced routing each GPU of an expert-parallel
     group runs the experts' GEMMs for as many tokens as it holds, whatever ``ep``).
     """
-    kv = max(1, cfg.kv_heads // tp)
+    kv = max(1, cfg.num_kv_heads // tp)
     width = cfg.intermediate_size * (cfg.experts_per_token if cfg.is_moe else 1)
-    update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.dim_head,
+    update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.head_dim,
                   intermediate_size=width // tp, vocab_size=-(-cfg.vocab_size // tp), num_experts=0, experts_per_token=0)
     return cfg.model_copy(update=update)
 

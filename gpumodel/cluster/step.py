@@ -216,7 +216,7 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     tp_coll = np.where(sp, A(_coll("all_gather", act_bytes, sysm, tp, 1)) + A(_coll("reduce_scatter", act_bytes, sysm, tp, 1)),
                        A(_coll("all_reduce", act_bytes, sysm, tp, 1)))  # NCCL's pick for each (NVLS for the all-reduce)
     tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
-    kv_bytes = 2 * b * s * np.maximum(1, cfg.kv_heads // tp) * cfg.dim_head * c
+    kv_bytes = 2 * b * s * np.maximum(1, cfg.num_kv_heads // tp) * cfg.head_dim * c
     gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
     scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
     cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)

@@ -67,7 +67,7 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     b, s, c = batch, new_tokens, cached
     t = b * s
     h, i, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    hd, nh, nkv = cfg.dim_head, cfg.num_heads // tp, max(cfg.kv_heads // tp, 1)
+    hd, nh, nkv = cfg.head_dim, cfg.num_heads // tp, max(cfg.num_kv_heads // tp, 1)
     q, kv = nh * hd, nkv * hd
     out: list[Kernel] = []
     L = cfg.num_layers

@@ -170,8 +170,8 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     if np.ndim(tp):
         raise ArgumentError("tp must be a single positive integer")
     divides(tp, cfg.num_heads, "tp", "the attention heads")
-    if cfg.kv_heads >= tp:
-        divides(tp, cfg.kv_heads, "tp", "the key/value heads")
+    if cfg.num_kv_heads >= tp:
+        divides(tp, cfg.num_kv_heads, "tp", "the key/value heads")
     eng = choice(Engine, engine, "engine")
     group = positive_int(group_size, "group_size")
     if np.ndim(group):
