@@ -37,10 +37,6 @@ __all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
 _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
 
 
-def _gpu(gpu: Any):
-    return resolve_gpu(gpu)
-
-
 def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
     """(model, source label, description, calibration or transfer record) for a GPU record."""
     from .calibration.record import Calibration, calibration_for, load_calibration
@@ -83,7 +79,7 @@ def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> 
     >>> [model_for(g)[1].split(" ")[0] for g in ("h200", "a100", "v100")]
     ['calibrated', 'transferred', 'uncalibrated:']
     """
-    model, _, detail, _ = _resolve(_gpu(gpu), flag(calibrated, "calibrated"), calibration)
+    model, _, detail, _ = _resolve(resolve_gpu(gpu), flag(calibrated, "calibrated"), calibration)
     return model, detail
 
 
@@ -220,7 +216,7 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     'transferred'
     """
     op = resolve_op(op)
-    g = _gpu(gpu)
+    g = resolve_gpu(gpu)
     model, label, detail, record = _resolve(g, flag(calibrated, "calibrated"), calibration)
     pred = predict(model, op)
     covered = model.covers(op)
