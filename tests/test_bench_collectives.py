@@ -1,12 +1,12 @@
 """The collective measurement script runs on the CPU (gloo) and its accuracy script reads its output."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,9 +15,7 @@ def test_accuracy_script_reads_measurements(tmp_path):
     data = tmp_path / "c.jsonl"
     data.write_text(json.dumps(dict(collective="all_reduce", n=8, nbytes=2**30, seconds=5.0e-3, algbw=2**30 / 5e-3,
                                     busbw=1.75 * 2**30 / 5e-3)) + "\n")
-    spec = importlib.util.spec_from_file_location("collectives_accuracy", ROOT / "bench" / "collectives_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("collectives_accuracy")
     rows = mod.compare(data, "hgx-h200")
     assert len(rows) == 1 and abs(rows[0]["error"]) < 0.5
 
@@ -34,9 +32,7 @@ def test_measure_dry_run(tmp_path):
 def test_published_nccl_tests_figures():
     # nccl-tests busbw published for 8-GPU DGX/HGX A100, H100 and H200 nodes, each row cited and modelled with the
     # algorithm NCCL ran; ring/tree rows and NVLink SHARP rows are each within the 15 % bar
-    spec = importlib.util.spec_from_file_location("collectives_accuracy", ROOT / "bench" / "collectives_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("collectives_accuracy")
     rows = mod.compare(mod.PUBLISHED, "hgx-h200")
     assert {r["system"] for r in rows} >= {"dgx-a100-80gb", "dgx-h100"}
     assert all("github.com/NVIDIA/nccl-tests/issues/" in r["source"] or "issue #" in r["source"] for r in rows)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpumodel.calibration.bench import fit_cases
+from benchscript import load_bench
 
 
 def test_plans_cover_every_family_and_dtype():
@@ -30,13 +31,7 @@ def test_plan_is_reproducible_and_rejects_unknown_mode():
 
 
 def test_validation_shapes_are_not_fit_shapes():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "measure_kernels", Path(__file__).resolve().parent.parent / "bench" / "measure_kernels.py")
-    mk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mk)
+    mk = load_bench("measure_kernels")
     key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
     fit = {key(c) for c in fit_cases("full")}
     val = [key(c) for c in mk.validation_cases()]
@@ -117,13 +112,7 @@ def test_cli_calibrate_from_points_needs_no_gpu(tmp_path, capsys):
 
 
 def _measure_kernels():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "measure_kernels", Path(__file__).resolve().parent.parent / "bench" / "measure_kernels.py")
-    mk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mk)
+    mk = load_bench("measure_kernels")
     return mk
 
 

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from benchscript import load_bench
 
-_PATH = Path(__file__).resolve().parent.parent / "bench" / "measure_serving.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_serving", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("measure_serving")
     return mod
 
 
@@ -70,9 +67,7 @@ def test_budget_stops_the_run(tmp_path):
 
 
 def _profile_script():
-    spec = importlib.util.spec_from_file_location("profile_serving", _PATH.parent / "profile_serving.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("profile_serving")
     return mod
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,10 +36,7 @@ def test_dry_run_writes_all_kinds(tmp_path):
 
 
 def test_select_runs():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("measure_step_time", ROOT / "bench/measure_step_time.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("measure_step_time")
     runs = mod.RUNS
     assert mod.select_runs(runs, "all") == runs
     no_compile = mod.select_runs(runs, "all", "compile")

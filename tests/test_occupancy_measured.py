@@ -5,25 +5,20 @@ developing; ``*_heldout`` rows (a fixed-seed random 30%, split off before any co
 at until the model was final. Every row must agree exactly.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import gpumodel as gm
+from benchscript import load_bench
 
 SPLITS = ["measured", "heldout"]
 
 
 def _accuracy_script():
     """bench/occupancy_accuracy.py, whose loader reads the measured tables (one reader for both)."""
-    import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "occupancy_accuracy.py"
-    spec = importlib.util.spec_from_file_location("occupancy_accuracy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("occupancy_accuracy")
 
 
 _bench = _accuracy_script()

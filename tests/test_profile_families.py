@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "serving"
@@ -14,9 +14,7 @@ DATA = ROOT / "tests" / "data" / "serving"
 
 @pytest.fixture(scope="module")
 def pf():
-    spec = importlib.util.spec_from_file_location("profile_families", ROOT / "bench" / "profile_families.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("profile_families")
     return mod
 
 

@@ -1,15 +1,11 @@
 """The published-runs check (bench/published_runs.py) meets the issue's bar on its committed table."""
 
-import importlib.util
-from pathlib import Path
+from benchscript import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "published_runs.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("published_runs", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("published_runs")
     return mod
 
 

@@ -6,22 +6,20 @@ written beside it; ``python bench/serving_accuracy.py`` prints the full tables.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpumodel.serving import kernels as K
+from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "serving" / "measured.jsonl"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("serving_accuracy", ROOT / "bench" / "serving_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("serving_accuracy")
     return mod
 
 

@@ -1,6 +1,5 @@
 """Transfer of the H200 calibration to other GPUs, the architecture priors, and the published A100 check."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from gpumodel.calibration.priors import list_priors, prior_for
 from gpumodel.calibration.record import calibration_for
 from gpumodel.calibration.transfer import ParameterKind, classify, transfer, transfer_for
 from gpumodel.errors import UnsupportedError
+from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,9 +141,7 @@ def test_transferred_times_are_positive_and_never_beat_the_roofline(gpu, m, n, k
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("published_kernels", ROOT / "bench" / "published_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("published_kernels")
     return mod
 
 
