@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import _case, widened_cases  # noqa: E402
+from gpumodel.calibration.plan import STRIDED_KERNELS, _case, strided_case, strided_cases, widened_cases  # noqa: E402
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
@@ -176,10 +176,28 @@ def widened_validation_cases() -> list[dict]:
     return unique
 
 
+def strided_validation_cases() -> list[dict]:
+    """VALIDATION shapes of the strided elementwise kernels: the rotary embedding's and the fused projections'
+    kernels at LLM widths (q 4096, k 1024 / 512 per token; FFN halves 11008 / 14336 / 28672) and token counts
+    the FIT side (:func:`gpumodel.calibration.plan.strided_cases`, random sizes) does not draw."""
+    cases = []
+    for tokens in (1, 7, 100, 1000, 3000, 8192, 32768):
+        for kernel in STRIDED_KERNELS:
+            widths = (11008, 14336, 28672) if kernel.startswith("chunk") else (4096, 1024, 512)
+            for width in widths:
+                if tokens * width <= 2**28:
+                    cases.append(strided_case(kernel, "bf16", tokens * width))
+        if tokens in (100, 8192):
+            for kernel in STRIDED_KERNELS:
+                cases.append(strided_case(kernel, "fp32", tokens * (14336 if kernel.startswith("chunk") else 2048)))
+    fit = {(c["kernel"], c["dtype"], c["shape"]["numel"]) for c in strided_cases()}
+    return [c for c in cases if (c["kernel"], c["dtype"], c["shape"]["numel"]) not in fit]
+
+
 def _profiled(case: dict) -> bool:
     """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
     s = case["shape"]
-    return case["op"] in ("cross_entropy", "embedding", "adamw_step", "kv_cache_write") or (
+    return case["op"] in ("cross_entropy", "embedding", "adamw_step", "kv_cache_write") or s.get("strided") or (
         "kv_seq" in s or "weight_dtype" in s or s.get("impl") == "naive" or (
             case["op"] == "attention" and s.get("seq", 1024) <= 512))
 
@@ -188,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--set", choices=["base", "widened"], default="base",
+    p.add_argument("--set", choices=["base", "widened", "strided"], default="base",
                    help="base: the first validation set; widened: the composite/serving validation set, and with "
-                        "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first")
+                        "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first; strided: "
+                        "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases)")
     p.add_argument("--fit-out", default=None, help="with --set widened: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
                    help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
@@ -215,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = [("validation", widened_validation_cases(), args.out)]
         if args.fit_out:
             runs.insert(0, ("fit-widened", widened_cases(), args.fit_out))
+    if args.set == "strided":
+        runs = [("validation", strided_validation_cases(), args.out)]
+        if args.fit_out:
+            runs.insert(0, ("fit-strided", strided_cases(), args.fit_out))
     total = sum(len(cases) for _, cases, _ in runs)
     names = _profiled if args.kernel_names else None
     for mode, cases, out in runs:

@@ -276,7 +276,7 @@ def kernel_counts(torch, device: str, fn) -> dict:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             sync(torch, device)
-        kernels, launches, aten, triton, names = 0, 0, 0, 0, {}
+        kernels, launches, aten, triton, names, seconds = 0, 0, 0, 0, {}, {}
         cuda_type = torch.autograd.DeviceType.CUDA
         for e in prof.events():
             if e.device_type == cuda_type:
@@ -284,13 +284,15 @@ def kernel_counts(torch, device: str, fn) -> dict:
                 triton += e.name.startswith("triton_")
                 short = e.name[:60]
                 names[short] = names.get(short, 0) + 1
+                n, t = seconds.get(e.name[:200], (0, 0.0))
+                seconds[e.name[:200]] = (n + 1, t + e.time_range.elapsed_us() * 1e-6)
             elif "LaunchKernel" in e.name or e.name.startswith("cuLaunch"):
                 launches += 1
             elif e.name.startswith("aten::"):
                 aten += 1
         top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:40])
         return {"kernels": kernels, "launch_calls": launches, "aten_ops": aten, "triton_kernels": triton,
-                "kernel_names": top}
+                "kernel_names": top, "kernel_seconds": {k: list(v) for k, v in seconds.items()}}
     except Exception as exc:  # noqa: BLE001 - profiling is a bonus; the timing stands without it
         return {"error": repr(exc)[:200]}
 

@@ -131,7 +131,7 @@ def bmm(batch: Any, m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCo
 
 @register(OpName.ELEMENTWISE.value)
 def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, outputs: Any = 1,
-                flops_per_element: Any = 1) -> OpCost:
+                flops_per_element: Any = 1, *, strided: bool = False) -> OpCost:
     """An elementwise op over ``numel`` elements with ``inputs`` input and ``outputs`` output tensors.
 
     Parameters
@@ -143,6 +143,12 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
         Tensors read and written, each of ``numel`` elements.
     flops_per_element : float or array_like
         Floating-point operations per element [FLOP] (ReLU 1: a max; GELU (tanh) about 8).
+    strided : bool
+        Whether an operand is a strided view (a slice such as one half of a fused projection's
+        output, a transposed head layout) or a broadcast (``cos`` over batch and heads). PyTorch then
+        runs its generic ``elementwise_kernel``, which computes every operand's offset from the
+        index instead of loading vectors: on current GPUs an element rate, not the bandwidth, bounds
+        it (the calibrated ``strided_elem_rate``). The traffic is the same.
 
     Notes
     -----
@@ -160,6 +166,8 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
+    if _vocab(flag, strided, "strided"):
+        shape["strided"] = True
     return _finish(OpName.ELEMENTWISE, dt, fpe * numel, inputs * numel * s, outputs * numel * s, "vector", shape)
 
 

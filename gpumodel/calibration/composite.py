@@ -118,13 +118,10 @@ def _attention_softmax_backward(model: CalibrationModel, rows: Any, cols: Any, d
 def _masked_fill(model: CalibrationModel, n: Any, dt: Any) -> list:
     """``masked_fill`` out of place with a broadcast mask: a copy of the scores (``Memcpy DtoD``), then
     ``masked_fill_`` as a non-vectorised ``elementwise_kernel<128, 4>`` (the mask is broadcast over batch and
-    heads, so each element's offsets are computed), at an element rate of its own (``strided_elem_rate``)
-    unless its traffic takes longer. Returns ``[kernels priced as ops, extra seconds, extra launch seconds]``."""
-    p = model.params
-    fill = predict(model, ops.elementwise(n, dt))
-    launch = _f(fill.overhead_s)
-    body = np.maximum(_f(fill.time_s) - launch, n / p["strided_elem_rate"])
-    return [ops.elementwise(n, dt), launch + body, launch]
+    heads, so each element's offsets are computed: a strided elementwise op, bound by ``strided_elem_rate``
+    unless its traffic takes longer). Returns ``[kernels priced as ops, extra seconds, extra launch seconds]``."""
+    fill = predict(model, ops.elementwise(n, dt, strided=True))
+    return [ops.elementwise(n, dt), _f(fill.time_s), _f(fill.overhead_s)]
 
 
 def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
@@ -166,13 +163,6 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     return Prediction(total, compute, memory, launch, 1.0, {})
 
 
-def _strided(model: CalibrationModel, op: Any) -> np.ndarray:
-    """A non-vectorised elementwise kernel over a broadcast operand: its traffic or ``strided_elem_rate``."""
-    pred = predict(model, op)
-    launch = _f(pred.overhead_s)
-    return launch + np.maximum(_f(pred.time_s) - launch, _f(op.shape["numel"]) / model.params["strided_elem_rate"])
-
-
 def math_attention(model: CalibrationModel, op: Any) -> Prediction:
     """``scaled_dot_product_attention``'s math backend (``impl="math"``) as the kernels it launches.
 
@@ -211,8 +201,9 @@ def math_attention(model: CalibrationModel, op: Any) -> Prediction:
                       ops.elementwise(n, f32, inputs=1, outputs=0.25),           # isneginf
                       ops.elementwise(n / 4.0, f32, inputs=1, outputs=0),        # all() over the rows
                       ops.elementwise(n, f32, inputs=0, outputs=1, flops_per_element=0)]
-            adds = [ops.elementwise(n, f32), ops.elementwise(n, f32, inputs=2.25, outputs=1)]  # + bias, where
-            extra = sum(_strided(model, x) for x in adds)
+            adds = [ops.elementwise(n, f32, strided=True),                                 # + bias, where
+                    ops.elementwise(n, f32, inputs=2.25, outputs=1, strided=True)]
+            extra = sum(_t(model, x) for x in adds)
             launch = 2 * model.params["launch_s"]
         return _pred(*_sum(model, parts), extra, launch)
     parts = [up(nq), ops.bmm(bh, seq, skv, d, f32), ops.bmm(bh, skv, d, seq, f32),

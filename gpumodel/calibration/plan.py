@@ -12,7 +12,7 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Case", "fit_cases", "sweep_cases", "widened_cases"]
+__all__ = ["Case", "STRIDED_KERNELS", "fit_cases", "strided_cases", "sweep_cases", "widened_cases"]
 
 Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
 
@@ -290,4 +290,45 @@ def widened_cases(seed: int = 2) -> list[Case]:
         for m in (1, 8, 32, 128, 512):
             for n, k in ((4096, 4096), (11008, 4096), (8192, 8192)):
                 cases.append(_case("matmul", "weight_only", "bf16", m=m, n=n, k=k, weight_dtype=weight_dtype))
+    return cases
+
+
+#: the generic (strided / broadcast) elementwise kernels a plan measures: kernel -> (inputs, outputs, FLOP per
+#: element); see :func:`gpumodel.calibration.runners.run_strided_elementwise` for the PyTorch call of each
+STRIDED_KERNELS = {"slice_neg": (1, 1, 1), "cat_halves": (1, 1, 0), "chunk_silu": (1, 1, 4), "chunk_mul": (2, 1, 1),
+                   "bcast_mul": (1, 1, 1), "permuted_add": (2, 1, 1), "strided_copy": (1, 1, 0)}
+
+
+def strided_case(kernel: str, dtype: str, numel: int) -> Case:
+    """One strided elementwise case (``ops.elementwise(..., strided=True)``) of a kernel in :data:`STRIDED_KERNELS`."""
+    inputs, outputs, fpe = STRIDED_KERNELS[kernel]
+    return _case("elementwise", kernel, dtype, numel=numel, inputs=inputs, outputs=outputs, flops_per_element=fpe,
+                 strided=True)
+
+
+def strided_cases(seed: int = 3) -> list[Case]:
+    """The FIT cases of the strided elementwise kernels: random sizes from one head row to 2**27 elements.
+
+    Head-layout kernels get ``numel`` a multiple of 8 heads x 128 (one token of 8 heads and more), the
+    half-width kernels a multiple of an FFN or model width. About 90 cases.
+
+    Examples
+    --------
+    >>> cases = strided_cases()
+    >>> sorted({c["kernel"] for c in cases}) == sorted(STRIDED_KERNELS)
+    True
+    >>> all(c["shape"]["strided"] for c in cases)
+    True
+    """
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    for kernel in STRIDED_KERNELS:
+        for dtype, count in (("bf16", 9), ("fp32", 4)):
+            for _ in range(count):
+                if kernel.startswith("chunk"):
+                    width = rng.choice((4096, 11008, 14336))
+                    numel = width * _loguniform(rng, 1, 2**27 // width)
+                else:
+                    numel = 1024 * _loguniform(rng, 9, 2**17)
+                cases.append(strided_case(kernel, dtype, numel))
     return cases

@@ -18,6 +18,12 @@ has no kernel for the device).
 * KV-cache write: ``index_copy_`` of the new keys and values into a static cache (two kernels);
 * weight-only quantised matmul: ``torch._weight_int8pack_mm``, ``torch._weight_int4pack_mm``
   (tinygemm packing) and, for fp8 weights, dynamic per-tensor activation scaling + ``torch._scaled_mm``.
+* strided elementwise (``strided=True``): the kernels a rotary embedding and a fused projection's
+  halves launch, each over views PyTorch cannot load as vectors: ``-x[:, d/2:]`` (``slice_neg``), a
+  head-transposed tensor times a broadcast table (``bcast_mul``), ``silu`` of one half of a fused
+  gate/up output (``chunk_silu``) and the product with the other half (``chunk_mul``), the sum of two
+  tensors in different head layouts (``permuted_add``), a copy into a slice of a cache
+  (``strided_copy``), and the concatenation of two half-width slices (``cat_halves``).
 """
 
 from __future__ import annotations
@@ -211,6 +217,46 @@ def run_weight_only_matmul(torch, s: dict, tdt, randn, device: str) -> Callable[
     return fallback
 
 
+#: widths a strided case's rows take: the first that divides ``numel`` (LLM FFN and model widths first)
+_WIDTHS = (14336, 11008, 4096, 2048, 1024, 128, 2)
+_HEADS, _HEAD_DIM = 8, 128
+
+
+def run_strided_elementwise(torch, s: dict, tdt, randn, device: str) -> Callable[[], Any]:
+    """One generic (non-vectorised) elementwise kernel over ``numel`` elements, by ``kernel`` (module notes)."""
+    import torch.nn.functional as F
+
+    n, kernel = int(s["numel"]), s["kernel"]
+    w = next(x for x in _WIDTHS if n % x == 0) if n % 2 == 0 else 1
+    heads, d = (_HEADS, _HEAD_DIM) if n % (_HEADS * _HEAD_DIM) == 0 else (1, max(w, 1))
+    t = n // (heads * d)
+
+    def heads_view():  # [1, t, heads, d] seen as [1, heads, t, d], as q.view(...).transpose(1, 2)
+        return randn(1, t, heads, d).transpose(1, 2)
+
+    if kernel == "slice_neg":
+        x = randn(n // max(w, 1), 2 * max(w, 1))
+        return lambda: torch.neg(x[:, w:])
+    if kernel == "cat_halves":
+        x = randn(n // max(w, 1), max(w, 1))
+        half = max(w // 2, 1)
+        return lambda: torch.cat([x[:, half:], x[:, :half]], dim=-1)
+    if kernel in ("chunk_silu", "chunk_mul"):
+        y, a = randn(n // max(w, 1), 2 * max(w, 1)), randn(n // max(w, 1), max(w, 1))
+        return (lambda: F.silu(y[:, :w])) if kernel == "chunk_silu" else (lambda: a * y[:, w:])
+    z = heads_view()
+    if kernel == "bcast_mul":
+        table = randn(t, d)
+        return lambda: z * table
+    if kernel == "permuted_add":
+        other = randn(1, heads, t, d)
+        return lambda: z + other
+    if kernel == "strided_copy":
+        cache = randn(1, heads, 2 * t, d)
+        return lambda: cache[:, :, :t].copy_(z)
+    raise ValueError(f"unknown strided elementwise kernel {kernel!r}")
+
+
 #: (op, predicate on the shape) -> runner; the first match wins
 RUNNERS: list[tuple[str, Callable[[dict], bool], Callable]] = [
     ("attention", lambda s: s.get("impl") in ("naive", "math"), run_naive_attention),
@@ -220,4 +266,5 @@ RUNNERS: list[tuple[str, Callable[[dict], bool], Callable]] = [
     ("adamw_step", lambda s: True, run_adamw),
     ("kv_cache_write", lambda s: True, run_kv_cache_write),
     ("matmul", lambda s: s.get("weight_dtype") is not None, run_weight_only_matmul),
+    ("elementwise", lambda s: bool(s.get("strided")), run_strided_elementwise),
 ]
