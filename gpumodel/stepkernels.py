@@ -53,14 +53,17 @@ OPTIMIZER_PASSES = {
 FUSED_PASSES = {"adamw": ((4, 3),), "adam": ((4, 3),), "sgd": ((2, 1),), "sgd_momentum": ((3, 2),)}
 
 
-def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: float = 1) -> ops.OpCost:
+def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: float = 1,
+                  strided: bool = False) -> ops.OpCost:
     """A streaming kernel over ``numel`` elements that reads and writes the given bytes per element.
 
     Expressed as :func:`gpumodel.ops.elementwise` over 1-byte elements with ``read_bytes`` inputs
     and ``write_bytes`` outputs, so that mixed-dtype kernels (a bf16 + fp32 add) have exact traffic.
+    ``strided``: an operand is a slice, a transposed view or a broadcast (PyTorch's generic kernel).
     """
     numel = max(1, math.ceil(numel))  # an even split of a tensor list may leave a fraction per launch
-    return ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops)
+    return ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops,
+                           strided=strided)
 
 
 def _matmul_backward(op: ops.OpCost, dt: str) -> Kernels:
@@ -93,15 +96,17 @@ class _Layer:
         self.kinds.append(kind)
         self.backward += list(backward)
 
-    def mem(self, numel: float, read: float, write: float, flops: float = 1, inputs: int = 1, grad: bool = True) -> None:
+    def mem(self, numel: float, read: float, write: float, flops: float = 1, inputs: int = 1, grad: bool = True,
+            strided: bool = False) -> None:
         """A streaming kernel reading ``inputs`` tensors (``read`` bytes/element in all) and writing one.
 
         Its backward: per input, read the output gradient and one saved tensor, write that input's
-        gradient (none when ``grad`` is False).
+        gradient (none when ``grad`` is False). ``strided``: forward and backward run over strided
+        or broadcast views (PyTorch's generic kernel).
         """
         per_input = read / inputs
-        back = [(memory_kernel(numel, write + per_input, per_input, 2), inputs)] if grad else []
-        self.add(memory_kernel(numel, read, write, flops), back)
+        back = [(memory_kernel(numel, write + per_input, per_input, 2, strided), inputs)] if grad else []
+        self.add(memory_kernel(numel, read, write, flops, strided), back)
 
     def cast(self, numel: float, src: int, dst: int) -> None:
         """An autocast cast (``_to_copy``); its backward casts the gradient back."""
@@ -187,13 +192,17 @@ def _linear(L: _Layer, t: int, n: int, k: int, src: int, c: int, p: int, bias: b
 
 
 def _rope(L: _Layer, t: int, widths, r: int, c: int) -> None:
-    """q*cos + rotate_half(q)*sin with fp32 cos/sin under autocast, for each width (q, k)."""
+    """q*cos + rotate_half(q)*sin with fp32 cos/sin under autocast, for each width (q, k).
+
+    ``q`` is a head-transposed view, ``-x2`` and ``cat`` read half slices, ``cos``/``sin`` are broadcast over
+    the heads and the sum's operands differ in layout: every kernel is PyTorch's generic strided one.
+    """
     for w in widths:
-        L.mem(t * w, c + r, r, inputs=2)       # q * cos
-        L.mem(t * w / 2, c, c)                 # -x2
-        L.mem(t * w, c, c)                     # cat
-        L.mem(t * w, c + r, r, inputs=2)       # * sin
-        L.mem(t * w, 2 * r, r, inputs=2)       # add
+        L.mem(t * w, c + r, r, inputs=2, strided=True)       # q * cos
+        L.mem(t * w / 2, c, c, strided=True)                 # -x2
+        L.mem(t * w, c, c, strided=True)                     # cat
+        L.mem(t * w, c + r, r, inputs=2, strided=True)       # * sin
+        L.mem(t * w, 2 * r, r, inputs=2, strided=True)       # add
         _cast_for_matmul(L, t * w, r, c)       # SDPA casts q, k back to 16 bits
     L.views += 6
 
@@ -253,8 +262,9 @@ def _mlp(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int, widt
         else:
             for _ in range(2):
                 _linear(L, t, width, h, n, c, p, cfg.mlp_bias)
-        L.mem(t * width, c, c, 4)              # act(gate)
-        L.mem(t * width, 2 * c, c, inputs=2)   # * up
+        halves = bool(cfg.fused_gate_up)        # a chunked fused output: both kernels read strided halves
+        L.mem(t * width, c, c, 4, strided=halves)              # act(gate)
+        L.mem(t * width, 2 * c, c, inputs=2, strided=halves)   # * up
     else:
         _linear(L, t, width, h, n, c, p, cfg.mlp_bias)
         if cfg.activation in ("gelu_new", "gelu_fast"):

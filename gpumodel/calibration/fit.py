@@ -223,8 +223,11 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["attn_bwd_host_s"]
     if "attention_decode" in fams:
         free += ["bw_eff_attention", "attn_flops_fa2"]
-    if fams & {"attention_naive_fwd", "attention_naive_bwd"}:
+    strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
+    if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]
+    if strided:
+        free += ["strided_launch_s"]
     if "attention_naive_bwd" in fams:
         free += ["naive_bwd_host_s"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:

@@ -421,6 +421,8 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
             # operand's offset computed from the index; an element rate bounds it unless the traffic does
             t_rows = _f(op.shape["numel"]) / p["strided_elem_rate"] + 0.0 * t_m
             body = np.maximum(body, t_rows)
+            launch = (p["launch_s"] + p.get("strided_launch_s", 0.0)) * np.ones_like(body)
+            return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
     launch = p["launch_s"] * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
 

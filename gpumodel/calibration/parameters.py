@@ -164,13 +164,17 @@ DEFAULTS: dict[str, Default] = {
                             _const(40e-6), "start value of the fit"),
     "adamw_host_tensor_s": Default("s", "host time per parameter tensor of that step", _const(1e-6),
                                    "start value of the fit"),
-    "strided_elem_rate": Default("elements/s", "element rate of a non-vectorised elementwise kernel over a "
-                                 "broadcast operand (masked_fill_ with a causal mask broadcast over batch and heads)",
+    "strided_elem_rate": Default("elements/s", "element rate of PyTorch's generic (non-vectorised) elementwise "
+                                 "kernel over strided or broadcast operands (slices, head-transposed views, masks "
+                                 "broadcast over batch and heads)",
                                  lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
                                  "vectorised copy rate (start value of the fit)"),
     "naive_bwd_host_s": Default("s", "host time of one naive-attention backward call (autograd over its ~10 nodes "
                                 "and their launches): a floor the GPU waits on for small shapes", _const(100e-6),
                                 "start value of the fit"),
+    "strided_launch_s": Default("s", "extra fixed time of a generic strided elementwise kernel over the "
+                                "vectorised one's launch (its parameter block carries an offset calculator per "
+                                "operand)", _const(1e-6), "start value of the fit"),
     "index_copy_rate": Default("elements/s", "element rate of an indexing copy kernel (index_copy_)",
                                lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
                                "vectorised copy rate (start value of the fit)"),

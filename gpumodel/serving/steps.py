@@ -6,9 +6,10 @@ heads are divided by ``tp``; the LM head is split over the vocabulary.
 
 ``engine="graph"`` is a lean decoder whose step is replayed as one CUDA graph (vLLM, TensorRT-LLM,
 gpt-fast, and ``bench/measure_serving.py``): per layer ``rms_norm``, one fused QKV matmul, rotary
-embedding as PyTorch's elementwise kernels (``q*cos``, ``-x2``, ``cat``, ``*sin``, ``+``, for q and k),
+embedding as PyTorch's elementwise kernels (``q*cos``, ``-x2``, ``cat``, ``*sin``, ``+``, for q and k; all over
+slices, head-transposed views or broadcasts, so all run the generic strided kernel: ``strided=True``),
 the KV-cache write, flash attention over the cache, the output projection, the residual add,
-``rms_norm``, one fused gate/up matmul, ``silu(gate)``, ``* up``, the down projection and the residual
+``rms_norm``, one fused gate/up matmul, ``silu(gate)``, ``* up`` (both over halves: strided), the down projection and the residual
 add; then the final norm and the LM head on the last position of each sequence only.
 
 ``engine="hf"`` is Hugging Face ``generate`` in eager mode: separate q/k/v and gate/up projections, the
@@ -40,9 +41,10 @@ class Kernel(NamedTuple):
     launches: Any          # launches per step (an array where it depends on the batch: MoE experts reached)
 
 
-def _mem(numel: float, read: float, write: float, flops: float = 1.0) -> ops.OpCost:
-    """A streaming kernel over ``numel`` elements reading/writing the given bytes per element."""
-    return ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops)
+def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: bool = False) -> ops.OpCost:
+    """A streaming kernel over ``numel`` elements reading/writing the given bytes per element; ``strided``:
+    over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel)."""
+    return ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
 
 
 def _act_dtype(dtype: DType) -> str:
@@ -101,10 +103,12 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
         mm(t, q + 2 * kv, h)
     if cfg.position == PositionType.rope:
         for width in (q, kv):
-            # -x2, cat, q*cos, rot*sin (cos/sin: one row per position, broadcast over batch and heads), add
+            # -x2, cat, q*cos, rot*sin (cos/sin: one row per position, broadcast over batch and heads), add:
+            # every operand is a half slice, a head-transposed view or a broadcast, and the sum's two
+            # operands differ in layout, so all five run PyTorch's generic (strided) kernel
             for numel, rd, wr in ((t * width / 2, a, a), (t * width, a, a), (t * width, a, a),
                                   (t * width, a, a), (t * width, 2 * a, a)):
-                add("elementwise", _mem(numel, rd, wr))
+                add("elementwise", _mem(numel, rd, wr, strided=True))
     if hf:  # DynamicCache.update: torch.cat([cache, new]) for keys and values, the whole cache copied
         cache_numel = b * nkv * (c + s) * hd
         add("kv_write", _mem(cache_numel, a, a, 0), 2 * L)
@@ -126,8 +130,9 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
             mm(t, i // tp, h)
         else:
             mm(t, 2 * (i // tp), h)
-        add("elementwise", _mem(t * i / tp, a, a, 4))     # silu(gate)
-        add("elementwise", _mem(t * i / tp, 2 * a, a))    # * up
+        # a fused gate/up output is chunked: silu reads one half, the product the other (strided views)
+        add("elementwise", _mem(t * i / tp, a, a, 4, strided=not hf))     # silu(gate)
+        add("elementwise", _mem(t * i / tp, 2 * a, a, strided=not hf))    # * up
     else:
         mm(t, i // tp, h)
         add("elementwise", _mem(t * i / tp, a, a, 8))
