@@ -31,6 +31,7 @@ from typing import Mapping
 import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
+from .activations import Attention
 from .dtypes import DType, bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
@@ -51,10 +52,6 @@ class Mode(str, enum.Enum):
 def _bytes(name, what: str) -> float:
     """Bytes per element of a weight or KV-cache dtype argument [B]."""
     return float(bytes_per_element(weight_dtype(name, what)))
-
-
-class _Attention(str, enum.Enum):
-    SDPA, EAGER, FLASH, CUDNN, EFFICIENT, MATH = "sdpa", "eager", "flash", "cudnn", "efficient", "math"
 
 
 def weight_bytes(cfg: TransformerConfig, dtype: str = "bf16", group_size: int = 128) -> float:
@@ -127,8 +124,9 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     mode : {"generate", "prefill"}
         "generate": ``model.generate`` (last-position logits only); "prefill": one forward returning
         the logits of every position.
-    attention : {"sdpa", "eager"}
-        "eager" materializes ``batch x heads x S x S`` scores in the prefill.
+    attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
+        :class:`~gpumodel.activations.Attention`; "eager" and "math" materialize ``batch x heads x S x S``
+        scores in the prefill, the others do not.
     group_size : int
         Quantization group size for int8/int4 weights.
     tp : int
@@ -143,7 +141,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     s = positive_int(seq_len, "seq_len")
     new_tokens = nonnegative_int(new_tokens, "new_tokens")
     mode = choice(Mode, mode, "mode")
-    attention = choice(_Attention, attention, "attention").value
+    attention = choice(Attention, attention, "attention")
     group_size = positive_int(group_size, "group_size")
     tp = positive_int(tp, "tp")
     divides(tp, cfg.num_heads, "tp", "num_heads")
@@ -166,7 +164,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     cache_prompt = kv_cache_bytes(cfg, b, s, kv_dtype) / kv_tp
     cache_final = kv_cache_bytes(cfg, b, s + new_tokens, kv_dtype) / kv_tp
     # the largest temporaries of one layer in the prefill (no autograd: freed as soon as consumed)
-    if cfg.mlp == MLPType.gated:
+    if cfg.mlp == MLPType.GATED:
         mlp = 3 * a * i
     else:
         # gelu_new's Python formula keeps its input, 0.5*x and two temporaries alive at once
@@ -174,12 +172,12 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     if cfg.is_moe:
         mlp = cfg.experts_per_token * mlp + a * h
     attn_t = a * (2 * cfg.q_dim + 2 * cfg.kv_dim) / tp
-    scores = (4 + a) * cfg.num_heads / tp * s if attention in ("eager", "math") else 0.0
-    norm = 8 * h if cfg.norm == NormType.rmsnorm else 4 * h
+    scores = (4 + a) * cfg.num_heads / tp * s if attention in (Attention.EAGER, Attention.MATH) else 0.0
+    norm = 8 * h if cfg.norm == NormType.RMSNORM else 4 * h
     # held during a layer: the embedding output (a variable of the model's forward), the layer input
     # (the caller's loop variable), the residual and the normed input; plus the largest op temporaries
     layer_tmp = T * (4 * a * h + np.maximum(np.maximum(mlp, attn_t + scores), norm))
-    if mode == Mode.prefill:
+    if mode == Mode.PREFILL:
         logits = T * V * a
         # the LM head runs after the decoder returned: only its normed output is held with the logits
         prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + a * h * T)

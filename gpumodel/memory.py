@@ -83,7 +83,7 @@ def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
     mats = attn + [(h, q, L)] + mlp + [(cfg.vocab_size, h, 1)]
     if not cfg.tie_word_embeddings:
         mats.append((cfg.vocab_size, h, 1))
-    if cfg.position == PositionType.learned:
+    if cfg.position == PositionType.LEARNED:
         mats.append((cfg.max_position_embeddings, h, 1))
     return mats
 
@@ -98,13 +98,13 @@ def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes
     """
     opt = choice(Optimizer, optimizer, "optimizer")
     n = cfg.num_parameters()
-    if opt in (Optimizer.adamw, Optimizer.adam):
+    if opt in (Optimizer.ADAMW, Optimizer.ADAM):
         return 2 * n * state_bytes, n * state_bytes
-    if opt == Optimizer.sgd:
+    if opt == Optimizer.SGD:
         return 0.0, 0.0
-    if opt == Optimizer.sgd_momentum:
+    if opt == Optimizer.SGD_MOMENTUM:
         return n * state_bytes, 0.0
-    if opt == Optimizer.adamw_8bit:
+    if opt == Optimizer.ADAMW_8BIT:
         return 2 * n * (1 + 4 / 256), 0.0
     mats = _matrix_shapes(cfg)
     in_mats = sum(r * c * k for r, c, k in mats)
@@ -240,7 +240,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     grads = n * wb / np.where(zero_stage >= 2, dp, 1)
     states, temps = optimizer_state_bytes(cfg, opt, sb)
     states, temps = states * frac, temps * frac
-    if opt in (Optimizer.adam, Optimizer.adamw) and (fused or not foreach):
+    if opt in (Optimizer.ADAM, Optimizer.ADAMW) and (fused or not foreach):
         # fused kernels need no temporary; the for-loop implementation one of the largest parameter
         temps = 0.0 if fused else max(r_ * c_ for r_, c_, _ in _matrix_shapes(cfg)) / tp * sb
     states, temps = states / np.where(zero_stage >= 1, dp, 1), temps / np.where(zero_stage >= 1, dp, 1)
@@ -248,26 +248,26 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     held_grads = np.where(gradient_accumulation_steps > 1, grads, 0.0)
 
     # ---- activations
-    if ckpt == Checkpointing.full:
+    if ckpt == Checkpointing.FULL:
         acts = layers * in_flight * checkpoint_bytes(cfg, T, prec, tp, sequence_parallel)
     else:
         acts = layers * in_flight * layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-        if ckpt == Checkpointing.selective and attn in (Attention.math, Attention.eager):
-            flash = layer_activation_bytes(cfg, T, s, prec, Attention.flash, use_cache, tp, sequence_parallel)
+        if ckpt == Checkpointing.SELECTIVE and attn in (Attention.MATH, Attention.EAGER):
+            flash = layer_activation_bytes(cfg, T, s, prec, Attention.FLASH, use_cache, tp, sequence_parallel)
             acts = layers * in_flight * flash
     head = head_activation_bytes(cfg, T, s, prec)
     one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
     shard = np.where(zero_stage >= 3, dp, 1)  # FSDP casts its own shard (mixed-precision policy)
     layer_casts = cfg.layer_matmul_parameters() / tp / shard * 2 if prec.is_amp else 0.0
     head_cast = V * h / tp / shard * 2 if prec.is_amp else 0.0
-    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.full else layers * layer_casts)
+    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.FULL else layers * layer_casts)
     casts_forward = head_cast + layers * layer_casts
     logit_bytes = T * V / tp
     loss_saved = 4 * logit_bytes  # log_softmax output
     logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
     # under amp, RoPE makes k fp32 and the cache (created with k's dtype) promotes v to fp32 too; the cache
     # lives until the output object is dropped. Without RoPE (gpt2) its bf16 copies are the saved k, v.
-    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.full and cfg.position == PositionType.rope
+    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.FULL and cfg.position == PositionType.ROPE
     kv_transient = layers * T * 8 * cfg.kv_dim / tp if fp32_cache else 0.0
     held_out = (a * logit_bytes + kv_transient) if keep_outputs else 0.0
     runtime = float(cublas_workspace_bytes)
@@ -288,10 +288,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     # backward of one layer: gradients of the hidden states in and out, plus the largest transient
     # (math/eager attention: gradients of the probabilities and of the scores, S x S per head)
     attn_kernel = resolve_attention(cfg, prec, attn)
-    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.rope) else a)
-    if attn_kernel == Attention.math:  # _safe_softmax also builds a bool "row fully masked" map
+    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.ROPE) else a)
+    if attn_kernel == Attention.MATH:  # _safe_softmax also builds a bool "row fully masked" map
         transient = (2 * s_bytes + 1) * nh * s * T
-    elif attn_kernel == Attention.eager:
+    elif attn_kernel == Attention.EAGER:
         transient = 2 * s_bytes * nh * s * T
     else:
         transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
@@ -299,8 +299,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     head_grads = (V * h / tp + h) * wb
     moments["layer_backward"] = dict(
         weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
-        activations=acts + head + (one_layer if ckpt == Checkpointing.full else 0.0),
-        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.full else 0.0),
+        activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0),
+        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.FULL else 0.0),
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
     # backward of the first layer, the last to go: all other gradients exist, one layer's activations
     # (recomputed from its checkpoint when checkpointing) and its weight copies remain
