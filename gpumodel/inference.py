@@ -36,8 +36,8 @@ from .dtypes import DType, bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from .transformer import MLPType, NormType, TransformerConfig
-from .vocabulary import (choice, divides, nonnegative_int, nonnegative_number, positive_int, positive_number,
-                         resolve_model, weight_dtype)
+from .vocabulary import (choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
+                         resolve_model, tensor_parallel, weight_dtype)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
@@ -143,11 +143,8 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     mode = choice(Mode, mode, "mode")
     attention = choice(Attention, attention, "attention")
     group_size = positive_int(group_size, "group_size")
-    tp = positive_int(tp, "tp")
-    divides(tp, cfg.num_heads, "tp", "num_heads")
+    tp = tensor_parallel(cfg, tp)
     replicated = np.asarray(tp) % cfg.num_kv_heads == 0  # more ranks than KV heads: each rank holds one
-    if np.any((cfg.num_kv_heads % np.asarray(tp) != 0) & ~replicated):
-        raise ArgumentError(f"tp={tp} must divide num_kv_heads ({cfg.num_kv_heads}) or be a multiple of it")
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
     reserve_factor = positive_number(reserve_factor, "reserve_factor")

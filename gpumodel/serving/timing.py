@@ -20,7 +20,7 @@ import numpy as np
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..estimate import estimate as _estimate, model_for
-from ..vocabulary import choice, divides, format_seconds, positive_int, resolve_gpu, resolve_model, weight_dtype
+from ..vocabulary import choice, format_seconds, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
 
@@ -169,9 +169,7 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     tp = positive_int(tp, "tp")
     if np.ndim(tp):
         raise ArgumentError("tp must be a single positive integer")
-    divides(tp, cfg.num_heads, "tp", "the attention heads")
-    if cfg.num_kv_heads >= tp:
-        divides(tp, cfg.num_kv_heads, "tp", "the key/value heads")
+    tensor_parallel(cfg, tp)
     eng = choice(Engine, engine, "engine")
     group = positive_int(group_size, "group_size")
     if np.ndim(group):
