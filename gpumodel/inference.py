@@ -32,12 +32,12 @@ import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
 from .activations import Attention
-from .dtypes import DType, bytes_per_element
+from .dtypes import bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from .transformer import MLPType, NormType, TransformerConfig
 from .vocabulary import (choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
-                         resolve_model, tensor_parallel, weight_dtype)
+                         kv_cache_dtype, resolve_model, tensor_parallel, weight_dtype)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
@@ -117,8 +117,10 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         Prompt length [tokens].
     dtype : {"bf16", "fp16", "fp32", "fp8", "int8", "int4"}
         Weight dtype (activations are 16-bit unless "fp32").
-    kv_dtype : str, optional
-        KV-cache dtype (default: the activation dtype).
+    kv_dtype : {"fp32", "bf16", "fp16", "fp8", "int8"}, optional
+        KV-cache dtype (default: the activation dtype, fp32 with fp32 weights, else bf16;
+        :func:`~gpumodel.vocabulary.kv_cache_dtype`). The serving time functions take the same values but
+        int8, whose kernels they do not model.
     new_tokens : int
         Tokens generated after the prompt (the cache grows to ``seq_len + new_tokens``).
     mode : {"generate", "prefill"}
@@ -152,8 +154,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
     wbytes = _bytes(dtype, "dtype")
     a = 4.0 if wbytes == 4 else 2.0
-    kv_dtype = ("fp32" if a == 4 else "bf16") if kv_dtype is None else weight_dtype(
-        kv_dtype, "kv_dtype", (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8))
+    kv_dtype = kv_cache_dtype(kv_dtype, weight_dtype(dtype, "dtype"))
     weights = weight_bytes(cfg, dtype, group_size) / tp
     kv_tp = np.where(replicated, np.minimum(tp, cfg.num_kv_heads), tp)  # replicated KV heads do not divide further
     h, i, V = cfg.hidden_size, cfg.intermediate_size / tp, cfg.vocab_size / tp

@@ -36,7 +36,8 @@ from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
-    "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
+    "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
+    "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
     "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration",
@@ -143,6 +144,38 @@ def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = W
         dt = DType.FP8
     if dt is None or dt not in allowed:
         raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in allowed)}")
+    return dt
+
+
+#: Number formats of a KV cache. ``inference_memory`` sizes all of them; the serving time model
+#: (``prefill_time``, ``decode_step_time``, ``generation_time``, ``serving_capacity``) has attention and
+#: cache-write kernels for the floating-point ones only (:data:`TIMED_KV_DTYPES`): an int8 cache would need
+#: its own kernel model (quantising writes, dequantising attention reads).
+KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8)
+TIMED_KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
+
+
+def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed: bool = False) -> DType:
+    """The :class:`~gpumodel.dtypes.DType` of a KV cache: the one rule of ``kv_dtype`` arguments.
+
+    ``None`` means the activations' format: fp32 with fp32 weights, else bf16 (the weights' ``dtype``
+    is the resolved one). With ``timed`` (the serving time model) only :data:`TIMED_KV_DTYPES` are taken.
+
+    >>> kv_cache_dtype(None, DType.BF16).value, kv_cache_dtype("float8_e4m3fn", DType.BF16).value
+    ('bf16', 'fp8')
+    >>> kv_cache_dtype("int8", DType.BF16, timed=True)
+    Traceback (most recent call last):
+    ...
+    gpumodel.errors.ArgumentError: kv_dtype='int8' is not one of 'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has no int8 KV-cache kernels (inference_memory sizes an int8 cache)
+    """
+    if value is None:
+        return DType.FP32 if weights == DType.FP32 else DType.BF16
+    dt = weight_dtype(value, name, KV_DTYPES)
+    flag(timed, "timed")
+    if timed and dt not in TIMED_KV_DTYPES:
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in TIMED_KV_DTYPES)} here: "
+                            f"the serving time model has no {dt.value} KV-cache kernels (inference_memory sizes an "
+                            f"{dt.value} cache)")
     return dt
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..estimate import estimate as _estimate, model_for
-from ..vocabulary import choice, format_seconds, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype
+from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
+                          weight_dtype)
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
 
@@ -165,7 +166,7 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     """Resolve and check the arguments every serving function shares."""
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     dt = weight_dtype(dtype, "dtype")
-    kv = None if kv_dtype is None else weight_dtype(kv_dtype, "kv_dtype", allowed=_KV_DTYPES)
+    kv = None if kv_dtype is None else kv_cache_dtype(kv_dtype, dt, timed=True)
     tp = positive_int(tp, "tp")
     if np.ndim(tp):
         raise ArgumentError("tp must be a single positive integer")
@@ -175,15 +176,6 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     if np.ndim(group):
         raise ArgumentError("group_size must be a single positive integer")
     return Setup(cfg, g, dt, kv, tp, eng, group)
-
-
-def _kv_dtypes():
-    from ..dtypes import DType
-
-    return (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
-
-
-_KV_DTYPES = _kv_dtypes()
 
 
 def _bound_of(est) -> np.ndarray:
@@ -246,7 +238,7 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         host_bound=bool(np.all(host_s > kernel_s)) if not shape else np.asarray(host_s > kernel_s),
         kernels=count, weight_bytes=wbytes, calibrated=calibrated, batch_size=batch,
         tokens=new_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
-        kv_dtype=(kv.value if kv is not None else ("fp32" if dt.value == "fp32" else "bf16")),
+        kv_dtype=kv_cache_dtype(kv, dt).value,
         engine=eng.value, model=cfg.name, gpu=g.name)
 
 
@@ -270,8 +262,9 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
         Tensor-parallel degree: the time is per step of the group of ``tp`` GPUs.
     engine : {"graph", "hf"}
         ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``hf``: eager HF ``generate``.
-    kv_dtype : {None, "bf16", "fp16", "fp8"}
-        KV-cache format (default: the activation format).
+    kv_dtype : {None, "fp32", "bf16", "fp16", "fp8"}
+        KV-cache format (default: the activation format). An int8 cache, which ``inference_memory`` sizes,
+        is refused: the time model has no int8 KV-cache kernels (:func:`~gpumodel.vocabulary.kv_cache_dtype`).
     group_size : int
         Weights per 16-bit scale of int8/int4 weights.
 
