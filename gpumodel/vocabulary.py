@@ -34,13 +34,14 @@ import numpy as np
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
+from .readable import duration, token_count  # the readers of text arguments (re-exported)
 
 __all__ = [
     "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
     "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
-    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration",
+    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration", "token_count",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -388,32 +389,6 @@ def positive_int(value: Any, name: str):
 def nonnegative_int(value: Any, name: str):
     """An integer >= 0, or an integer array of them."""
     return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
-
-
-_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
-
-
-def duration(value: Any, name: str) -> float:
-    """A positive time in seconds: a number [s] or a string with a unit (``"50ms"``, ``"1 s"``, ``"200 us"``).
-
-    >>> duration("50ms", "tpot"), duration(2, "ttft"), duration("1.5 min", "t")
-    (0.05, 2.0, 90.0)
-    """
-    if isinstance(value, str):
-        text = value.strip().lower()
-        for unit in sorted(_TIME_UNITS, key=len, reverse=True):
-            if text.endswith(unit):
-                try:
-                    number = float(text[: -len(unit)].strip())
-                except ValueError:
-                    break
-                return positive_number(number * _TIME_UNITS[unit], name)
-        raise ArgumentError(f"{name}={value!r} is not a time; give seconds or a number with one of "
-                            f"{', '.join(_TIME_UNITS)} (e.g. '50ms')")
-    out = positive_number(value, name)
-    if np.ndim(out):
-        raise ArgumentError(f"{name} must be a single time, got an array")
-    return out
 
 
 def _reals(value: Any, name: str, strict: bool):

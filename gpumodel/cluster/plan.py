@@ -23,10 +23,9 @@ import numpy as np
 from ..errors import ArgumentError, UnsupportedError
 from ..memory import training_memory
 from ..vocabulary import (Optimizer, choice, positive_int, positive_number, precision as _precision, resolve_model,
-                          resolve_system, splits_model)
+                          resolve_system, splits_model, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
-from .trainingtime import parse_tokens
 
 __all__ = ["TrainingPlan", "plan_training"]
 
@@ -175,7 +174,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     fw = choice(Framework, framework, "framework")
     if objective not in ("time", "cost"):
         raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'")
-    n_tokens = parse_tokens(tokens)
+    n_tokens = token_count(tokens)
     B = positive_int(global_batch, "global_batch")
     s = positive_int(seq_len, "seq_len")
     if num_gpus is not None:
