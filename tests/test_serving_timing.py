@@ -114,3 +114,16 @@ def test_kv_dtype_one_rule_for_memory_and_serving():
         with pytest.raises(gm.ArgumentError, match="'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has "
                                                    "no int8 KV-cache kernels"):
             call()
+
+
+def test_internal_step_names_its_token_count_apart_from_new_tokens():
+    # new_tokens (generation_time, inference_memory) is what a generation produces; one step feeds step_tokens
+    import inspect
+
+    from gpumodel.serving.timing import step_time
+
+    params = inspect.signature(step_time).parameters
+    assert "step_tokens" in params and "new_tokens" not in params
+    g = gm.generation_time("llama-3-8b", "h100", batch_size=2, prompt_len=256, new_tokens=64)
+    cap = gm.serving_capacity("llama-3-8b", "h100", prompt_len=256, output_len=64)
+    assert g.new_tokens == cap.output_len == 64

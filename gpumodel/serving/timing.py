@@ -182,11 +182,16 @@ def _bound_of(est) -> np.ndarray:
     return np.asarray(est.bound)
 
 
-def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str) -> ServingTime:
-    """One step, arguments already resolved (see :func:`prefill_time`)."""
+def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: str) -> ServingTime:
+    """One step that feeds ``step_tokens`` tokens per sequence on top of ``cached`` ones, arguments resolved.
+
+    A prefill is ``step_tokens = prompt_len, cached = 0``; a decode step ``step_tokens = 1,
+    cached = context_len`` (see :func:`prefill_time`). ``step_tokens`` is not ``new_tokens``, the tokens a
+    whole generation produces.
+    """
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
-    kerns = step_kernels(cfg, batch, new_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
-    shape = np.broadcast_shapes(np.shape(batch), np.shape(new_tokens), np.shape(cached))
+    kerns = step_kernels(cfg, batch, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
+    shape = np.broadcast_shapes(np.shape(batch), np.shape(step_tokens), np.shape(cached))
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
@@ -211,7 +216,7 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         if fam in ("matmul", "logits"):
             wbytes += float(np.max(n * np.asarray(op.breakdown.get("b", 0.0))))
     if tp > 1:
-        nbytes = batch * new_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
+        nbytes = batch * step_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
         ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
         times["allreduce"] = ar
         bw_part = allreduces_per_step(cfg) * 2.0 * (tp - 1) / tp * nbytes / K.link_bandwidth(g)
@@ -230,14 +235,14 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         idx = np.argmax(stack, axis=0)
         pick = np.asarray(labels, dtype=object)[idx]
         bounds[fam] = str(pick) if np.ndim(pick) == 0 else pick
-    tokens = batch * new_tokens
+    tokens = batch * step_tokens
     sc = (lambda x: float(x)) if not shape else (lambda x: np.asarray(x))  # noqa: E731
     return ServingTime(
         seconds=sc(seconds), phase=phase, tokens_per_s=sc(tokens / seconds),
         breakdown={k: sc(v) for k, v in times.items()}, bounds=bounds, kernel_s=sc(kernel_s), host_s=sc(host_s),
         host_bound=bool(np.all(host_s > kernel_s)) if not shape else np.asarray(host_s > kernel_s),
         kernels=count, weight_bytes=wbytes, calibrated=calibrated, batch_size=batch,
-        tokens=new_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
+        tokens=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
         kv_dtype=kv_cache_dtype(kv, dt).value,
         engine=eng.value, model=cfg.name, gpu=g.name)
 
