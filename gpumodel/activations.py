@@ -39,14 +39,20 @@ __all__ = ["Precision", "Attention", "layer_activation_bytes", "checkpoint_bytes
 
 class Attention(str, enum.Enum):
     """Attention implementation: ``sdpa`` (PyTorch picks), ``flash``/``cudnn``/``efficient``/``math``
-    (one SDPA kernel), ``eager`` (Hugging Face's matmul-softmax-matmul)."""
+    (one SDPA kernel), ``eager`` (Hugging Face's matmul-softmax-matmul).
 
-    sdpa = "sdpa"
-    flash = "flash"
-    cudnn = "cudnn"
-    efficient = "efficient"
-    math = "math"
-    eager = "eager"
+    The one enum of attention implementations of a training or inference forward (``training_memory``,
+    ``inference_memory``). Members are upper case; the former lower-case names are aliases
+    (``Attention.FLASH is Attention.FLASH``).
+    """
+
+    SDPA = "sdpa"
+    FLASH = "flash"
+    CUDNN = "cudnn"
+    EFFICIENT = "efficient"
+    MATH = "math"
+    EAGER = "eager"
+    sdpa, flash, cudnn, efficient, math, eager = SDPA, FLASH, CUDNN, EFFICIENT, MATH, EAGER
 
 
 def precision_bytes(precision: Precision) -> tuple[int, int, int]:
@@ -57,11 +63,11 @@ def precision_bytes(precision: Precision) -> tuple[int, int, int]:
 def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: Attention) -> Attention:
     """The kernel SDPA runs: 16-bit -> cuDNN/flash; fp32 -> memory-efficient, or math when KV heads
     are grouped (the efficient kernel takes no ``enable_gqa``)."""
-    if attention != Attention.sdpa:
+    if attention != Attention.SDPA:
         return attention
     if precision.name == "fp32":
-        return Attention.math if cfg.num_kv_heads != cfg.num_heads else Attention.efficient
-    return Attention.flash
+        return Attention.MATH if cfg.num_kv_heads != cfg.num_heads else Attention.EFFICIENT
+    return Attention.FLASH
 
 
 def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
@@ -78,7 +84,7 @@ def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
 
 def _ffn_bytes(cfg: TransformerConfig, precision: Precision, a: int, i: int) -> float:
     amp = precision.is_amp
-    if cfg.mlp == MLPType.gated:
+    if cfg.mlp == MLPType.GATED:
         # gate out (saved by act), act out and up out (saved by mul), product (down input)
         return 4 * a * i
     if cfg.activation == "gelu_new":
@@ -91,23 +97,23 @@ def _attention_bytes(cfg: TransformerConfig, precision: Precision, attn: Attenti
                      use_cache: bool, tp: int) -> np.ndarray:
     q, kv, nh = cfg.q_dim / tp, cfg.kv_dim / tp, cfg.num_heads / tp
     p = cfg.attn_dropout
-    if attn in (Attention.flash, Attention.cudnn, Attention.efficient):
+    if attn in (Attention.FLASH, Attention.CUDNN, Attention.EFFICIENT):
         core = a * (q + 2 * kv) + a * q + 4 * nh  # q, k, v, out (= o_proj input), fp32 log-sum-exp
-    elif attn == Attention.math:
+    elif attn == Attention.MATH:
         # scaled q, scaled expanded k, expanded v, probabilities, o_proj input copy
         core = a * 4 * q + a * nh * seq_len
         if p > 0:
             core = core + (1 + a) * nh * seq_len
     else:  # eager: q, repeated k and v, softmax out (fp32 for llama-style), its cast, o_proj input
-        soft = 4 if (precision.is_amp or cfg.position == PositionType.rope) else a
+        soft = 4 if (precision.is_amp or cfg.position == PositionType.ROPE) else a
         scores = soft + ((1 + a) if p > 0 else (a if soft != a else 0))
         core = a * 4 * q + scores * nh * seq_len
     if cfg.fused_qkv:
-        if cfg.position == PositionType.rope:
+        if cfg.position == PositionType.ROPE:
             # RoPE's cat makes q, k contiguous per head: the output projection saves a relayout copy;
             # without the cache's copy, v stays a view that keeps the fused output alive
             core = core + a * q + (0 if use_cache else a * (q + kv))
-        elif use_cache and attn in (Attention.flash, Attention.cudnn, Attention.efficient):
+        elif use_cache and attn in (Attention.FLASH, Attention.CUDNN, Attention.EFFICIENT):
             # the fused output stays alive through q's view, and the cache's copies of k and v are saved;
             # eager/math reshape q for their matmuls (a copy), so only the copies are kept there
             core = core + a * 2 * kv
@@ -163,7 +169,7 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     sp = tp if sequence_parallel else 1
     norm = _norm_bytes(cfg, r)
     norm2 = 8.0 if cfg.parallel_residual else norm  # parallel residual: both norms read the same input
-    n_mlp_in = 1 if (cfg.mlp == MLPType.plain or cfg.fused_gate_up) else 2
+    n_mlp_in = 1 if (cfg.mlp == MLPType.PLAIN or cfg.fused_gate_up) else 2
     n_qkv_in = 1 if cfg.fused_qkv else 3
     if prec.is_amp:  # every matmul casts its activation input separately
         lin_in = 2 * h * (n_qkv_in + n_mlp_in)
@@ -186,7 +192,7 @@ def _norm_bytes(cfg: TransformerConfig, r: int) -> float:
     """Per token: RMSNorm saves its fp32 input, rsqrt and normalized x (fp32 in Gemma's ``(1 + w)``
     variant, else in the input dtype); LayerNorm its input, mean and rstd."""
     h = cfg.hidden_size
-    if cfg.norm == NormType.rmsnorm:
+    if cfg.norm == NormType.RMSNORM:
         return (4 + (4 if cfg.family.startswith("gemma") else r)) * h + 4
     return r * h + 8
 
@@ -209,5 +215,5 @@ def head_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="am
     norm = _norm_bytes(cfg, r)
     head_in = 2 * h if prec.is_amp else a * h
     per_token = 8 + norm + head_in + (h if cfg.embd_dropout > 0 else 0) + 16  # ids, labels, shifted labels
-    rope = 2 * np.asarray(seq_len, dtype=float) * cfg.head_dim * (2 if r == 2 else 4) if cfg.position == PositionType.rope else 0
+    rope = 2 * np.asarray(seq_len, dtype=float) * cfg.head_dim * (2 if r == 2 else 4) if cfg.position == PositionType.ROPE else 0
     return tokens * per_token + rope

@@ -31,12 +31,13 @@ from typing import Mapping
 import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
-from .dtypes import DType, bytes_per_element
+from .activations import Attention
+from .dtypes import bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from .transformer import MLPType, NormType, TransformerConfig
-from .vocabulary import (choice, divides, nonnegative_int, nonnegative_number, positive_int, positive_number,
-                         resolve_model, weight_dtype)
+from .vocabulary import (choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
+                         kv_cache_dtype, resolve_model, tensor_parallel, weight_dtype)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
@@ -51,10 +52,6 @@ class Mode(str, enum.Enum):
 def _bytes(name, what: str) -> float:
     """Bytes per element of a weight or KV-cache dtype argument [B]."""
     return float(bytes_per_element(weight_dtype(name, what)))
-
-
-class _Attention(str, enum.Enum):
-    SDPA, EAGER, FLASH, CUDNN, EFFICIENT, MATH = "sdpa", "eager", "flash", "cudnn", "efficient", "math"
 
 
 def weight_bytes(cfg: TransformerConfig, dtype: str = "bf16", group_size: int = 128) -> float:
@@ -120,15 +117,18 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         Prompt length [tokens].
     dtype : {"bf16", "fp16", "fp32", "fp8", "int8", "int4"}
         Weight dtype (activations are 16-bit unless "fp32").
-    kv_dtype : str, optional
-        KV-cache dtype (default: the activation dtype).
+    kv_dtype : {"fp32", "bf16", "fp16", "fp8", "int8"}, optional
+        KV-cache dtype (default: the activation dtype, fp32 with fp32 weights, else bf16;
+        :func:`~gpumodel.vocabulary.kv_cache_dtype`). The serving time functions take the same values but
+        int8, whose kernels they do not model.
     new_tokens : int
         Tokens generated after the prompt (the cache grows to ``seq_len + new_tokens``).
     mode : {"generate", "prefill"}
         "generate": ``model.generate`` (last-position logits only); "prefill": one forward returning
         the logits of every position.
-    attention : {"sdpa", "eager"}
-        "eager" materializes ``batch x heads x S x S`` scores in the prefill.
+    attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
+        :class:`~gpumodel.activations.Attention`; "eager" and "math" materialize ``batch x heads x S x S``
+        scores in the prefill, the others do not.
     group_size : int
         Quantization group size for int8/int4 weights.
     tp : int
@@ -143,13 +143,10 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     s = positive_int(seq_len, "seq_len")
     new_tokens = nonnegative_int(new_tokens, "new_tokens")
     mode = choice(Mode, mode, "mode")
-    attention = choice(_Attention, attention, "attention").value
+    attention = choice(Attention, attention, "attention")
     group_size = positive_int(group_size, "group_size")
-    tp = positive_int(tp, "tp")
-    divides(tp, cfg.num_heads, "tp", "num_heads")
+    tp = tensor_parallel(cfg, tp)
     replicated = np.asarray(tp) % cfg.num_kv_heads == 0  # more ranks than KV heads: each rank holds one
-    if np.any((cfg.num_kv_heads % np.asarray(tp) != 0) & ~replicated):
-        raise ArgumentError(f"tp={tp} must divide num_kv_heads ({cfg.num_kv_heads}) or be a multiple of it")
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
@@ -157,8 +154,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
     wbytes = _bytes(dtype, "dtype")
     a = 4.0 if wbytes == 4 else 2.0
-    kv_dtype = ("fp32" if a == 4 else "bf16") if kv_dtype is None else weight_dtype(
-        kv_dtype, "kv_dtype", (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8))
+    kv_dtype = kv_cache_dtype(kv_dtype, weight_dtype(dtype, "dtype"))
     weights = weight_bytes(cfg, dtype, group_size) / tp
     kv_tp = np.where(replicated, np.minimum(tp, cfg.num_kv_heads), tp)  # replicated KV heads do not divide further
     h, i, V = cfg.hidden_size, cfg.intermediate_size / tp, cfg.vocab_size / tp
@@ -166,7 +162,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     cache_prompt = kv_cache_bytes(cfg, b, s, kv_dtype) / kv_tp
     cache_final = kv_cache_bytes(cfg, b, s + new_tokens, kv_dtype) / kv_tp
     # the largest temporaries of one layer in the prefill (no autograd: freed as soon as consumed)
-    if cfg.mlp == MLPType.gated:
+    if cfg.mlp == MLPType.GATED:
         mlp = 3 * a * i
     else:
         # gelu_new's Python formula keeps its input, 0.5*x and two temporaries alive at once
@@ -174,12 +170,12 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     if cfg.is_moe:
         mlp = cfg.experts_per_token * mlp + a * h
     attn_t = a * (2 * cfg.q_dim + 2 * cfg.kv_dim) / tp
-    scores = (4 + a) * cfg.num_heads / tp * s if attention in ("eager", "math") else 0.0
-    norm = 8 * h if cfg.norm == NormType.rmsnorm else 4 * h
+    scores = (4 + a) * cfg.num_heads / tp * s if attention in (Attention.EAGER, Attention.MATH) else 0.0
+    norm = 8 * h if cfg.norm == NormType.RMSNORM else 4 * h
     # held during a layer: the embedding output (a variable of the model's forward), the layer input
     # (the caller's loop variable), the residual and the normed input; plus the largest op temporaries
     layer_tmp = T * (4 * a * h + np.maximum(np.maximum(mlp, attn_t + scores), norm))
-    if mode == Mode.prefill:
+    if mode == Mode.PREFILL:
         logits = T * V * a
         # the LM head runs after the decoder returned: only its normed output is held with the logits
         prefill = weights + cache_prompt + np.maximum(layer_tmp, logits + a * h * T)

@@ -45,8 +45,8 @@ import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
-from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, nonnegative_number, parallel_degrees,
-                         positive_int, positive_number, precision as _precision, resolve_model)
+from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, deprecated_alias, flag, nonnegative_number,
+                         parallel_degrees, positive_int, positive_number, precision as _precision, resolve_model)
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig
@@ -83,7 +83,7 @@ def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
     mats = attn + [(h, q, L)] + mlp + [(cfg.vocab_size, h, 1)]
     if not cfg.tie_word_embeddings:
         mats.append((cfg.vocab_size, h, 1))
-    if cfg.position == PositionType.learned:
+    if cfg.position == PositionType.LEARNED:
         mats.append((cfg.max_position_embeddings, h, 1))
     return mats
 
@@ -98,13 +98,13 @@ def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes
     """
     opt = choice(Optimizer, optimizer, "optimizer")
     n = cfg.num_parameters()
-    if opt in (Optimizer.adamw, Optimizer.adam):
+    if opt in (Optimizer.ADAMW, Optimizer.ADAM):
         return 2 * n * state_bytes, n * state_bytes
-    if opt == Optimizer.sgd:
+    if opt == Optimizer.SGD:
         return 0.0, 0.0
-    if opt == Optimizer.sgd_momentum:
+    if opt == Optimizer.SGD_MOMENTUM:
         return n * state_bytes, 0.0
-    if opt == Optimizer.adamw_8bit:
+    if opt == Optimizer.ADAMW_8BIT:
         return 2 * n * (1 + 4 / 256), 0.0
     mats = _matrix_shapes(cfg)
     in_mats = sum(r * c * k for r, c, k in mats)
@@ -153,8 +153,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     attention="sdpa", *, use_cache: bool = True, keep_outputs: bool = False,
                     gradient_accumulation_steps: int = 1,
                     optimizer_dtype: str | None = None, foreach: bool = True, fused: bool = False,
-                    zero_stage: int = 0, dp: int = 1,
-                    tp: int = 1, pp: int = 1, sequence_parallel: bool = False,
+                    zero: int = 0, dp: int = 1,
+                    tp: int = 1, pp: int = 1, sequence_parallel: bool = False, zero_stage: int | None = None,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
                     cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
                     reserve_factor: float = RESERVE_FACTOR) -> TrainingMemory:
@@ -190,8 +190,11 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
         temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
         large as the largest parameter, the fused kernel (``fused=True``) none.
-    zero_stage, dp, tp, pp, sequence_parallel
-        Distributed degrees (per-GPU division; see module notes). Not measured.
+    zero, dp, tp, pp, sequence_parallel
+        Distributed degrees (per-GPU division; see module notes), named as in :class:`gpumodel.Parallelism`:
+        ``zero`` is the ZeRO stage (0-3). Not measured.
+    zero_stage : int, optional
+        Deprecated name of ``zero``.
     cublas_workspace_bytes, cuda_context_bytes, reserve_factor
         Runtime terms (module constants give the measured defaults).
 
@@ -216,7 +219,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     gradient_accumulation_steps = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
     use_cache, keep_outputs = flag(use_cache, "use_cache"), flag(keep_outputs, "keep_outputs")
     foreach, fused = flag(foreach, "foreach"), flag(fused, "fused")
-    dp, tp, pp, zero_stage = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
+    if zero_stage is not None:  # the former name: refused together with a ZeRO stage given as zero
+        zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
+    dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero)
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
     if np.any(np.asarray(reserve_factor) < 1):
@@ -233,47 +238,50 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
     # ---- parameters (per GPU)
     n_layer = cfg.layer_parameters() * layers / tp
+    if not cfg.is_mla:  # more ranks than key/value heads: each rank holds a whole copy of one (k and v weights)
+        kv_copies = np.maximum(cfg.num_kv_heads / tp, 1) - cfg.num_kv_heads / tp
+        n_layer = n_layer + 2 * (h + cfg.qkv_bias) * cfg.head_dim * kv_copies * layers
     n_embed = cfg.embedding_parameters() / tp + h * (2 if cfg.norm_bias else 1)
     n = n_layer + n_embed
     frac = n / cfg.num_parameters()
-    weights = n * wb / np.where(zero_stage >= 3, dp, 1)
-    grads = n * wb / np.where(zero_stage >= 2, dp, 1)
+    weights = n * wb / np.where(zero >= 3, dp, 1)
+    grads = n * wb / np.where(zero >= 2, dp, 1)
     states, temps = optimizer_state_bytes(cfg, opt, sb)
     states, temps = states * frac, temps * frac
-    if opt in (Optimizer.adam, Optimizer.adamw) and (fused or not foreach):
+    if opt in (Optimizer.ADAM, Optimizer.ADAMW) and (fused or not foreach):
         # fused kernels need no temporary; the for-loop implementation one of the largest parameter
         temps = 0.0 if fused else max(r_ * c_ for r_, c_, _ in _matrix_shapes(cfg)) / tp * sb
-    states, temps = states / np.where(zero_stage >= 1, dp, 1), temps / np.where(zero_stage >= 1, dp, 1)
-    gathered = np.where((zero_stage >= 3) & (dp > 1), 2 * cfg.layer_parameters() / tp * wb, 0.0)
+    states, temps = states / np.where(zero >= 1, dp, 1), temps / np.where(zero >= 1, dp, 1)
+    gathered = np.where((zero >= 3) & (dp > 1), 2 * cfg.layer_parameters() / tp * wb, 0.0)
     held_grads = np.where(gradient_accumulation_steps > 1, grads, 0.0)
 
     # ---- activations
-    if ckpt == Checkpointing.full:
+    if ckpt == Checkpointing.FULL:
         acts = layers * in_flight * checkpoint_bytes(cfg, T, prec, tp, sequence_parallel)
     else:
         acts = layers * in_flight * layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-        if ckpt == Checkpointing.selective and attn in (Attention.math, Attention.eager):
-            flash = layer_activation_bytes(cfg, T, s, prec, Attention.flash, use_cache, tp, sequence_parallel)
+        if ckpt == Checkpointing.SELECTIVE and attn in (Attention.MATH, Attention.EAGER):
+            flash = layer_activation_bytes(cfg, T, s, prec, Attention.FLASH, use_cache, tp, sequence_parallel)
             acts = layers * in_flight * flash
     head = head_activation_bytes(cfg, T, s, prec)
     one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-    shard = np.where(zero_stage >= 3, dp, 1)  # FSDP casts its own shard (mixed-precision policy)
+    shard = np.where(zero >= 3, dp, 1)  # FSDP casts its own shard (mixed-precision policy)
     layer_casts = cfg.layer_matmul_parameters() / tp / shard * 2 if prec.is_amp else 0.0
     head_cast = V * h / tp / shard * 2 if prec.is_amp else 0.0
-    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.full else layers * layer_casts)
+    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.FULL else layers * layer_casts)
     casts_forward = head_cast + layers * layer_casts
     logit_bytes = T * V / tp
     loss_saved = 4 * logit_bytes  # log_softmax output
     logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
     # under amp, RoPE makes k fp32 and the cache (created with k's dtype) promotes v to fp32 too; the cache
     # lives until the output object is dropped. Without RoPE (gpt2) its bf16 copies are the saved k, v.
-    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.full and cfg.position == PositionType.rope
+    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.FULL and cfg.position == PositionType.ROPE
     kv_transient = layers * T * 8 * cfg.kv_dim / tp if fp32_cache else 0.0
     held_out = (a * logit_bytes + kv_transient) if keep_outputs else 0.0
     runtime = float(cublas_workspace_bytes)
     base = weights + states + gathered + runtime
 
-    z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, zero_stage, gradient_accumulation_steps))))
+    z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, zero, gradient_accumulation_steps))))
     T = T + z
     moments: dict[str, dict] = {
         "forward_loss": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
@@ -288,10 +296,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     # backward of one layer: gradients of the hidden states in and out, plus the largest transient
     # (math/eager attention: gradients of the probabilities and of the scores, S x S per head)
     attn_kernel = resolve_attention(cfg, prec, attn)
-    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.rope) else a)
-    if attn_kernel == Attention.math:  # _safe_softmax also builds a bool "row fully masked" map
+    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.ROPE) else a)
+    if attn_kernel == Attention.MATH:  # _safe_softmax also builds a bool "row fully masked" map
         transient = (2 * s_bytes + 1) * nh * s * T
-    elif attn_kernel == Attention.eager:
+    elif attn_kernel == Attention.EAGER:
         transient = 2 * s_bytes * nh * s * T
     else:
         transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
@@ -299,8 +307,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     head_grads = (V * h / tp + h) * wb
     moments["layer_backward"] = dict(
         weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
-        activations=acts + head + (one_layer if ckpt == Checkpointing.full else 0.0),
-        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.full else 0.0),
+        activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0),
+        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.FULL else 0.0),
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
     # backward of the first layer, the last to go: all other gradients exist, one layer's activations
     # (recomputed from its checkpoint when checkpointing) and its weight copies remain
@@ -329,7 +337,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         moments={k: out(t) for k, t in zip(names, totals)}, reserved_bytes=out(reserved),
         total_bytes=out(reserved + cuda_context_bytes),
         inputs=dict(model=cfg.name, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
-                    attention=attn.value, zero_stage=zero_stage, dp=dp, tp=tp, pp=pp))
+                    attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp))
 
 
 _ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",

@@ -87,8 +87,9 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     -----
     .. math:: F = 2mnk, \\quad R = mk\\,s + kn\\,s_w, \\quad W = mn\\,s
 
-    with :math:`s` the bytes per element and :math:`s_w` those of the weight. The seed's 4096^3
-    fp16 example: ``F/R`` = 2048 FLOP/byte.
+    with :math:`s` the bytes per element and :math:`s_w` those of the weight. The 4096^3 fp16 matmul of
+    M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores" (2026):
+    ``F/R`` = 2048 FLOP/byte.
 
     Examples
     --------
@@ -156,7 +157,7 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
 
     Examples
     --------
-    >>> relu = elementwise(4096 * 4096, "fp16")       # the seed's ReLU example
+    >>> relu = elementwise(4096 * 4096, "fp16")       # ReLU on 4096 x 4096 fp16 (Brenndoerfer 2026)
     >>> relu.flops / relu.bytes_read                  # 1 FLOP per 2-byte element read
     0.5
     """
@@ -540,9 +541,10 @@ def fuse(*ops: OpCost) -> OpCost:
 
     The first op's inputs are read; a later op reads only what it needs beyond its predecessor's
     output (that output stays in registers); only the last op's output is written. For a chain of
-    unary elementwise ops this is "read the input once, write the result once" (the seed's
-    ReLU -> dropout example). An intermediate that is also needed later (e.g. saved for the
-    backward pass) is not modelled: add it as an op of its own. The fused op runs on tensor cores
+    unary elementwise ops this is "read the input once, write the result once" (the fused ReLU ->
+    dropout example of M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores",
+    2026). An intermediate that is also needed later (e.g. saved for the backward pass) is not
+    modelled: add it as an op of its own. The fused op runs on tensor cores
     (in the first tensor op's dtype) if any part does, else on CUDA cores in the first op's dtype.
 
     Examples

@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +213,7 @@ class RooflineResult(ResultRecord):
     level : str
         Memory level whose bandwidth was used.
     time_s : float or ndarray
-        Lower bound on run time, ``max(compute_time_s, memory_time_s)`` [s].
+        Lower bound on run time, ``max(compute_s, memory_s)`` [s].
     bound : str or ndarray of str
         ``"compute"`` where the compute floor is the larger, else ``"memory"``.
     attainable_flops : float or ndarray
@@ -221,8 +222,10 @@ class RooflineResult(ResultRecord):
         FLOPs per byte of total traffic [FLOP/byte].
     ridge_point : float
         ``peak_flops / bandwidth`` [FLOP/byte].
-    compute_time_s, memory_time_s : float or ndarray
-        ``flops / peak_flops`` and ``bytes / bandwidth`` [s].
+    compute_s, memory_s : float or ndarray
+        ``flops / peak_flops`` and ``bytes / bandwidth`` [s], named as in
+        :class:`~gpumodel.estimate.TimeEstimate`. ``compute_time_s`` and ``memory_time_s`` are their
+        former names (deprecated).
     peak_flops : float
         Compute ceiling used [FLOP/s] (see :func:`peak_for`).
     bandwidth : float
@@ -237,10 +240,22 @@ class RooflineResult(ResultRecord):
     attainable_flops: Any
     arithmetic_intensity: Any
     ridge_point: float
-    compute_time_s: Any
-    memory_time_s: Any
+    compute_s: Any
+    memory_s: Any
     peak_flops: float
     bandwidth: float
+
+    @property
+    def compute_time_s(self) -> Any:
+        """Deprecated name of :attr:`compute_s`."""
+        warnings.warn("RooflineResult.compute_time_s is deprecated; use compute_s", DeprecationWarning, stacklevel=2)
+        return self.compute_s
+
+    @property
+    def memory_time_s(self) -> Any:
+        """Deprecated name of :attr:`memory_s`."""
+        warnings.warn("RooflineResult.memory_time_s is deprecated; use memory_s", DeprecationWarning, stacklevel=2)
+        return self.memory_s
 
     def __float__(self) -> float:
         """Seconds (scalar results only)."""
@@ -256,8 +271,8 @@ class RooflineResult(ResultRecord):
             ratio = self.arithmetic_intensity / self.ridge_point
             rows = [("bound", str(self.bound)), ("time", format_seconds(self.time_s)),
                     ("intensity", f"{self.arithmetic_intensity:.4g} FLOP/B ({ratio:.3g}x the ridge point)"),
-                    ("compute floor", format_seconds(self.compute_time_s)),
-                    ("memory floor", format_seconds(self.memory_time_s)),
+                    ("compute floor", format_seconds(self.compute_s)),
+                    ("memory floor", format_seconds(self.memory_s)),
                     ("attainable", fq(float(self.attainable_flops), "FLOP/s"))]
         else:
             n = int(np.size(self.time_s))
@@ -322,7 +337,7 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", *, sparse: bool
         op=op, gpu=g.name, level=level,
         time_s=scalar_or_array(time), bound=str(bound) if scalar else bound,
         attainable_flops=scalar_or_array(att), arithmetic_intensity=ai, ridge_point=peak / bw,
-        compute_time_s=scalar_or_array(compute), memory_time_s=scalar_or_array(memory),
+        compute_s=scalar_or_array(compute), memory_s=scalar_or_array(memory),
         peak_flops=peak, bandwidth=bw,
     )
 

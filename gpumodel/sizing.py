@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -24,7 +25,7 @@ from .errors import ArgumentError
 from .inference import inference_memory
 from .memory import TrainingMemory, training_memory
 from .vocabulary import flag, positive_int, positive_number, precision as _precision, resolve_gpu, resolve_model, \
-    weight_dtype
+    splits_model, weight_dtype
 
 __all__ = ["fits", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan", "required_bytes"]
 
@@ -121,28 +122,34 @@ class Plan:
     dp: int
     tp: int
     pp: int
-    zero_stage: int
+    zero: int
     per_gpu_bytes: float
     gpu: str
     memory: TrainingMemory | None = None
+
+    @property
+    def zero_stage(self) -> int:
+        """Deprecated name of :attr:`zero`, the ZeRO stage."""
+        warnings.warn("Plan.zero_stage is deprecated; use zero", DeprecationWarning, stacklevel=2)
+        return self.zero
 
     def to_dict(self) -> dict:
         """The plan's numbers (SI units), without the memory record."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"}
 
     def __repr__(self) -> str:
-        return (f"Plan({self.num_gpus} x {self.gpu}: dp={self.dp} tp={self.tp} pp={self.pp} zero={self.zero_stage}, "
+        return (f"Plan({self.num_gpus} x {self.gpu}: dp={self.dp} tp={self.tp} pp={self.pp} zero={self.zero}, "
                 f"{self.per_gpu_bytes / 2**30:.1f} GiB per GPU)")
 
 
 def _candidates(cfg, n: int, max_tp: int, training: bool) -> np.ndarray:
-    """Valid (dp, tp, pp, zero_stage) splits of n GPUs, one per row: tensor parallel within a node (a power of
-    two that divides the heads, KV heads and MLP width), pipeline stages (at most one per layer), and
+    """Valid (dp, tp, pp, zero) splits of n GPUs, one per row: tensor parallel within a node (a power of
+    two that splits the model: :func:`~gpumodel.vocabulary.splits_model`), pipeline stages (at most one per layer), and
     ZeRO/FSDP data parallelism over the rest. Serving uses tensor parallelism only."""
     rows = []
     tp = 1
     while tp <= min(n, max_tp):
-        if not (cfg.num_heads % tp or cfg.num_kv_heads % tp or cfg.intermediate_size % tp):
+        if splits_model(cfg, tp):
             if not training:
                 if tp == n:
                     rows.append((1, tp, 1, 0))
@@ -179,7 +186,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
         if len(cand):
             dp, tp, pp, zero = cand.T
             if training:
-                mem = training_memory(cfg, batch_size, seq_len, dp=dp, tp=tp, pp=pp, zero_stage=zero,
+                mem = training_memory(cfg, batch_size, seq_len, dp=dp, tp=tp, pp=pp, zero=zero,
                                       sequence_parallel=bool(np.any(tp > 1)), gradient_accumulation_steps=pp,
                                       **kwargs)
             else:
@@ -189,7 +196,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
             if ok.size:
                 i = ok[np.argmin(total[ok])]
                 memory = (training_memory(cfg, batch_size, seq_len, dp=int(dp[i]), tp=int(tp[i]), pp=int(pp[i]),
-                                          zero_stage=int(zero[i]), sequence_parallel=bool(tp[i] > 1),
+                                          zero=int(zero[i]), sequence_parallel=bool(tp[i] > 1),
                                           gradient_accumulation_steps=int(pp[i]), **kwargs) if training else None)
                 return Plan(n, int(dp[i]), int(tp[i]), int(pp[i]), int(zero[i]), float(total[i]), g.name, memory)
         n *= 2

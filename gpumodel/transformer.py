@@ -38,21 +38,31 @@ __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", 
 
 
 class MLPType(str, enum.Enum):
-    """``gated``: down(act(gate(x)) * up(x)) (llama); ``plain``: down(act(up(x))) (gpt2)."""
+    """``gated``: down(act(gate(x)) * up(x)) (llama); ``plain``: down(act(up(x))) (gpt2).
 
-    gated = "gated"
-    plain = "plain"
+    Members are upper case; the former lower-case names are aliases (``MLPType.GATED is MLPType.GATED``).
+    """
+
+    GATED = "gated"
+    PLAIN = "plain"
+    gated, plain = GATED, PLAIN
 
 
 class NormType(str, enum.Enum):
-    rmsnorm = "rmsnorm"
-    layernorm = "layernorm"
+    """``rmsnorm`` (llama) or ``layernorm`` (gpt2); lower-case member names are aliases."""
+
+    RMSNORM = "rmsnorm"
+    LAYERNORM = "layernorm"
+    rmsnorm, layernorm = RMSNORM, LAYERNORM
 
 
 class PositionType(str, enum.Enum):
-    rope = "rope"
-    learned = "learned"
-    alibi = "alibi"
+    """Rotary (``rope``), learned absolute (``learned``) or ALiBi positions; lower-case member names are aliases."""
+
+    ROPE = "rope"
+    LEARNED = "learned"
+    ALIBI = "alibi"
+    rope, learned, alibi = ROPE, LEARNED, ALIBI
 
 
 class UnknownModelError(UnknownNameError):
@@ -83,10 +93,10 @@ class TransformerConfig(BaseModel):
     intermediate_size: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
     max_position_embeddings: int = Field(default=2048, gt=0)
-    mlp: MLPType = MLPType.gated
+    mlp: MLPType = MLPType.GATED
     activation: str = "silu"
-    norm: NormType = NormType.rmsnorm
-    position: PositionType = PositionType.rope
+    norm: NormType = NormType.RMSNORM
+    position: PositionType = PositionType.ROPE
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
@@ -180,7 +190,7 @@ class TransformerConfig(BaseModel):
 
     def _mlp_parameters(self, width: int) -> int:
         h = self.hidden_size
-        gated = self.mlp == MLPType.gated
+        gated = self.mlp == MLPType.GATED
         return (3 if gated else 2) * h * width + (((2 * width if gated else width) + h) if self.mlp_bias else 0)
 
     def attention_parameters(self) -> int:
@@ -220,7 +230,7 @@ class TransformerConfig(BaseModel):
         attn = h * (q + 2 * kv) + q * h
         if self.is_mla:
             attn = self.attention_parameters()
-        n = 3 if self.mlp == MLPType.gated else 2
+        n = 3 if self.mlp == MLPType.GATED else 2
         mlp = n * h * self.intermediate_size
         if self.is_moe:
             mlp = self.num_experts * n * h * self.expert_size + h * self.num_experts
@@ -230,7 +240,7 @@ class TransformerConfig(BaseModel):
     def embedding_parameters(self) -> int:
         """Token (and learned position) embeddings, plus the LM head when it is not tied."""
         n = self.vocab_size * self.hidden_size
-        if self.position == PositionType.learned:
+        if self.position == PositionType.LEARNED:
             n += self.max_position_embeddings * self.hidden_size
         if not self.tie_word_embeddings:
             n += self.vocab_size * self.hidden_size
@@ -403,7 +413,7 @@ def _olmo2(g: _Getter) -> dict:  # post-norms (after attention and MLP) instead 
 
 def _starcoder2(g: _Getter) -> dict:
     bias = bool(g("use_bias", default=True))
-    return _llama_like(g, mlp=MLPType.plain, norm=NormType.layernorm, norm_bias=True, qkv_bias=bias, o_bias=bias,
+    return _llama_like(g, mlp=MLPType.PLAIN, norm=NormType.LAYERNORM, norm_bias=True, qkv_bias=bias, o_bias=bias,
                        mlp_bias=bias, activation=str(g("hidden_act", default="gelu_pytorch_tanh")),
                        tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
                        resid_dropout=float(g("residual_dropout", default=0.0)),
@@ -423,9 +433,9 @@ def _gpt2(g: _Getter) -> dict:
     h = g("n_embd", "hidden_size")
     return dict(hidden_size=h, num_layers=g("n_layer", "num_hidden_layers"), num_heads=g("n_head", "num_attention_heads"),
                 intermediate_size=g("n_inner", default=None) or 4 * h, vocab_size=g("vocab_size"),
-                max_position_embeddings=g("n_positions", "max_position_embeddings"), mlp=MLPType.plain,
-                activation=str(g("activation_function", default="gelu_new")), norm=NormType.layernorm,
-                position=PositionType.learned, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                max_position_embeddings=g("n_positions", "max_position_embeddings"), mlp=MLPType.PLAIN,
+                activation=str(g("activation_function", default="gelu_new")), norm=NormType.LAYERNORM,
+                position=PositionType.LEARNED, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
                 qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, fused_qkv=True,
                 attn_dropout=float(g("attn_pdrop", default=0.1)), resid_dropout=float(g("resid_pdrop", default=0.1)),
                 embd_dropout=float(g("embd_pdrop", default=0.1)))
@@ -434,8 +444,8 @@ def _gpt2(g: _Getter) -> dict:
 def _gpt_neox(g: _Getter) -> dict:
     return dict(hidden_size=g("hidden_size"), num_layers=g("num_hidden_layers"), num_heads=g("num_attention_heads"),
                 intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
-                max_position_embeddings=g("max_position_embeddings", default=2048), mlp=MLPType.plain,
-                activation=str(g("hidden_act", default="gelu")), norm=NormType.layernorm,
+                max_position_embeddings=g("max_position_embeddings", default=2048), mlp=MLPType.PLAIN,
+                activation=str(g("hidden_act", default="gelu")), norm=NormType.LAYERNORM,
                 tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
                 qkv_bias=bool(g("attention_bias", default=True)), o_bias=bool(g("attention_bias", default=True)),
                 mlp_bias=True, norm_bias=True, fused_qkv=True,

@@ -34,12 +34,14 @@ import numpy as np
 
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
+from .readable import duration, token_count  # the readers of text arguments (re-exported)
 
 __all__ = [
-    "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "resolve_gpu", "resolve_model",
+    "Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
+    "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
-    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "duration",
+    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration", "token_count",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -143,6 +145,38 @@ def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = W
         dt = DType.FP8
     if dt is None or dt not in allowed:
         raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in allowed)}")
+    return dt
+
+
+#: Number formats of a KV cache. ``inference_memory`` sizes all of them; the serving time model
+#: (``prefill_time``, ``decode_step_time``, ``generation_time``, ``serving_capacity``) has attention and
+#: cache-write kernels for the floating-point ones only (:data:`TIMED_KV_DTYPES`): an int8 cache would need
+#: its own kernel model (quantising writes, dequantising attention reads).
+KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8)
+TIMED_KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
+
+
+def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed: bool = False) -> DType:
+    """The :class:`~gpumodel.dtypes.DType` of a KV cache: the one rule of ``kv_dtype`` arguments.
+
+    ``None`` means the activations' format: fp32 with fp32 weights, else bf16 (the weights' ``dtype``
+    is the resolved one). With ``timed`` (the serving time model) only :data:`TIMED_KV_DTYPES` are taken.
+
+    >>> kv_cache_dtype(None, DType.BF16).value, kv_cache_dtype("float8_e4m3fn", DType.BF16).value
+    ('bf16', 'fp8')
+    >>> kv_cache_dtype("int8", DType.BF16, timed=True)
+    Traceback (most recent call last):
+    ...
+    gpumodel.errors.ArgumentError: kv_dtype='int8' is not one of 'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has no int8 KV-cache kernels (inference_memory sizes an int8 cache)
+    """
+    if value is None:
+        return DType.FP32 if weights == DType.FP32 else DType.BF16
+    dt = weight_dtype(value, name, KV_DTYPES)
+    flag(timed, "timed")
+    if timed and dt not in TIMED_KV_DTYPES:
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in TIMED_KV_DTYPES)} here: "
+                            f"the serving time model has no {dt.value} KV-cache kernels (inference_memory sizes an "
+                            f"{dt.value} cache)")
     return dt
 
 
@@ -357,32 +391,6 @@ def nonnegative_int(value: Any, name: str):
     return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
 
 
-_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
-
-
-def duration(value: Any, name: str) -> float:
-    """A positive time in seconds: a number [s] or a string with a unit (``"50ms"``, ``"1 s"``, ``"200 us"``).
-
-    >>> duration("50ms", "tpot"), duration(2, "ttft"), duration("1.5 min", "t")
-    (0.05, 2.0, 90.0)
-    """
-    if isinstance(value, str):
-        text = value.strip().lower()
-        for unit in sorted(_TIME_UNITS, key=len, reverse=True):
-            if text.endswith(unit):
-                try:
-                    number = float(text[: -len(unit)].strip())
-                except ValueError:
-                    break
-                return positive_number(number * _TIME_UNITS[unit], name)
-        raise ArgumentError(f"{name}={value!r} is not a time; give seconds or a number with one of "
-                            f"{', '.join(_TIME_UNITS)} (e.g. '50ms')")
-    out = positive_number(value, name)
-    if np.ndim(out):
-        raise ArgumentError(f"{name} must be a single time, got an array")
-    return out
-
-
 def _reals(value: Any, name: str, strict: bool):
     what = "a positive number" if strict else "a number >= 0"
     arr = _numeric_array(value, name, what + " (or an array of them)").astype(float)
@@ -431,37 +439,77 @@ def divides(degree: Any, total: int, name: str, what: str) -> None:
         raise ArgumentError(f"{name}={first} must divide {what} ({total})")
 
 
-def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero_stage: Any = 0, cp: Any = 1,
-                     ep: Any = 1) -> tuple:
-    """Check the parallel degrees of a run of model ``cfg``; returns ``(dp, tp, pp, zero_stage)``.
+def tensor_parallel(cfg: Any, tp: Any, name: str = "tp"):
+    """Refuse a tensor-parallel degree that cannot split model ``cfg``; returns it (an ``int`` or an array).
 
-    ``tp`` must divide the attention heads, the KV heads and the MLP width (Megatron-LM splits each
-    across the tensor-parallel group); ``pp`` may not exceed the layers; ``cp`` must divide nothing here
-    but be positive; ``ep`` must divide the experts; a ZeRO stage shards over ``dp`` and so needs ``dp > 1``.
-    Each may be an integer array (a sweep); scalars come back as ``int``.
+    The one rule of every function that takes ``tp`` (training memory and step time, inference memory,
+    serving): as Megatron-LM splits a layer, ``tp`` must divide the attention heads and the MLP width;
+    it must divide the key/value heads or be a multiple of them, in which case each rank holds a copy of
+    one key/value head (grouped-query attention with more ranks than KV heads, as vLLM and
+    TensorRT-LLM run it). :func:`splits_model` is the same rule as a mask.
 
     >>> import gpumodel as gm
-    >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero_stage=3)
+    >>> cfg = gm.model("llama-3-70b")          # 64 heads, 8 key/value heads, MLP width 28672
+    >>> tensor_parallel(cfg, 8), tensor_parallel(cfg, 16)
+    (8, 16)
+    >>> tensor_parallel(cfg, 3)
+    Traceback (most recent call last):
+    ...
+    gpumodel.errors.ArgumentError: tp=3 must divide the attention heads (num_heads=64)
+    """
+    tp = positive_int(tp, name)
+    t = np.asarray(tp)
+    for total, what in ((cfg.num_heads, "the attention heads (num_heads={})"),
+                        (cfg.intermediate_size, "the MLP width (intermediate_size={})")):
+        bad = total % t != 0
+        if np.any(bad):
+            raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide {what.format(total)}")
+    kv = cfg.num_kv_heads
+    bad = (kv % t != 0) & (t % kv != 0)
+    if np.any(bad):
+        raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide the key/value heads "
+                            f"(num_kv_heads={kv}) or be a multiple of them")
+    return tp
+
+
+def splits_model(cfg: Any, tp: Any) -> Any:
+    """Where the tensor-parallel degree(s) ``tp`` split ``cfg`` by the rule of :func:`tensor_parallel` (a bool mask)."""
+    t, kv = np.asarray(tp), cfg.num_kv_heads
+    ok = (cfg.num_heads % t == 0) & (cfg.intermediate_size % t == 0) & ((kv % t == 0) | (t % kv == 0))
+    return bool(ok) if ok.ndim == 0 else ok
+
+
+def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero: Any = 0, cp: Any = 1,
+                     ep: Any = 1, zero_stage: Any = None) -> tuple:
+    """Check the parallel degrees of a run of model ``cfg``; returns ``(dp, tp, pp, zero)``.
+
+    The degrees are named as in :class:`gpumodel.Parallelism`; ``zero`` is the ZeRO stage (0-3, and
+    ``zero_stage`` its deprecated name). ``tp`` must split the model (:func:`tensor_parallel`); ``pp`` may
+    not exceed the layers; ``cp`` must be positive; ``ep`` must divide the experts; a ZeRO stage shards
+    over ``dp`` and so needs ``dp > 1``. Each may be an integer array (a sweep); scalars come back as ``int``.
+
+    >>> import gpumodel as gm
+    >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero=3)
     (8, 2, 1, 3)
     """
+    if zero_stage is not None:
+        zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
     dp, tp, pp = positive_int(dp, "dp"), positive_int(tp, "tp"), positive_int(pp, "pp")
     positive_int(cp, "cp")
     ep = positive_int(ep, "ep")
-    zero_stage = nonnegative_int(zero_stage, "zero_stage")
-    if np.any(np.asarray(zero_stage) > 3):
-        raise ArgumentError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
-    divides(tp, cfg.num_heads, "tp", "num_heads")
-    divides(tp, cfg.num_kv_heads, "tp", "num_kv_heads")
-    divides(tp, cfg.intermediate_size, "tp", "intermediate_size")
+    zero = nonnegative_int(zero, "zero")
+    if np.any(np.asarray(zero) > 3):
+        raise ArgumentError(f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {zero!r}")
+    tensor_parallel(cfg, tp)
     if np.any(np.asarray(pp) > cfg.num_layers):
         raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers")
     if cfg.num_experts:
         divides(ep, cfg.num_experts, "ep", "num_experts")
     elif np.any(np.asarray(ep) > 1):
         raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts")
-    if np.any((np.asarray(zero_stage) > 0) & (np.asarray(dp) == 1)):
-        raise ArgumentError("zero_stage > 0 shards over data-parallel ranks and needs dp > 1")
-    return dp, tp, pp, zero_stage
+    if np.any((np.asarray(zero) > 0) & (np.asarray(dp) == 1)):
+        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1")
+    return dp, tp, pp, zero
 
 
 # ---------------------------------------------------------------------------------------------- results

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import gpumodel as gm
 from gpumodel.cli import main
 
 
@@ -53,3 +54,13 @@ def test_plot(tmp_path, capsys):
 def test_errors(argv, message, capsys):
     assert main(["roofline", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_impl_takes_every_attention_kind_the_api_takes(capsys):
+    from gpumodel.ops import AttentionImpl
+
+    for impl in AttentionImpl:
+        assert main(["roofline", "attention", "1", "32", "2048", "128", "--impl", impl.value, "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)["results"][0]["time_s"]
+        want = gm.roofline(gm.ops.attention(1, 32, 2048, 128, impl=impl.value), "h100").time_s
+        assert got == pytest.approx(want)

@@ -37,3 +37,51 @@ def test_frozen_repr_and_dict():
         par.dp = 3
     assert "4 GPUs" in repr(par) and par.to_dict()["sequence_parallel"] is True
     assert "<table>" in par._repr_html_()
+
+
+#: 24 heads, 8 key/value heads, MLP width 12288: tp=12 divides the heads and the MLP but not the KV heads
+GQA8 = gm.TransformerConfig(name="gqa8", hidden_size=3072, num_layers=8, num_heads=24, num_kv_heads=8,
+                            intermediate_size=12288, vocab_size=32000)
+#: 32 heads, 4 key/value heads: tp=8 and 16 hold a copy of one key/value head per rank
+GQA4 = gm.TransformerConfig(name="gqa4", hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=4,
+                            intermediate_size=14336, vocab_size=32000)
+_TP_USERS = {
+    "Parallelism.check": lambda cfg, tp: gm.Parallelism(tp=tp).check(cfg),
+    "training_memory": lambda cfg, tp: gm.training_memory(cfg, 1, 1024, tp=tp),
+    "inference_memory": lambda cfg, tp: gm.inference_memory(cfg, 1, 1024, tp=tp),
+    "prefill_time": lambda cfg, tp: gm.prefill_time(cfg, "h100", 1, 1024, tp=tp),
+}
+
+
+@pytest.mark.parametrize("user", list(_TP_USERS))
+@pytest.mark.parametrize("cfg, tp, ok", [
+    (GQA4, 4, True), (GQA4, 8, True), (GQA4, 16, True), (GQA4, 3, False), (GQA4, 64, False),
+    (GQA8, 8, True), (GQA8, 24, True), (GQA8, 12, False),
+])
+def test_one_tensor_parallel_rule_everywhere(user, cfg, tp, ok):
+    if ok:
+        _TP_USERS[user](cfg, tp)
+    else:
+        with pytest.raises(gm.ArgumentError, match=f"tp={tp} must divide"):
+            _TP_USERS[user](cfg, tp)
+
+
+def test_the_rule_as_a_mask_for_the_planners():
+    from gpumodel.vocabulary import splits_model
+
+    assert splits_model(GQA4, 16) is True and splits_model(GQA8, 12) is False
+    assert splits_model(GQA4, [1, 3, 8, 16, 64]).tolist() == [True, False, True, True, False]
+
+
+def test_layout_that_check_accepts_gets_a_step_time():
+    # Parallelism.check and training_memory agree: tp=8 over 4 KV heads is a layout, not a late error
+    st = gm.training_step_time(GQA4, "dgx-h100", 1, 2048, parallelism=gm.Parallelism(tp=8))
+    assert st.num_gpus == 8 and st.peak_bytes > 0
+
+
+def test_replicated_key_value_heads_are_counted_in_the_weights():
+    one, eight = (gm.training_memory(GQA4, 1, 1024, tp=t).breakdown["weights"] for t in (1, 8))
+    # fp32 weights (amp_bf16). Per rank at tp=8: 1/8 of everything split, the final norm (h) whole, and
+    # for k and v a whole head (128 x 4096 each) instead of 4/8 of one, in each of the 32 layers
+    extra = 2 * 4096 * 128 * (1 - 4 / 8) * 32
+    assert eight * 8 == pytest.approx(one + (7 * 4096 + 8 * extra) * 4)

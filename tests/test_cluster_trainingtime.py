@@ -6,6 +6,7 @@ import pytest
 
 import gpumodel as gm
 from gpumodel.cluster.trainingtime import parse_tokens
+from gpumodel.vocabulary import token_count
 
 
 def test_single_gpu_arithmetic():
@@ -31,9 +32,14 @@ def test_cluster_uses_node_power():
     assert "GPU-hours" in repr(run) and "<table>" in run._repr_html_() and run.to_dict()["step"]["num_gpus"] == 16
 
 
-def test_parse_tokens():
-    assert parse_tokens("15.6T") == pytest.approx(15.6e12) and parse_tokens("300b") == 300e9
+def test_token_counts():
+    assert token_count("15.6T") == pytest.approx(15.6e12) and token_count("300b") == 300e9
     with pytest.raises(gm.ArgumentError, match="tokens"):
-        parse_tokens("-1")
+        token_count("-1")
     with pytest.raises(gm.ArgumentError, match="tokens"):
-        parse_tokens("many")
+        token_count("many")
+
+
+def test_parse_tokens_is_a_deprecated_alias_of_token_count():
+    with pytest.warns(DeprecationWarning, match="token_count"):
+        assert parse_tokens("300B") == token_count("300B") == 300e9

@@ -58,6 +58,20 @@ def test_bad_input(kwargs, match):
         gm.inference_memory(**args)
 
 
+def test_one_attention_enum_for_training_and_inference():
+    import gpumodel.inference as inference
+    from gpumodel.activations import Attention
+
+    assert not hasattr(inference, "_Attention")
+    assert [m.name for m in Attention] == ["SDPA", "FLASH", "CUDNN", "EFFICIENT", "MATH", "EAGER"]
+    assert Attention.eager is Attention.EAGER                       # the former member names still answer
+    eager = gm.inference_memory("llama-3.2-1b", 1, 2048, attention=Attention.EAGER)
+    assert eager.peak_bytes == gm.inference_memory("llama-3.2-1b", 1, 2048, attention="eager").peak_bytes
+    assert eager.peak_bytes > gm.inference_memory("llama-3.2-1b", 1, 2048, attention=Attention.SDPA).peak_bytes
+    with pytest.raises(gm.ArgumentError, match="'sdpa', 'flash', 'cudnn', 'efficient', 'math', 'eager'"):
+        gm.inference_memory("llama-3.2-1b", 1, 2048, attention="paged")
+
+
 def test_measured_inference():
     shapes = json.loads((DATA / "shapes.json").read_text())
     rows = [json.loads(x) for x in (DATA / "runs.jsonl").read_text().splitlines()]

@@ -145,8 +145,8 @@ def test_broadcasting_matches_scalar_calls():
 
 def test_distributed_divisors():
     base = gm.training_memory("llama-3-8b", 1, 2048)
-    z1 = gm.training_memory("llama-3-8b", 1, 2048, zero_stage=1, dp=8)
-    z3 = gm.training_memory("llama-3-8b", 1, 2048, zero_stage=3, dp=8)
+    z1 = gm.training_memory("llama-3-8b", 1, 2048, zero=1, dp=8)
+    z3 = gm.training_memory("llama-3-8b", 1, 2048, zero=3, dp=8)
     assert z1.breakdown["optimizer_states"] == pytest.approx(base.breakdown["optimizer_states"] / 8)
     assert z3.steady_bytes < z1.steady_bytes < base.steady_bytes
     tp = gm.training_memory("llama-3-8b", 1, 2048, tp=4, sequence_parallel=True)
@@ -175,7 +175,7 @@ def test_reserved_and_total():
     (dict(seq_len=-4), "seq_len must be a positive integer"),
     (dict(attention="xformers"), "attention='xformers'"),
     (dict(checkpointing="some"), "checkpointing='some'"),
-    (dict(zero_stage=4), "zero_stage must be"),
+    (dict(zero=4), r"zero \(the ZeRO stage\) must be"),
 ])
 def test_bad_input(kwargs, match):
     args = dict(model="gpt2", batch_size=1, seq_len=128) | kwargs
@@ -264,3 +264,17 @@ def test_families_measured_after_the_model_was_built():
         errs.append(abs(pred / r["peak_bytes"] - 1))
     assert len(errs) == 15
     assert sorted(errs)[len(errs) // 2] <= 0.03 and max(errs) <= 0.10
+
+
+def test_zero_is_the_one_name_of_the_zero_stage():
+    # gm.Parallelism(zero=), the CLI's --zero and plan tables name the ZeRO stage `zero`; so does training_memory
+    new = gm.training_memory("llama-3-8b", 1, 2048, zero=3, dp=8)
+    with pytest.warns(DeprecationWarning, match="zero_stage is deprecated; use zero"):
+        old = gm.training_memory("llama-3-8b", 1, 2048, zero_stage=3, dp=8)
+    assert old.peak_bytes == new.peak_bytes and new.inputs["zero"] == 3 and "zero_stage" not in new.inputs
+    with pytest.raises(gm.ArgumentError, match="give zero only"):
+        gm.training_memory("llama-3-8b", 1, 2048, zero=2, zero_stage=3, dp=8)
+    plan = gm.min_gpus("llama-3-8b", "h100", 1, 2048)
+    assert plan.zero == plan.to_dict()["zero"] and "zero_stage" not in plan.to_dict()
+    with pytest.warns(DeprecationWarning, match="use zero"):
+        assert plan.zero_stage == plan.zero

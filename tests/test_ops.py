@@ -344,3 +344,13 @@ def test_backward_costs_of_embedding_and_cross_entropy():
     assert bwd.bytes_written == 32000 * 4096 * 2                   # the dense table gradient
     ce = ops.cross_entropy(4096, 32000, "bf16", backward=True)
     assert ce.bytes_written == 4096 * 32000 * 2 and ce.shape["upcast"] is True
+
+
+def test_docstrings_name_the_article_their_examples_come_from():
+    # "the seed's example" means nothing to a reader: an example from the article names it
+    import re
+    from pathlib import Path
+
+    text = Path(ops.__file__).read_text(encoding="utf-8")
+    assert not re.search(r"\bthe seed'?s?\b", text, flags=re.IGNORECASE)
+    assert "Brenndoerfer" in ops.matmul.__doc__ and "Brenndoerfer" in ops.fuse.__doc__

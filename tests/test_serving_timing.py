@@ -94,3 +94,36 @@ def test_record_converts_and_displays():
     assert "prefill of llama-3-8b" in repr(t) and "<table>" in t._repr_html_()
     with pytest.raises(Exception):
         t.seconds = 1.0                                                        # frozen
+
+
+def test_kv_dtype_one_rule_for_memory_and_serving():
+    from gpumodel.vocabulary import KV_DTYPES, TIMED_KV_DTYPES, kv_cache_dtype
+
+    assert {d.value for d in KV_DTYPES} - {d.value for d in TIMED_KV_DTYPES} == {"int8"}
+    # the same spellings and the same default in inference_memory and in the serving functions
+    mem = gm.inference_memory("llama-3-8b", 1, 1024, kv_dtype="float8_e4m3fn")
+    assert mem.kv_cache_bytes == pytest.approx(2 * 32 * 1024 * 1024 * 1)   # 2 x layers x kv_dim x tokens x 1 B
+    assert gm.decode_step_time("llama-3-8b", "h100", 1, 1024, kv_dtype="float8_e4m3fn").kv_dtype == "fp8"
+    assert gm.decode_step_time("llama-3-8b", "h100", 1, 1024, dtype="fp32").kv_dtype == kv_cache_dtype(
+        None, gm.DType.FP32).value == "fp32"
+    # int8: the memory is defined, the time is not modelled; the error names what the time model takes
+    assert gm.inference_memory("llama-3-8b", 1, 1024, kv_dtype="int8").kv_cache_bytes == mem.kv_cache_bytes
+    for call in (lambda: gm.decode_step_time("llama-3-8b", "h100", 1, 1024, kv_dtype="int8"),
+                 lambda: gm.serving_capacity("llama-3-8b", "h100", kv_dtype="int8"),
+                 lambda: gm.generation_time("llama-3-8b", "h100", kv_dtype="int8")):
+        with pytest.raises(gm.ArgumentError, match="'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has "
+                                                   "no int8 KV-cache kernels"):
+            call()
+
+
+def test_internal_step_names_its_token_count_apart_from_new_tokens():
+    # new_tokens (generation_time, inference_memory) is what a generation produces; one step feeds step_tokens
+    import inspect
+
+    from gpumodel.serving.timing import step_time
+
+    params = inspect.signature(step_time).parameters
+    assert "step_tokens" in params and "new_tokens" not in params
+    g = gm.generation_time("llama-3-8b", "h100", batch_size=2, prompt_len=256, new_tokens=64)
+    cap = gm.serving_capacity("llama-3-8b", "h100", prompt_len=256, output_len=64)
+    assert g.new_tokens == cap.output_len == 64

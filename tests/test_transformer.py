@@ -129,3 +129,24 @@ def test_former_attribute_names_warn_and_still_answer():
         assert cfg.kv_heads == cfg.num_kv_heads == 8
     with pytest.warns(DeprecationWarning, match="head_dim"):
         assert cfg.dim_head == cfg.head_dim == 64
+
+
+@pytest.mark.parametrize("kind, canonical, former", [
+    ("MLPType", "GATED", "gated"), ("MLPType", "PLAIN", "plain"), ("NormType", "RMSNORM", "rmsnorm"),
+    ("NormType", "LAYERNORM", "layernorm"), ("PositionType", "ROPE", "rope"), ("PositionType", "LEARNED", "learned"),
+    ("PositionType", "ALIBI", "alibi"),
+])
+def test_enum_members_are_upper_case_with_the_former_names_as_aliases(kind, canonical, former):
+    import gpumodel.transformer as tr
+
+    enum_ = getattr(tr, kind)
+    member = getattr(enum_, canonical)
+    assert member.name == canonical and member.value == former       # the value users type is unchanged
+    assert getattr(enum_, former) is member and enum_(former) is member
+    assert [m.name for m in enum_] == [m.name.upper() for m in enum_]  # iteration gives the canonical names only
+
+
+def test_records_carry_the_canonical_members():
+    cfg = gm.model("gpt2")
+    assert cfg.mlp.name == "PLAIN" and cfg.norm.name == "LAYERNORM" and cfg.position.name == "LEARNED"
+    assert cfg.model_dump(mode="json")["mlp"] == "plain"

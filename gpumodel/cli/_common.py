@@ -1,8 +1,9 @@
 """Helpers shared by the sub-commands: the option parsers, file checks, tables and JSON output.
 
 Every option of every command that takes a count, a size in bytes or a duration is read by
-:func:`parse_count`, :func:`parse_bytes` or :func:`parse_seconds`. Each raises an
-:class:`~gpumodel.errors.ArgumentError` that lists the accepted forms; the error is also an
+:func:`parse_count`, :func:`parse_bytes` or :func:`parse_seconds`: the package's own readers
+(:mod:`gpumodel.readable`, which the Python API uses too), whose
+:class:`~gpumodel.errors.ArgumentError` is re-raised here as one that is also an
 :class:`argparse.ArgumentTypeError`, so the functions can be given to ``add_argument(type=...)``
 directly and argparse prints their message.
 
@@ -24,15 +25,15 @@ write 32KiB (or 32768) for 32 x 1024 bytes; decimal kB/MB/GB are not accepted he
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
-import re
 import sys
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
+from gpumodel import readable
 from gpumodel.errors import ArgumentError
 
 __all__ = [
@@ -40,126 +41,28 @@ __all__ = [
     "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable",
 ]
 
-_NUMBER = re.compile(r"^\s*(?P<num>[+-]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-zµ]*)\s*$")
-_MAX_INT = 2 ** 63 - 1
-
-_COUNT_UNITS = {"": 1, "k": 10 ** 3, "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "B": 10 ** 9, "T": 10 ** 12,
-                "P": 10 ** 15, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
-_DECIMAL_BYTES = {"kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12, "pb": 10 ** 15}
-_BINARY_BYTES = {"kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40, "pib": 2 ** 50}
-_SECONDS = {"": Decimal(1), "s": Decimal(1), "ms": Decimal("1e-3"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"),
-            "ns": Decimal("1e-9"), "min": Decimal(60), "h": Decimal(3600)}
-
-_COUNT_FORMS = "a whole number such as 4096, 1e6, 16_777_216, 8Ki (8192), 7B or 1T (10**12)"
-_BYTES_FORMS = "a size in bytes such as 4096, 48KiB, 80GiB or 80GB (KiB/MiB/GiB = 1024-based, kB/MB/GB = 1000-based)"
-_BINARY_FORMS = "a size in bytes such as 4096, 48KiB or 1MiB (KiB = 1024 bytes)"
-_SECONDS_FORMS = "a duration such as 0.05, 50ms, 200us, 1s, 2min or 1h (a plain number is seconds)"
-
 
 class _OptionError(ArgumentError, argparse.ArgumentTypeError):
     """An option value the command line cannot read (argparse prints its message)."""
 
 
-def _fail(text: Any, name: str | None, what: str) -> _OptionError:
-    return _OptionError(f"{name}={text!r}: {what}" if name else f"{text!r}: {what}")
+def _option(parse: Callable) -> Callable:
+    """``parse`` with its ArgumentError raised as an :class:`_OptionError` (for argparse's ``type=``)."""
+
+    @functools.wraps(parse)
+    def wrapper(*args, **kwargs):
+        try:
+            return parse(*args, **kwargs)
+        except ArgumentError as exc:
+            raise _OptionError(str(exc)) from None
+
+    return wrapper
 
 
-def _split(text: Any, name: str | None, forms: str) -> tuple[Decimal, str]:
-    match = _NUMBER.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise _fail(text, name, f"expected {forms}")
-    try:
-        number = Decimal(match.group("num").replace("_", ""))
-    except InvalidOperation:
-        raise _fail(text, name, f"expected {forms}") from None
-    return number, match.group("unit")
-
-
-def _whole(value: Decimal, text: str, name: str | None, forms: str, minimum: int, unit: str) -> int:
-    if value != value.to_integral_value():
-        raise _fail(text, name, f"is not a whole number of {unit}; expected {forms}")
-    if value < minimum:
-        raise _fail(text, name, f"must be >= {minimum}; expected {forms}")
-    if value > _MAX_INT:
-        raise _fail(text, name, f"is too large (more than 2**63 - 1 {unit})")
-    return int(value)
-
-
-def parse_count(text: str, name: str | None = None, *, minimum: int = 0) -> int:
-    """A count on the command line (tokens, sizes, degrees): ``4096``, ``1e6``, ``16_777_216``, ``1T``.
-
-    Suffixes k/K (10**3), M (10**6), G or B (10**9), T (10**12), P (10**15), and Ki, Mi, Gi, Ti
-    (powers of 1024). The result must be a whole number >= ``minimum``.
-
-    Raises
-    ------
-    ArgumentError
-        The text is not such a count; the message names ``name`` and the accepted forms.
-    """
-    number, unit = _split(text, name, _COUNT_FORMS)
-    if unit not in _COUNT_UNITS:
-        raise _fail(text, name, f"unknown suffix {unit!r}; expected {_COUNT_FORMS}")
-    return _whole(number * _COUNT_UNITS[unit], text, name, _COUNT_FORMS, minimum, "items")
-
-
-def parse_bytes(text: str, name: str | None = None, *, binary_only: bool = False, minimum: int = 0) -> int:
-    """A size in bytes [B]: ``4096``, ``48KiB``, ``80GiB``, ``80GB``; a plain number is bytes.
-
-    KiB/MiB/GiB/TiB are powers of 1024 and kB/MB/GB/TB powers of 1000 (any case). A lone
-    ``K``/``M``/``G`` is refused as ambiguous. With ``binary_only`` (shared memory, registers and
-    every other size a kernel author gives) decimal units are refused with a message that says
-    what to write instead, since ``32KB`` there always means 32 x 1024 bytes to the writer.
-    """
-    forms = _BINARY_FORMS if binary_only else _BYTES_FORMS
-    number, unit = _split(text, name, forms)
-    key = unit.lower()
-    if key in ("", "b"):
-        factor = 1
-    elif key in _BINARY_BYTES:
-        factor = _BINARY_BYTES[key]
-    elif key in _DECIMAL_BYTES and not binary_only:
-        factor = _DECIMAL_BYTES[key]
-    elif key in _DECIMAL_BYTES or key in ("k", "m", "g", "t", "p"):
-        prefix = key[0]
-        exact = number * _BINARY_BYTES[prefix + "ib"]
-        plain = f" (or {_plain(exact)})" if exact == exact.to_integral_value() else ""
-        binary = f"write {_plain(number)}{prefix.upper()}iB{plain} for {_plain(number)} x 1024"
-        binary += "" if prefix == "k" else "**" + str("kmgtp".index(prefix) + 1)
-        if binary_only:
-            raise _fail(text, name, f"shared-memory sizes are binary: {binary} bytes; decimal kB/MB/GB are "
-                                    "not accepted here")
-        decimal = f"{_plain(number)}{'k' if prefix == 'k' else prefix.upper()}B"
-        raise _fail(text, name, f"{unit!r} is ambiguous: {binary} bytes, or {decimal} for 1000-based")
-    else:
-        raise _fail(text, name, f"unknown unit {unit!r}; expected {forms}")
-    return _whole(number * factor, text, name, forms, minimum, "bytes")
-
-
-def _plain(number: Decimal) -> str:
-    return format(number.normalize(), "f") if number == number.to_integral_value() else str(number)
-
-
-def parse_seconds(text: str, name: str | None = None) -> float:
-    """A duration [s]: ``0.05``, ``50ms``, ``200us``, ``1s``, ``2min``, ``1h``; a plain number is seconds.
-
-    Returns a finite float >= 0.
-    """
-    number, unit = _split(text, name, _SECONDS_FORMS)
-    if unit not in _SECONDS:
-        raise _fail(text, name, f"unknown unit {unit!r}; expected {_SECONDS_FORMS}")
-    value = float(number * _SECONDS[unit])
-    if not math.isfinite(value) or value < 0:
-        raise _fail(text, name, f"must be a finite duration >= 0; expected {_SECONDS_FORMS}")
-    return value
-
-
-def parse_number(text: str, name: str | None = None, *, minimum: float = 0.0) -> float:
-    """A plain finite number >= ``minimum`` (a ratio, a FLOP count per element); no units."""
-    number, unit = _split(text, name, "a number such as 1, 0.5 or 2e3")
-    value = float(number)
-    if unit or not math.isfinite(value) or value < minimum:
-        raise _fail(text, name, f"expected a finite number >= {minimum:g} such as 1, 0.5 or 2e3")
-    return value
+parse_count = _option(readable.parse_count)
+parse_bytes = _option(readable.parse_bytes)
+parse_seconds = _option(readable.parse_seconds)
+parse_number = _option(readable.parse_number)
 
 
 # ---------------------------------------------------------------------------------------------- files

@@ -34,7 +34,7 @@ def _count(minimum: int):
 
 def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = True) -> None:
     """Add ``op``, ``sizes``, ``--gpu``, ``--dtype`` and the attention and elementwise options."""
-    from gpumodel.ops import list_ops
+    from gpumodel.ops import AttentionImpl, list_ops
 
     p.add_argument("op", help="op name: " + ", ".join(list_ops()))
     p.add_argument("sizes", nargs="*", help="the op's sizes, in order (see above)")
@@ -43,7 +43,8 @@ def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = 
     attn = p.add_argument_group("attention")
     attn.add_argument("--causal", action="store_true", help="causal mask (half the score matrix)")
     if impl:
-        attn.add_argument("--impl", choices=["flash", "naive"], help="kernel kind (default: flash)")
+        kinds = [k.value for k in AttentionImpl]  # every impl gm.ops.attention takes
+        attn.add_argument("--impl", choices=kinds, help=f"kernel kind: {', '.join(kinds)} (default: flash)")
     attn.add_argument("--backward", action="store_true", help="the backward pass instead of the forward")
     attn.add_argument("--kv-heads", type=_count(1), help="key/value heads (grouped-query attention)")
     ew = p.add_argument_group("elementwise")

@@ -130,7 +130,7 @@ def _memory(args: argparse.Namespace) -> int:
     else:
         kw = dict(precision=args.precision, optimizer=args.optimizer, checkpointing=args.checkpointing,
                   attention=args.attention, use_cache=not args.no_cache, gradient_accumulation_steps=args.grad_accum,
-                  zero_stage=args.zero, dp=args.dp, tp=args.tp, pp=args.pp, sequence_parallel=args.sp)
+                  zero=args.zero, dp=args.dp, tp=args.tp, pp=args.pp, sequence_parallel=args.sp)
         m = gm.training_memory(cfg, args.batch, args.seq, **kw)
     moment = m.peak_moment
     headroom = gpu.usable_memory_bytes - m.total_bytes

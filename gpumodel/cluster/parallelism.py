@@ -93,14 +93,16 @@ class Parallelism:
         return order[dim]
 
     def check(self, model) -> None:
-        """Refuse a layout the model cannot be split into (``tp`` must divide the heads...)."""
-        from ..vocabulary import resolve_model
+        """Refuse a layout the model cannot be split into.
+
+        ``tp`` by the rule every function shares (:func:`gpumodel.vocabulary.tensor_parallel`: it divides the
+        heads and the MLP width, and divides the key/value heads or is a multiple of them); ``pp`` times
+        ``virtual_stages`` at most the layers; ``ep`` a divisor of a mixture-of-experts model's experts.
+        """
+        from ..vocabulary import resolve_model, tensor_parallel
 
         cfg = resolve_model(model)
-        divides(self.tp, cfg.num_heads, "tp", "the attention heads")
-        if cfg.num_kv_heads % self.tp and self.tp % cfg.num_kv_heads:
-            raise ArgumentError(f"tp={self.tp} must divide the key/value heads ({cfg.num_kv_heads}) or be a multiple of them")
-        divides(self.tp, cfg.intermediate_size, "tp", "the MLP width")
+        tensor_parallel(cfg, self.tp)
         if self.pp * self.virtual_stages > cfg.num_layers:
             raise ArgumentError(f"pp * virtual_stages = {self.pp * self.virtual_stages} exceeds the layers "
                                 f"({cfg.num_layers})")

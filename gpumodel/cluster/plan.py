@@ -23,10 +23,9 @@ import numpy as np
 from ..errors import ArgumentError, UnsupportedError
 from ..memory import training_memory
 from ..vocabulary import (Optimizer, choice, positive_int, positive_number, precision as _precision, resolve_model,
-                          resolve_system)
+                          resolve_system, splits_model, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
-from .trainingtime import parse_tokens
 
 __all__ = ["TrainingPlan", "plan_training"]
 
@@ -175,7 +174,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     fw = choice(Framework, framework, "framework")
     if objective not in ("time", "cost"):
         raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'")
-    n_tokens = parse_tokens(tokens)
+    n_tokens = token_count(tokens)
     B = positive_int(global_batch, "global_batch")
     s = positive_int(seq_len, "seq_len")
     if num_gpus is not None:
@@ -190,8 +189,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     price = positive_number(price_per_gpu_hour, "price_per_gpu_hour") if price_per_gpu_hour is not None else None
 
     # ---- enumerate candidates
-    tps = [t for t in _divisors_pow2(cfg.num_heads, sysm.gpus_per_node)
-           if cfg.intermediate_size % t == 0 and (cfg.num_kv_heads % t == 0 or t % cfg.num_kv_heads == 0)]
+    tps = [t for t in _divisors_pow2(cfg.num_heads, sysm.gpus_per_node) if splits_model(cfg, t)]
     cps = [c for c in _divisors_pow2(s, 64) if s // c >= 2048 or c == 1]
     pps = [p for p in (2 ** k for k in range(0, 8)) if p <= cfg.num_layers]
     P = np.array(np.meshgrid(counts, tps, cps, pps, list(micro_batches), list(virtual_stages), list(zero_stages),
@@ -244,7 +242,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
             sub = sel if d is None else sel & (dp * cp == d)
             mem = training_memory(cfg, mb[sub], s // cp[sub], precision=prec.name, optimizer=opt.value,
                                   checkpointing=_CKPT[key[2]], attention="flash", gradient_accumulation_steps=key[3],
-                                  zero_stage=key[1], dp=(dp * cp)[sub] if d is None else d, tp=tp[sub], pp=key[0],
+                                  zero=key[1], dp=(dp * cp)[sub] if d is None else d, tp=tp[sub], pp=key[0],
                                   sequence_parallel=True)
             total[sub] = mem.total_bytes
             peak[sub] = mem.peak_bytes

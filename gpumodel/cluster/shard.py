@@ -65,7 +65,7 @@ def _fused_bytes(cfg: TransformerConfig, tokens: float, c: int) -> float:
     """Bytes the fused memory-bound kernels of one Megatron layer forward move: two norms, two
     bias-dropout-adds, the activation (read gate and up, write one)."""
     h, i = cfg.hidden_size, cfg.intermediate_size
-    gated = cfg.mlp == MLPType.gated
+    gated = cfg.mlp == MLPType.GATED
     norms = 2 * 2 * h
     adds = 2 * (3 * h + h / 2)              # read x and residual, write out; 1-byte dropout mask
     act = (3 if gated else 2) * i

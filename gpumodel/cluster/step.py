@@ -177,7 +177,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     peak = g.peak_flops(prec.compute_dtype.value)
     n = par.num_gpus
     mem = training_memory(cfg, b, s_loc, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
-                          gradient_accumulation_steps=m, zero_stage=par.zero, dp=dp * cp, tp=tp, pp=pp,
+                          gradient_accumulation_steps=m, zero=par.zero, dp=dp * cp, tp=tp, pp=pp,
                           sequence_parallel=par.sequence_parallel, attention="flash")
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:

@@ -10,33 +10,20 @@ bounds of the draw, stated in the result. Multi-GPU times are modelled, not meas
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..steptime import StepTime
-from ..vocabulary import format_seconds, positive_int, positive_number, resolve_system
+from ..vocabulary import format_seconds, positive_int, positive_number, resolve_system, token_count
 
 __all__ = ["TrainingTime", "training_time", "parse_tokens"]
 
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
 
 def parse_tokens(value: Any, name: str = "tokens") -> float:
-    """A token count: a number, or a string such as ``"1T"``, ``"300B"``, ``"15.6e12"``.
-
-    >>> parse_tokens("1T"), parse_tokens("300B"), parse_tokens(2e9)
-    (1000000000000.0, 300000000000.0, 2000000000.0)
-    """
-    if isinstance(value, str):
-        text = value.strip().lower().replace("_", "").replace(",", "")
-        scale = _SUFFIX.get(text[-1:], None)
-        try:
-            value = float(text[:-1]) * scale if scale else float(text)
-        except ValueError:
-            from ..errors import ArgumentError
-
-            raise ArgumentError(f"{name}={value!r} is not a token count such as 1e12, '1T' or '300B'") from None
-    return positive_number(value, name)
+    """Deprecated: :func:`gpumodel.vocabulary.token_count`, the one reader of token counts."""
+    warnings.warn("parse_tokens is deprecated; use gpumodel.vocabulary.token_count", DeprecationWarning, stacklevel=2)
+    return token_count(value, name)
 
 
 @dataclass(frozen=True)
@@ -143,7 +130,7 @@ def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, 
     """
     from ..steptime import training_step_time
 
-    n_tokens = parse_tokens(tokens)
+    n_tokens = token_count(tokens)
     step = training_step_time(model, gpu_or_system, batch_size=batch_size, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, checkpointing=checkpointing,
                               gradient_accumulation_steps=positive_int(gradient_accumulation_steps,

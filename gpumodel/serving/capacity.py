@@ -33,7 +33,7 @@ import numpy as np
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..inference import inference_memory
-from ..vocabulary import duration, format_seconds, positive_int, positive_number
+from ..vocabulary import duration, format_seconds, kv_cache_dtype, positive_int, positive_number
 from .timing import resolve_serving_args, step_time
 
 __all__ = ["ServingCapacity", "serving_capacity", "MAX_NUM_TOKENS", "KV_MEMORY_FRACTION"]
@@ -210,7 +210,7 @@ def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: in
         limit = min(limit, cap_batch)
     common = dict(tp=tp, prompt_len=s, output_len=n, ttft_slo=slo_t, tpot_slo=slo_p, kv_bytes_per_request=per_req,
                   kv_budget_bytes=budget, model=cfg.name, gpu=g.name, dtype=dt.value,
-                  kv_dtype=kv.value if kv is not None else ("fp32" if dt.value == "fp32" else "bf16"),
+                  kv_dtype=kv_cache_dtype(kv, dt).value,
                   engine=eng.value)
     if limit < 1:
         return ServingCapacity(max_conc, 0, 0.0, 0.0, float("nan"), float("nan"), "memory", {}, **common)

@@ -20,7 +20,8 @@ import numpy as np
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..estimate import estimate as _estimate, model_for
-from ..vocabulary import choice, divides, format_seconds, positive_int, resolve_gpu, resolve_model, weight_dtype
+from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
+                          weight_dtype)
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
 
@@ -165,13 +166,11 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     """Resolve and check the arguments every serving function shares."""
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     dt = weight_dtype(dtype, "dtype")
-    kv = None if kv_dtype is None else weight_dtype(kv_dtype, "kv_dtype", allowed=_KV_DTYPES)
+    kv = None if kv_dtype is None else kv_cache_dtype(kv_dtype, dt, timed=True)
     tp = positive_int(tp, "tp")
     if np.ndim(tp):
         raise ArgumentError("tp must be a single positive integer")
-    divides(tp, cfg.num_heads, "tp", "the attention heads")
-    if cfg.num_kv_heads >= tp:
-        divides(tp, cfg.num_kv_heads, "tp", "the key/value heads")
+    tensor_parallel(cfg, tp)
     eng = choice(Engine, engine, "engine")
     group = positive_int(group_size, "group_size")
     if np.ndim(group):
@@ -179,24 +178,20 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     return Setup(cfg, g, dt, kv, tp, eng, group)
 
 
-def _kv_dtypes():
-    from ..dtypes import DType
-
-    return (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
-
-
-_KV_DTYPES = _kv_dtypes()
-
-
 def _bound_of(est) -> np.ndarray:
     return np.asarray(est.bound)
 
 
-def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str) -> ServingTime:
-    """One step, arguments already resolved (see :func:`prefill_time`)."""
+def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: str) -> ServingTime:
+    """One step that feeds ``step_tokens`` tokens per sequence on top of ``cached`` ones, arguments resolved.
+
+    A prefill is ``step_tokens = prompt_len, cached = 0``; a decode step ``step_tokens = 1,
+    cached = context_len`` (see :func:`prefill_time`). ``step_tokens`` is not ``new_tokens``, the tokens a
+    whole generation produces.
+    """
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
-    kerns = step_kernels(cfg, batch, new_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
-    shape = np.broadcast_shapes(np.shape(batch), np.shape(new_tokens), np.shape(cached))
+    kerns = step_kernels(cfg, batch, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
+    shape = np.broadcast_shapes(np.shape(batch), np.shape(step_tokens), np.shape(cached))
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
@@ -221,7 +216,7 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         if fam in ("matmul", "logits"):
             wbytes += float(np.max(n * np.asarray(op.breakdown.get("b", 0.0))))
     if tp > 1:
-        nbytes = batch * new_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
+        nbytes = batch * step_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
         ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
         times["allreduce"] = ar
         bw_part = allreduces_per_step(cfg) * 2.0 * (tp - 1) / tp * nbytes / K.link_bandwidth(g)
@@ -240,15 +235,15 @@ def step_time(setup: Setup, batch: Any, new_tokens: Any, cached: Any, phase: str
         idx = np.argmax(stack, axis=0)
         pick = np.asarray(labels, dtype=object)[idx]
         bounds[fam] = str(pick) if np.ndim(pick) == 0 else pick
-    tokens = batch * new_tokens
+    tokens = batch * step_tokens
     sc = (lambda x: float(x)) if not shape else (lambda x: np.asarray(x))  # noqa: E731
     return ServingTime(
         seconds=sc(seconds), phase=phase, tokens_per_s=sc(tokens / seconds),
         breakdown={k: sc(v) for k, v in times.items()}, bounds=bounds, kernel_s=sc(kernel_s), host_s=sc(host_s),
         host_bound=bool(np.all(host_s > kernel_s)) if not shape else np.asarray(host_s > kernel_s),
         kernels=count, weight_bytes=wbytes, calibrated=calibrated, batch_size=batch,
-        tokens=new_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
-        kv_dtype=(kv.value if kv is not None else ("fp32" if dt.value == "fp32" else "bf16")),
+        tokens=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
+        kv_dtype=kv_cache_dtype(kv, dt).value,
         engine=eng.value, model=cfg.name, gpu=g.name)
 
 
@@ -272,8 +267,9 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
         Tensor-parallel degree: the time is per step of the group of ``tp`` GPUs.
     engine : {"graph", "hf"}
         ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``hf``: eager HF ``generate``.
-    kv_dtype : {None, "bf16", "fp16", "fp8"}
-        KV-cache format (default: the activation format).
+    kv_dtype : {None, "fp32", "bf16", "fp16", "fp8"}
+        KV-cache format (default: the activation format). An int8 cache, which ``inference_memory`` sizes,
+        is refused: the time model has no int8 KV-cache kernels (:func:`~gpumodel.vocabulary.kv_cache_dtype`).
     group_size : int
         Weights per 16-bit scale of int8/int4 weights.
 
