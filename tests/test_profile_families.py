@@ -44,14 +44,14 @@ def test_clock_trace_under_the_power_cap(pf):
     assert np.all(smi["reasons"][smi["power_w"] >= 665] & 0x4)      # SW power cap at every such sample
 
 
-def test_prefill_gap_is_in_the_generic_elementwise_kernels_not_the_gemms(pf):
-    """On the long prefills (8B, 8192 tokens): the GEMMs, run under the power cap, take no longer than the
-    calibrated model says (model 164.1 ms, profiled 150.3 ms); PyTorch's generic strided/broadcast
-    elementwise kernels (rotary embedding on slices of the fused QKV output, SiLU on the gate half of the
-    fused gate/up output) take 2.2x the model's elementwise time (46.7 ms against 21.0 ms)."""
+def test_prefill_generic_elementwise_kernels_are_priced_as_strided(pf):
+    """On the long prefill (8B, 8192 tokens) PyTorch's generic strided/broadcast elementwise kernels (rotary
+    embedding on slices of the fused QKV output, SiLU on the gate half of the fused gate/up output) took
+    46.7 ms. Priced as vectorised streams they were 21.0 ms (2.2x fast); priced as strided kernels at the
+    element rate fitted on the strided FIT kernels (not on this profile) they are within 15%. The GEMMs,
+    run under the power cap, take no longer than the calibrated model says."""
     r = pf.load_profile(DATA / "profile.jsonl")[0]
     assert (r["shape"], r["batch"], r["prompt_len"]) == ("llama-3-8b", 1, 8192)
     meas, (model, _) = pf.measured_families(r), pf.model_families(r)
     assert model["matmul"] >= meas["matmul"]
-    assert meas["elementwise"] > 2 * model["elementwise"]
-    assert meas["elementwise"] - model["elementwise"] > 0.7 * (r["kernel_sum_s"] - sum(model.values()))
+    assert meas["elementwise"] == pytest.approx(model["elementwise"], rel=0.15)
