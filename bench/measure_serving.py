@@ -309,11 +309,17 @@ def write_row(torch, out, row: dict, device: str, t0: float) -> dict:
     return row
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, budget_s: float) -> argparse.ArgumentParser:
+    """The options of a serving measurement: ``--out``, ``--budget-s`` (default ``budget_s``), ``--dry-run``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON lines file to write")
-    ap.add_argument("--budget-s", type=float, default=330.0, help="start no new case after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=budget_s, help="start no new case after this many seconds")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = arguments(__doc__, budget_s=330.0)
     ap.add_argument("--hf-reps", type=int, default=3)
     args = ap.parse_args(argv)
     import torch

@@ -17,7 +17,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -78,11 +77,7 @@ def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON lines file to write")
-    ap.add_argument("--budget-s", type=float, default=240.0, help="start no new case after this many seconds")
-    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
-    args = ap.parse_args(argv)
+    args = ms.arguments(__doc__, budget_s=240.0).parse_args(argv)
     import torch
 
     device = "cpu" if args.dry_run else "cuda"
