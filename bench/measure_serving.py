@@ -80,6 +80,13 @@ def split_of(key: str) -> str:
     return "holdout" if zlib.crc32(key.encode()) % 4 == 0 else "fit"
 
 
+def shape_fields(shape: tuple) -> dict:
+    """The case keys of one row of ``SHAPES`` or ``TINY_SHAPES``."""
+    name, hidden, layers, heads, kv, hd, ffn, vocab, full = shape
+    return dict(shape=name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn,
+                vocab=vocab, full_layers=full)
+
+
 def plan(tiny: bool = False) -> list[dict]:
     """Every case in the order it is run: a core spread over every shape, HF generate, then the rest."""
     shapes = TINY_SHAPES if tiny else SHAPES
@@ -88,10 +95,8 @@ def plan(tiny: bool = False) -> list[dict]:
 
     def lean(decode, prefill):
         for s in shapes:
-            name, hidden, layers, heads, kv, hd, ffn, vocab, full = s
-            shape = dict(shape=name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv, head_dim=hd,
-                         ffn=ffn, vocab=vocab, full_layers=full)
-            kv_per_token = 2 * layers * kv * hd * 2
+            shape = shape_fields(s)
+            kv_per_token = 2 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * 2
             for b, c in decode:
                 if b * (c + 1) * kv_per_token <= KV_LIMIT_BYTES:
                     cases.append(dict(kind="decode", engine="graph", batch=b, context_len=c, **shape))
@@ -190,13 +195,8 @@ def make_step(torch, case: dict, weights: dict, device: str):
     return step, one_layer, caches
 
 
-def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 20) -> list[float]:
-    """Capture fn as a CUDA graph and time replays with CUDA events [s]; eager wall time on the CPU."""
-    if device != "cuda":
-        fn()
-        t = time.perf_counter()
-        fn()
-        return [time.perf_counter() - t]
+def capture_graph(torch, fn):
+    """fn run once on a side stream, then captured as a CUDA graph, replayed once and synchronised."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -208,6 +208,17 @@ def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 2
         fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 20) -> list[float]:
+    """Capture fn as a CUDA graph and time replays with CUDA events [s]; eager wall time on the CPU."""
+    if device != "cuda":
+        fn()
+        t = time.perf_counter()
+        fn()
+        return [time.perf_counter() - t]
+    g = capture_graph(torch, fn)
 
     def once():
         a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -282,11 +293,33 @@ def environment(torch, device: str) -> dict:
     return env
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def failed(case: dict, exc: Exception) -> dict:
+    """The row of a case that raised ``exc`` (one bad case must not lose the rest of the run)."""
+    return dict(case, status="error", error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def write_row(torch, out, row: dict, device: str, t0: float) -> dict:
+    """Free the cached device memory, stamp ``row`` with the seconds since ``t0`` and write it as one
+    flushed JSON line of ``out``."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    row["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    out.write(json.dumps(row) + "\n")
+    out.flush()
+    return row
+
+
+def arguments(doc: str, budget_s: float) -> argparse.ArgumentParser:
+    """The options of a serving measurement: ``--out``, ``--budget-s`` (default ``budget_s``), ``--dry-run``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON lines file to write")
-    ap.add_argument("--budget-s", type=float, default=330.0, help="start no new case after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=budget_s, help="start no new case after this many seconds")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = arguments(__doc__, budget_s=330.0)
     ap.add_argument("--hf-reps", type=int, default=3)
     args = ap.parse_args(argv)
     import torch
@@ -319,13 +352,9 @@ def main(argv=None) -> int:
                 row["status"] = "ok"
             except torch.OutOfMemoryError:
                 row = dict(case, status="oom")
-            except Exception as e:                       # one bad case must not lose the rest of the run
-                row = dict(case, status="error", error=f"{type(e).__name__}: {e}"[:500])
-            if device == "cuda":
-                torch.cuda.empty_cache()
-            row["elapsed_s"] = round(time.perf_counter() - t0, 2)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            except Exception as e:
+                row = failed(case, e)
+            write_row(torch, out, row, device, t0)
             print(f"{row['elapsed_s']:7.1f}s {case['engine']:5s} {case['kind']:8s} {case['shape']:14s} "
                   f"b={case['batch']:<4d} {case.get('context_len', case.get('prompt_len'))!s:>6s} "
                   f"{row['status']} {row.get('seconds', float('nan')) * 1e3:9.3f} ms", flush=True)

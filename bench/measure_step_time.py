@@ -256,6 +256,23 @@ def make_optimizer(torch, params, optimizer: str, fused: bool, foreach: bool):
     return torch.optim.SGD(params, lr=1e-3, **kw)
 
 
+def _params_with_grads(torch, device: str, count: int, numel: int) -> list:
+    """``count`` parameters of ``numel`` elements, each with a gradient (what an optimizer step reads)."""
+    params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(count)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    return params
+
+
+def _optimizers(torch, device: str, params, variants):
+    """``(name, options, optimizer)`` over ``params`` for each ``(name, options)`` of ``variants`` that the device
+    runs (fused ones need CUDA), made one at a time: the caller drops each before the next is made."""
+    for opt_name, kw in variants:
+        if kw.get("fused") and device != "cuda":
+            continue
+        yield opt_name, kw, make_optimizer(torch, params, opt_name, kw.get("fused", False), kw.get("foreach", True))
+
+
 def now(torch, device: str) -> float:
     return time.perf_counter()
 
@@ -263,6 +280,13 @@ def now(torch, device: str) -> float:
 def sync(torch, device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def _free(torch, device: str) -> None:
+    """Collect garbage and give the allocator's cached device memory back."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 # ------------------------------------------------------------------------------------- profiler
@@ -298,8 +322,11 @@ def kernel_counts(torch, device: str, fn) -> dict:
 
 
 # --------------------------------------------------------------------------------- microbenchmarks
-def _per_call(torch, device, fn, n: int, reps: int = 5) -> tuple[float, float]:
-    """Median over ``reps`` of (host seconds per call, wall seconds per call incl. drain)."""
+def _per_call(torch, device, fn, n: int, reps: int = 5, warmup: int = 0) -> tuple[float, float]:
+    """Median over ``reps`` of (host seconds per call, wall seconds per call incl. drain), after ``warmup``
+    untimed calls."""
+    for _ in range(warmup):
+        fn()
     host, wall = [], []
     for _ in range(reps):
         sync(torch, device)
@@ -314,6 +341,28 @@ def _per_call(torch, device, fn, n: int, reps: int = 5) -> tuple[float, float]:
     return statistics.median(host), statistics.median(wall)
 
 
+def _forward_backward(torch, device, forward, chain: int, reps: int = 5) -> tuple[float, float, float]:
+    """Medians over ``reps`` of host seconds per op of ``forward(x)`` (the loss of a chain of ``chain`` ops on
+    a new leaf ``x``), host seconds per op of its ``backward()``, and wall seconds per op of it incl. drain."""
+    fwd, host, wall = [], [], []
+    for _ in range(reps):
+        x = torch.randn(8, 64, device=device, requires_grad=True)
+        sync(torch, device)
+        t0 = time.perf_counter()
+        loss = forward(x)
+        t1 = time.perf_counter()
+        sync(torch, device)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        sync(torch, device)
+        t4 = time.perf_counter()
+        fwd.append((t1 - t0) / chain)
+        host.append((t3 - t2) / chain)
+        wall.append((t4 - t2) / chain)
+    return statistics.median(fwd), statistics.median(host), statistics.median(wall)
+
+
 def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: int = 4096):
     """Rows of host-cost microbenchmarks."""
     import torch.nn.functional as F
@@ -323,9 +372,7 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
         rows.append({"kind": "host", "bench": bench, **kw})
 
     a = torch.zeros(1, device=device)
-    for _ in range(50):
-        a.add_(1.0)
-    h, w = _per_call(torch, device, lambda: a.add_(1.0), n)
+    h, w = _per_call(torch, device, lambda: a.add_(1.0), n, warmup=50)
     add("launch_inplace_add_1elem", host_per_op_s=h, wall_per_op_s=w, n=n)
     if device == "cuda":  # the device's floor per tiny kernel: CUDA-graph replay of n tiny kernels
         try:
@@ -345,19 +392,9 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
         except Exception as exc:  # noqa: BLE001
             add("graph_tiny_kernel", error=repr(exc)[:200])
         x1 = torch.ones(1, device=device)
-        times = []
-        for _ in range(30):
-            sync(torch, device)
-            t0 = time.perf_counter()
-            x1.item()
-            times.append(time.perf_counter() - t0)
-        add("item_idle", host_per_op_s=statistics.median(times), n=30)
-        times = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        add("synchronize_idle", host_per_op_s=statistics.median(times), n=30)
+        for bench, fn in (("item_idle", x1.item), ("synchronize_idle", torch.cuda.synchronize)):
+            h, _ = _per_call(torch, device, fn, 1, reps=30)  # one call on an idle device per repetition
+            add(bench, host_per_op_s=h, n=30)
 
     # single ops, forward, without and with autograd recording, and under autocast
     for rg in (False, True):
@@ -387,19 +424,14 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
         }
         for name, fn in ops.items():
             try:
-                for _ in range(20):
-                    fn()
-                h, w = _per_call(torch, device, fn, n // 4 if name in ("nonzero", "where_mask") else n)
+                h, w = _per_call(torch, device, fn, n // 4 if name in ("nonzero", "where_mask") else n, warmup=20)
                 add(f"op_{name}", grad=rg, host_per_op_s=h, wall_per_op_s=w)
             except Exception as exc:  # noqa: BLE001 - one op failing must not stop the rest
                 add(f"op_{name}", grad=rg, error=repr(exc)[:200])
         if device == "cuda":
             with torch.autocast("cuda", torch.bfloat16):
                 for name in ("linear", "add", "softmax", "layer_norm"):
-                    fn = ops[name]
-                    for _ in range(20):
-                        fn()
-                    h, w = _per_call(torch, device, fn, n)
+                    h, w = _per_call(torch, device, ops[name], n, warmup=20)
                     add(f"op_{name}", grad=rg, autocast=True, host_per_op_s=h, wall_per_op_s=w)
     lin = torch.nn.Linear(64, 64, device=device)
     x = torch.randn(8, 64, device=device)
@@ -415,69 +447,32 @@ def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: in
     steps = {"mul_scalar": lambda z: z * 1.0001, "add": lambda z: z + y2, "linear": lambda z: F.linear(z, wt),
              "layer_norm": lambda z: F.layer_norm(z, (64,), ln_w), "silu": lambda z: F.silu(z),
              "to_bf16_and_back": lambda z: z.to(torch.bfloat16).float()}
-    for name, fn in steps.items():
-        host, wall, fwd = [], [], []
-        for _ in range(5):
-            x = torch.randn(8, 64, device=device, requires_grad=True)
-            sync(torch, device)
-            t0 = time.perf_counter()
-            z = x
+
+    def repeated(fn):
+        def body(z):
             for _ in range(chain):
                 z = fn(z)
-            loss = z.sum()
-            t1 = time.perf_counter()
-            sync(torch, device)
-            t2 = time.perf_counter()
-            loss.backward()
-            t3 = time.perf_counter()
-            sync(torch, device)
-            t4 = time.perf_counter()
-            fwd.append((t1 - t0) / chain)
-            host.append((t3 - t2) / chain)
-            wall.append((t4 - t2) / chain)
-        add(f"backward_{name}", host_fwd_per_op_s=statistics.median(fwd), host_per_op_s=statistics.median(host),
-            wall_per_op_s=statistics.median(wall), chain=chain)
+            return z
+        return body
+
+    for name, fn in steps.items():
+        f, h, w = _forward_backward(torch, device, lambda x, body=repeated(fn): body(x).sum(), chain)
+        add(f"backward_{name}", host_fwd_per_op_s=f, host_per_op_s=h, wall_per_op_s=w, chain=chain)
 
     # the same chains inside torch.utils.checkpoint (non-reentrant, as transformers uses): saved-tensor hooks
     from torch.utils.checkpoint import checkpoint
     for name in ("mul_scalar", "linear", "silu"):
-        fn = steps[name]
-
-        def body(z, fn=fn):
-            for _ in range(chain):
-                z = fn(z)
-            return z
-        host_f, host_b = [], []
-        for _ in range(5):
-            x = torch.randn(8, 64, device=device, requires_grad=True)
-            sync(torch, device)
-            t0 = time.perf_counter()
-            loss = checkpoint(body, x, use_reentrant=False).sum()
-            t1 = time.perf_counter()
-            sync(torch, device)
-            t2 = time.perf_counter()
-            loss.backward()
-            t3 = time.perf_counter()
-            sync(torch, device)
-            host_f.append((t1 - t0) / chain)
-            host_b.append((t3 - t2) / chain)
-        add(f"checkpoint_{name}", host_fwd_per_op_s=statistics.median(host_f), host_per_op_s=statistics.median(host_b),
-            chain=chain)
+        f, h, _ = _forward_backward(
+            torch, device, lambda x, body=repeated(steps[name]): checkpoint(body, x, use_reentrant=False).sum(), chain)
+        add(f"checkpoint_{name}", host_fwd_per_op_s=f, host_per_op_s=h, chain=chain)
 
     # optimizer steps, clipping and zero_grad over nt small tensors
     for nt in tensor_counts:
-        params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(nt)]
-        for p in params:
-            p.grad = torch.randn_like(p)
+        params = _params_with_grads(torch, device, nt, numel)
         variants = [("adamw", {"foreach": True}), ("adamw", {"fused": True}), ("adamw", {"foreach": False}),
                     ("sgd", {"foreach": True}), ("sgd", {"foreach": False})]
-        for opt_name, kw in variants:
-            if kw.get("fused") and device != "cuda":
-                continue
-            opt = make_optimizer(torch, params, opt_name, kw.get("fused", False), kw.get("foreach", True))
-            for _ in range(3):
-                opt.step()
-            h, w = _per_call(torch, device, opt.step, 5)
+        for opt_name, kw, opt in _optimizers(torch, device, params, variants):
+            h, w = _per_call(torch, device, opt.step, 5, warmup=3)
             add("optimizer_step", optimizer=opt_name, tensors=nt, numel=numel, host_per_op_s=h, wall_per_op_s=w, **kw)
             opt = None  # free the GPU memory (closures still name them)
         h, w = _per_call(torch, device, lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), 5)
@@ -504,17 +499,10 @@ def optimizer_sweep(torch, device: str, tensor_counts, numels, n: int = 5) -> li
     for numel in numels:
         for nt in tensor_counts:
             try:
-                params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(nt)]
-                for p in params:
-                    p.grad = torch.randn_like(p)
-                for opt_name, kw in (("adamw", {"fused": True}), ("adamw", {"foreach": True}),
-                                     ("sgd", {"foreach": True})):
-                    if kw.get("fused") and device != "cuda":
-                        continue
-                    opt = make_optimizer(torch, params, opt_name, kw.get("fused", False), kw.get("foreach", True))
-                    for _ in range(3):
-                        opt.step()
-                    h, w = _per_call(torch, device, opt.step, n)
+                params = _params_with_grads(torch, device, nt, numel)
+                variants = (("adamw", {"fused": True}), ("adamw", {"foreach": True}), ("sgd", {"foreach": True}))
+                for opt_name, kw, opt in _optimizers(torch, device, params, variants):
+                    h, w = _per_call(torch, device, opt.step, n, warmup=3)
                     row = {"kind": "host", "bench": "optimizer_sweep", "optimizer": opt_name, "tensors": nt,
                            "numel": numel, "host_per_op_s": h, "wall_per_op_s": w, **kw}
                     if nt in (tensor_counts[0], tensor_counts[-1]):
@@ -525,9 +513,7 @@ def optimizer_sweep(torch, device: str, tensor_counts, numels, n: int = 5) -> li
                 rows.append({"kind": "host", "bench": "optimizer_sweep", "tensors": nt, "numel": numel,
                              "error": repr(exc)[:200]})
             params = None
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            _free(torch, device)
     return rows
 
 
@@ -648,9 +634,7 @@ def layer_costs(torch, transformers, device: str, jobs, reps: int, deadline: flo
                                    **{k: v for k, v in job.items() if k not in ("name", "layers")}))
         except Exception as exc:  # noqa: BLE001 - one family failing must not stop the rest
             rows.append({**base, "status": "error", "error": repr(exc)[:300]})
-        gc.collect()
-        if device == "cuda":
-            torch.cuda.empty_cache()
+        _free(torch, device)
     return rows
 
 
@@ -771,6 +755,12 @@ def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, dea
     return row
 
 
+def _unmeasured_step(spec, status: str, **extra) -> dict:
+    """The record of a run that was not measured (``status``: skipped_budget, oom or error)."""
+    return {"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
+            "optimizer": spec[4], "options": spec[5], "status": status, **extra}
+
+
 def select_runs(runs, include: str, exclude: str = "") -> list:
     """The runs named by ``include`` minus those named by ``exclude`` (see ``--runs``), in their order."""
     def matches(i, spec, token):
@@ -883,8 +873,7 @@ def main(argv=None) -> int:
                 remaining = deadline - time.perf_counter()
                 need = 150.0 if spec[5].get("compile") else 4.0
                 if remaining < need:
-                    emit({"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
-                          "optimizer": spec[4], "options": spec[5], "status": "skipped_budget"})
+                    emit(_unmeasured_step(spec, "skipped_budget"))
                     continue
                 if dry:  # tiny shapes: shrink the model, keep the options
                     name = spec[0]
@@ -897,14 +886,11 @@ def main(argv=None) -> int:
                     profiled.add(spec[0])
                     row["status"] = "ok"
                 except torch.OutOfMemoryError:
-                    row = {"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
-                           "optimizer": spec[4], "options": spec[5], "status": "oom"}
+                    row = _unmeasured_step(spec, "oom")
                 except Exception as exc:  # noqa: BLE001 - record and go on
-                    row = {"kind": "step", "shape": spec[0], "batch": spec[1], "seq": spec[2], "precision": spec[3],
-                           "optimizer": spec[4], "options": spec[5], "status": "error", "error": repr(exc)[:300]}
-                gc.collect()
+                    row = _unmeasured_step(spec, "error", error=repr(exc)[:300])
+                _free(torch, device)
                 if device == "cuda":
-                    torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
                 emit(row)
                 print(spec, row.get("status"), row.get("step_s_median"), f"t={time.perf_counter() - t_start:.0f}s",

@@ -17,15 +17,14 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-_MS = Path(__file__).resolve().parent / "measure_serving.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure_serving as ms  # noqa: E402  (the lean decoder, its timing and the run's records, reused as is)
 
 # (shape, kind, batch, tokens): tokens is the prompt length of a prefill or the context of a decode step
 CASES = [("llama-3-8b", "prefill", 1, 8192), ("llama-3-8b", "prefill", 32, 256), ("llama-3-8b", "prefill", 1, 512),
@@ -35,13 +34,6 @@ CASES = [("llama-3-8b", "prefill", 1, 8192), ("llama-3-8b", "prefill", 32, 256),
 TINY_CASES = [("tiny-gqa", "prefill", 1, 8), ("tiny-gqa", "decode", 2, 16)]
 
 
-def _measure_serving():
-    spec = importlib.util.spec_from_file_location("measure_serving", _MS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _clock(torch) -> float | None:
     try:
         return float(torch.cuda.clock_rate())
@@ -49,7 +41,7 @@ def _clock(torch) -> float | None:
         return None
 
 
-def profile_case(torch, ms, case: dict, device: str, reps: int = 3) -> dict:
+def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
     """Event-timed replays, then one profiled replay of the step; kernel durations summed by name."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,9 +51,7 @@ def profile_case(torch, ms, case: dict, device: str, reps: int = 3) -> dict:
     if device == "cuda":
         clock0 = _clock(torch)
         times = ms.time_graph(torch, step, device)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = ms.capture_graph(torch, step)
         for _ in range(reps):
             g.replay()
         torch.cuda.synchronize()
@@ -87,14 +77,9 @@ def profile_case(torch, ms, case: dict, device: str, reps: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON lines file to write")
-    ap.add_argument("--budget-s", type=float, default=240.0, help="start no new case after this many seconds")
-    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
-    args = ap.parse_args(argv)
+    args = ms.arguments(__doc__, budget_s=240.0).parse_args(argv)
     import torch
 
-    ms = _measure_serving()
     device = "cpu" if args.dry_run else "cuda"
     shapes = {s[0]: s for s in (ms.TINY_SHAPES if args.dry_run else ms.SHAPES)}
     t0 = time.perf_counter()
@@ -104,20 +89,14 @@ def main(argv=None) -> int:
             if time.perf_counter() - t0 > args.budget_s:
                 out.write(json.dumps({"kind": "stopped", "elapsed_s": time.perf_counter() - t0}) + "\n")
                 break
-            _, hidden, layers, heads, kv, hd, ffn, vocab, full = shapes[name]
-            case = dict(kind=kind, engine="graph", batch=batch, shape=name, hidden=hidden, layers=layers, heads=heads,
-                        kv_heads=kv, head_dim=hd, ffn=ffn, vocab=vocab, full_layers=full, dtype="bf16",
+            case = dict(kind=kind, engine="graph", batch=batch, **ms.shape_fields(shapes[name]), dtype="bf16",
                         **({"prompt_len": tokens} if kind == "prefill" else {"context_len": tokens}))
             try:
-                row = profile_case(torch, ms, case, device)
+                row = profile_case(torch, case, device)
                 row["status"] = "ok"
-            except Exception as e:                   # one bad case must not lose the rest of the run
-                row = dict(case, status="error", error=f"{type(e).__name__}: {e}"[:500])
-            if device == "cuda":
-                torch.cuda.empty_cache()
-            row["elapsed_s"] = round(time.perf_counter() - t0, 2)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            except Exception as e:
+                row = ms.failed(case, e)
+            ms.write_row(torch, out, row, device, t0)
             print(f"{row['elapsed_s']:7.1f}s {kind:8s} {name:14s} b={batch:<4d} {tokens:>6d} {row['status']} "
                   f"{row.get('seconds', float('nan')) * 1e3:9.3f} ms, kernels {row.get('kernel_count', 0)} "
                   f"summing {row.get('kernel_sum_s', float('nan')) * 1e3:9.3f} ms", flush=True)

@@ -213,6 +213,13 @@ def _one_configuration(function: str, **arguments: Any) -> None:
             raise ArgumentError(f"{name} must be a single value: {function} takes one configuration, not arrays")
 
 
+def _first_reaching(candidates: np.ndarray, blocks: np.ndarray, target: int) -> tuple[int | None, bool]:
+    """The first of ``candidates`` whose ``blocks`` per SM reach ``target`` (None if none does), and whether
+    one does."""
+    ok = np.flatnonzero(blocks >= target)
+    return (int(candidates[ok[0]]) if ok.size else None), ok.size > 0
+
+
 def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_thread: int,
                         static_shared_bytes: int = 0, dynamic_shared_bytes: int = 0, carveout: int | None = None,
                         *, max_dynamic_shared_bytes: int | None = None) -> NextStep:
@@ -237,9 +244,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
     if reachable and now.blocks_by_registers < target:
         cand = np.arange(int(registers_per_thread) - 1, -1, -1)
         by = occupancy(limits, threads_per_block, cand, static_shared_bytes, dynamic_shared_bytes, carveout, **kw)
-        ok = np.flatnonzero(by.blocks_by_registers >= target)
-        regs = int(cand[ok[0]]) if ok.size else None
-        reachable = ok.size > 0
+        regs, reachable = _first_reaching(cand, by.blocks_by_registers, target)
     if reachable and now.blocks_by_shared_memory < target:
         unit = limits.shared_memory_allocation_unit
         base = int(static_shared_bytes) + limits.reserved_shared_memory_per_block
@@ -247,9 +252,7 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
         cand = k * unit - base  # the largest dynamic size of each allocation step
         cand = cand[(cand >= 0) & (cand < int(dynamic_shared_bytes))][::-1]
         by = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, cand, carveout, **kw)
-        ok = np.flatnonzero(by.blocks_by_shared_memory >= target)
-        smem = int(cand[ok[0]]) if ok.size else None
-        reachable = ok.size > 0
+        smem, reachable = _first_reaching(cand, by.blocks_by_shared_memory, target)
     sizes = np.arange(limits.warp_size, int(threads_per_block), limits.warp_size)
     thr_step = None
     if sizes.size:

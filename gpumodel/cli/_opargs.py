@@ -1,4 +1,5 @@
-"""The op arguments shared by ``gpumodel roofline`` and ``gpumodel estimate``: ``OP SIZES...`` and options."""
+"""The op arguments shared by ``gpumodel roofline`` and ``gpumodel estimate``: ``OP SIZES...`` and options;
+and :func:`count_type`, the type of every count option of the commands."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 from ._common import parse_count, parse_number, refuse
 
-__all__ = ["add_op_arguments", "build_op", "op_usage", "selected_gpus", "SIZES_HELP"]
+__all__ = ["add_op_arguments", "build_op", "count_type", "op_usage", "selected_gpus", "SIZES_HELP"]
 
 #: how the sizes are read, for the commands' epilogs
 SIZES_HELP = ("Sizes are whole numbers >= 1: 4096, 1e6, 16_777_216, 8Ki (8192) or 4k (4000). Attention options\n"
@@ -24,7 +25,9 @@ def op_usage() -> str:
     return "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
 
 
-def _count(minimum: int):
+def count_type(minimum: int):
+    """An argparse ``type`` reading a count >= ``minimum`` (:func:`~gpumodel.cli._common.parse_count`)."""
+
     def read(text: str) -> int:
         return parse_count(text, minimum=minimum)
 
@@ -46,10 +49,10 @@ def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = 
         kinds = [k.value for k in AttentionImpl]  # every impl gm.ops.attention takes
         attn.add_argument("--impl", choices=kinds, help=f"kernel kind: {', '.join(kinds)} (default: flash)")
     attn.add_argument("--backward", action="store_true", help="the backward pass instead of the forward")
-    attn.add_argument("--kv-heads", type=_count(1), help="key/value heads (grouped-query attention)")
+    attn.add_argument("--kv-heads", type=count_type(1), help="key/value heads (grouped-query attention)")
     ew = p.add_argument_group("elementwise")
-    ew.add_argument("--inputs", type=_count(0), help="input tensors (default 1)")
-    ew.add_argument("--outputs", type=_count(1), help="output tensors (default 1)")
+    ew.add_argument("--inputs", type=count_type(0), help="input tensors (default 1)")
+    ew.add_argument("--outputs", type=count_type(1), help="output tensors (default 1)")
     ew.add_argument("--flops-per-element", type=lambda t: parse_number(t), metavar="N",
                     help="FLOPs per output element (default 1)")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import output_path, parse_count, print_json, print_table, read_json_object, refuse
+from ._common import output_path, print_json, print_table, read_json_object, refuse
+from ._opargs import count_type
 from ..vocabulary import resolve_model
 
 GiB = 2 ** 30
@@ -32,14 +33,6 @@ Counts (--batch, --seq, ...) accept 4096, 8Ki (8192), 1e6. Training-only options
 """
 
 
-def _count(minimum: int):
-    def read(text: str) -> int:
-        return parse_count(text, minimum=minimum)
-
-    read.__name__ = "count"
-    return read
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("memory", help="training or inference memory of a transformer on a GPU",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json instead of a preset")
     p.add_argument("--list", action="store_true", help="list the model presets")
     p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    p.add_argument("--batch", type=_count(1), default=1, help="micro-batch size per GPU [sequences] (default 1)")
-    p.add_argument("--seq", type=_count(1), default=2048, help="sequence length [tokens] (default 2048)")
+    p.add_argument("--batch", type=count_type(1), default=1, help="micro-batch size per GPU [sequences] (default 1)")
+    p.add_argument("--seq", type=count_type(1), default=2048, help="sequence length [tokens] (default 2048)")
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "cudnn", "efficient", "math", "eager"])
-    p.add_argument("--tp", type=_count(1), default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--tp", type=count_type(1), default=1, help="tensor-parallel degree (default 1)")
     t = p.add_argument_group("training (the default mode)")
     t.add_argument("--precision", choices=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"],
                    help="training precision (default amp_bf16)")
@@ -59,16 +52,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--checkpointing", choices=["none", "full", "selective"],
                    help="activation recomputation (default none)")
     t.add_argument("--no-cache", action="store_true", help="training forward with use_cache=False")
-    t.add_argument("--grad-accum", type=_count(1), help="gradient accumulation steps (default 1)")
+    t.add_argument("--grad-accum", type=count_type(1), help="gradient accumulation steps (default 1)")
     t.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (with --dp; default 0)")
-    t.add_argument("--dp", type=_count(1), help="data-parallel degree (default 1)")
-    t.add_argument("--pp", type=_count(1), help="pipeline-parallel degree (default 1)")
+    t.add_argument("--dp", type=count_type(1), help="data-parallel degree (default 1)")
+    t.add_argument("--pp", type=count_type(1), help="pipeline-parallel degree (default 1)")
     t.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
     i = p.add_argument_group("inference")
     i.add_argument("--inference", action="store_true", help="serving memory instead of training")
     i.add_argument("--dtype", help="weight dtype: bf16, fp16, fp32, fp8, int8, int4 (default bf16)")
     i.add_argument("--kv-dtype", help="KV-cache dtype (default: the activation dtype)")
-    i.add_argument("--new-tokens", type=_count(0), help="tokens generated after the prompt (default 256)")
+    i.add_argument("--new-tokens", type=count_type(0), help="tokens generated after the prompt (default 256)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.add_argument("--plot", metavar="PNG", help="write a stacked-bar breakdown (this batch and the largest that fits)")
     p.set_defaults(func=_memory)

@@ -13,7 +13,8 @@ import argparse
 import dataclasses
 import re
 
-from ._common import _OptionError, fill, output_path, parse_bytes, parse_count, print_json, print_table
+from ._common import _OptionError, fill, output_path, parse_bytes, print_json, print_table
+from ._opargs import count_type
 
 EPILOG = """\
 Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary
@@ -36,10 +37,6 @@ def _smem(text: str) -> int:
     return parse_bytes(text, binary_only=True)
 
 
-def _count(text: str) -> int:
-    return parse_count(text)
-
-
 def _cc(text: str) -> str:
     """A compute capability ``MAJOR.MINOR`` (``9.0``, ``8.6``), kept as the text the library reads."""
     if not re.fullmatch(r"\d{1,2}\.\d", text.strip()):
@@ -56,8 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", default=None, help="GPU name (default: h100)")
     where.add_argument("--cc", type=_cc, default=None, help="compute capability instead of a GPU, e.g. 9.0 or 8.6")
-    p.add_argument("--threads", type=_count, required=True, help="threads per block (1..1024)")
-    p.add_argument("--regs", type=_count, required=True, help="registers per thread (numRegs, 0..255)")
+    p.add_argument("--threads", type=count_type(0), required=True, help="threads per block (1..1024)")
+    p.add_argument("--regs", type=count_type(0), required=True, help="registers per thread (numRegs, 0..255)")
     p.add_argument("--smem", type=_smem, default=0,
                    help="dynamic shared memory per block [bytes], e.g. 48KiB or 4096 (default 0)")
     p.add_argument("--static-smem", type=_smem, default=0,

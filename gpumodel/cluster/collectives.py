@@ -39,11 +39,11 @@ Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operation
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import numpy as np
 
+from .._strenum import StrEnum
 from ..errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
 from .system import Fabric, SystemSpec
@@ -53,7 +53,7 @@ __all__ = ["Collective", "Algorithm", "bus_factor", "latency_steps", "collective
            "STEP_LATENCY_S", "BUS_EFFICIENCY", "PROTOCOLS"]
 
 
-class Collective(str, enum.Enum):
+class Collective(StrEnum):
     """The collectives, valued by nccl-tests' names without ``_perf``."""
 
     ALL_REDUCE = "all_reduce"
@@ -64,11 +64,8 @@ class Collective(str, enum.Enum):
     REDUCE = "reduce"
     SEND_RECV = "send_recv"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Algorithm(str, enum.Enum):
+class Algorithm(StrEnum):
     """NCCL algorithms: ring, (double binary) tree, a hierarchical intra/inter/intra composition, and
     NVLink SHARP (NCCL's NVLS inside a node, NVLS_TREE across nodes: :mod:`gpumodel.cluster.nvls`)."""
 
@@ -77,9 +74,6 @@ class Algorithm(str, enum.Enum):
     HIERARCHICAL = "hierarchical"
     NVLS = "nvls"
     AUTO = "auto"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Base latency of one collective call, NCCL's Simple protocol (tuning.cc ``baseLat``, ring) [s].

@@ -45,12 +45,12 @@ S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Para
 
 from __future__ import annotations
 
-import enum
 import warnings
 from typing import Any
 
 import numpy as np
 
+from .._strenum import StrEnum
 from ..errors import ArgumentError, DoesNotFitWarning
 from ..memory import training_memory
 from ..steptime import StepTime
@@ -70,16 +70,13 @@ DDP_BUCKET_BYTES = 25 * 2**20
 MEGATRON_BUCKET_PARAMS = 40_000_000
 
 
-class Framework(str, enum.Enum):
+class Framework(StrEnum):
     """Training engines: how kernels are fused and whether the gradient reduction overlaps the backward."""
 
     HF = "hf"
     MEGATRON = "megatron"
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def model_flops_per_token(cfg, seq_len: float) -> float:

@@ -20,13 +20,13 @@ Examples
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from .._strenum import StrEnum
 from ..errors import UnknownNameError
 from ..specs import Catalog
 from ..units import parse_quantity
@@ -56,7 +56,7 @@ BytesPerSecond = Annotated[float, BeforeValidator(_bandwidth), Field(gt=0)]
 Watts = Annotated[float, BeforeValidator(lambda v: parse_quantity(v, "W")), Field(gt=0)]
 
 
-class Fabric(str, enum.Enum):
+class Fabric(StrEnum):
     """Kinds of link: scale-up fabrics inside a node, scale-out networks between nodes."""
 
     NVSWITCH = "nvswitch"
@@ -67,9 +67,6 @@ class Fabric(str, enum.Enum):
     ROCE = "roce"
     EFA = "efa"
     ETHERNET = "ethernet"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class _Record(BaseModel):

@@ -11,12 +11,12 @@ takes :math:`\\max(t_{kernels}, t_{host})` with :math:`t_{host} = n_{ops} \\cdot
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from .._strenum import StrEnum
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..estimate import estimate as _estimate, model_for
@@ -28,14 +28,11 @@ from .steps import allreduces_per_step, host_ops, step_kernels
 __all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args", "step_time"]
 
 
-class Engine(str, enum.Enum):
+class Engine(StrEnum):
     """How steps are launched: ``graph`` replays CUDA graphs (kernel time only); ``hf`` is eager HF ``generate``."""
 
     GRAPH = "graph"
     HF = "hf"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def _show(x: Any) -> str:
