@@ -80,7 +80,7 @@ def test_naive_attention_backward_has_a_host_floor(model):
 
 def test_bmm_with_a_128_edge_streams(model):
     """``bmm(32, 2048, 2048, 128)`` (measured 89 us on the H200, 3.4 TB/s of its 302 MB) runs as a stream."""
-    from gpumodel.calibration.model import BMM_STREAM_MAX_EDGE, STREAM_MAX_EDGE
+    from gpumodel.calibration.model import BMM_STREAM_MAX_EDGE
 
     p = model.params
     op = gm.ops.bmm(32, 2048, 2048, 128)
