@@ -131,6 +131,9 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
         L.mem(m * h, n, n)                     # hidden_states[token_idx]
         L.backward.append((memory_kernel(t * h, 0, n), 1))   # its gradient: a full zero tensor...
         L.backward.append((memory_kernel(t * h, 2 * n, n), 1))  # ...summed into the input's gradient
+        # index backward is index_put_(accumulate=True), which sorts the indices and reads a count back to
+        # the host before its last kernel (one "Memcpy DtoH" per expert in the backward profiled on the H200)
+        L.backward.append((None, 1))
         for m_out, m_in, full in ((2 * i, h, full_up), (h, i, full_down)):
             if m_out == h:
                 L.mem(m * i, c, c, 4)          # act(gate)

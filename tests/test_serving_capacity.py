@@ -20,7 +20,12 @@ def test_max_concurrency_is_the_kv_memory_over_one_request():
     assert cap.max_concurrency == int(cap.kv_budget_bytes // per)
     free = gm.gpu("h100").usable_memory_bytes - gm.inference_memory("llama-3-8b", 1, 1).weights_bytes
     assert 0.8 * free * C.KV_MEMORY_FRACTION < cap.kv_budget_bytes < free * C.KV_MEMORY_FRACTION
-    assert cap.limiter == "memory" and cap.concurrency == cap.max_concurrency
+    # the best throughput is at the KV-memory limit, or below it where more sequences per step cost more per token
+    # (8B on an H100: 252 sequences, the last batch whose projections stream the weights once; 257 and more run
+    # the tiled GEMMs, 13% slower per token, as the H200's measured m = 200 vs 400 projections show)
+    assert cap.concurrency <= cap.max_concurrency
+    assert cap.limiter == "memory" or (cap.limiter == "throughput"
+                                       and cap.requests_per_s >= cap.curve["requests_per_s"][-1])
 
 
 def test_targets_are_met_and_cost_throughput():
