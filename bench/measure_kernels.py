@@ -194,6 +194,20 @@ def strided_validation_cases() -> list[dict]:
     return [c for c in cases if (c["kernel"], c["dtype"], c["shape"]["numel"]) not in fit]
 
 
+def skinny_validation_cases() -> list[dict]:
+    """VALIDATION shapes around the stream edge: ``F.linear`` with m = 96..768 tokens (a served decode batch,
+    a short prefill) over LLM projection weights, where a GEMM turns from a weight stream into tiled math."""
+    cases = [_case("matmul", "linear", "bf16", m=m, n=n, k=k)
+             for m in (96, 160, 224, 256, 288, 320, 384, 448, 512, 768)
+             for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672))]
+    from gpumodel.calibration.fit import load_points
+
+    fit_path = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration" / "fit.jsonl"
+    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
+    fit = {key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
+    return [c for c in cases if key(c) not in fit]
+
+
 def _profiled(case: dict) -> bool:
     """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
     s = case["shape"]
@@ -206,10 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--set", choices=["base", "widened", "strided"], default="base",
+    p.add_argument("--set", choices=["base", "widened", "strided", "skinny"], default="base",
                    help="base: the first validation set; widened: the composite/serving validation set, and with "
                         "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first; strided: "
-                        "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases)")
+                        "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
+                        "F.linear at 96-768 tokens around the stream edge (VALIDATION only)")
     p.add_argument("--fit-out", default=None, help="with --set widened: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
                    help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
@@ -234,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [("validation", widened_validation_cases(), args.out)]
         if args.fit_out:
             runs.insert(0, ("fit-widened", widened_cases(), args.fit_out))
+    if args.set == "skinny":
+        runs = [("validation", skinny_validation_cases(), args.out)]
     if args.set == "strided":
         runs = [("validation", strided_validation_cases(), args.out)]
         if args.fit_out:
