@@ -43,7 +43,7 @@ class Attention(str, enum.Enum):
 
     The one enum of attention implementations of a training or inference forward (``training_memory``,
     ``inference_memory``). Members are upper case; the former lower-case names are aliases
-    (``Attention.FLASH is Attention.FLASH``).
+    (``Attention.flash is Attention.FLASH``).
     """
 
     SDPA = "sdpa"

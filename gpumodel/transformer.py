@@ -40,7 +40,7 @@ __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", 
 class MLPType(str, enum.Enum):
     """``gated``: down(act(gate(x)) * up(x)) (llama); ``plain``: down(act(up(x))) (gpt2).
 
-    Members are upper case; the former lower-case names are aliases (``MLPType.GATED is MLPType.GATED``).
+    Members are upper case; the former lower-case names are aliases (``MLPType.gated is MLPType.GATED``).
     """
 
     GATED = "gated"
