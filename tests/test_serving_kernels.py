@@ -51,12 +51,15 @@ def test_adapter_uses_the_ops_records():
     assert "weight_dtype" not in K.matmul(1, 4096, 4096, "bf16", "int8").shape   # a fused dequantising GEMM
 
 
-def test_allreduce_ring_cost_by_hand():
-    h100 = gm.gpu("h100")
+def test_allreduce_is_nccls_on_one_node_by_hand():
+    h100, a100 = gm.gpu("h100"), gm.gpu("a100")
     assert K.allreduce_time(1e6, 1, h100) == 0.0
-    # 2 (p-1)/p * n / (900 GB/s / 2) + alpha + 2 (p-1) alpha_s
-    expect = K.ALLREDUCE_LATENCY_S + 14 * K.ALLREDUCE_STEP_S + 14 / 8 * 64e6 / 450e9
-    assert K.allreduce_time(64e6, 8, h100) == pytest.approx(expect)
+    # one token's hidden state over 8 A100s (DGX A100: NVSwitch, 300 GB/s a direction, 80% of it as bus
+    # bandwidth): NCCL's LL protocol, 6.6 us + 2 (8 - 1) x 0.6 us, at half the bandwidth for its bytes
+    expect = 6.6e-6 + 14 * 0.6e-6 + 14 / 8 * 8192 / (0.8 * 300e9 * 0.5)
+    assert K.allreduce_time(8192, 8, a100) == pytest.approx(expect)
+    from gpumodel.cluster.collectives import system_collective_time
+    assert K.allreduce_time(64e6, 8, h100) == system_collective_time("all_reduce", 64e6, "dgx-h100", 8)
     assert K.link_bandwidth(gm.gpu("l40s")) == 32e9                         # PCIe 4.0 x16, no NVLink
     big = K.allreduce_time(np.array([1e3, 1e9]), 4, h100)
     assert big.shape == (2,) and big[1] > 100 * big[0]

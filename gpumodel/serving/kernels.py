@@ -30,7 +30,7 @@ from .. import ops
 from ..dtypes import DType, bytes_per_element
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
-           "HOST_STEP_S", "ALLREDUCE_LATENCY_S", "ALLREDUCE_STEP_S"]
+           "HOST_STEP_S"]
 
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
@@ -51,12 +51,6 @@ HOST_OP_S = 8.1e-6
 #: Host time per ``generate`` step outside the model's ops (logits processors, stopping criteria,
 #: cache bookkeeping, the per-step device sync) [s]; fitted with :data:`HOST_OP_S`.
 HOST_STEP_S = 5.8e-3
-#: Fixed time of one all-reduce call (kernel launch and the cross-GPU handshake) [s]. An assumption
-#: in the range of NCCL's small-message all-reduce latency inside one NVLink node (nccl-tests
-#: ``all_reduce_perf`` reports ~10-30 us for 8 B..64 KiB messages on 8x A100/H100 SXM).
-ALLREDUCE_LATENCY_S = 8e-6
-#: Extra latency per step of the ring (``2 (tp - 1)`` steps) [s]; same source as above.
-ALLREDUCE_STEP_S = 1e-6
 
 
 def _b(dtype: Any) -> float:
@@ -123,20 +117,25 @@ def link_bandwidth(gpu: Any) -> float:
 
 
 def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
-    """Time of one ring all-reduce of ``nbytes`` over ``tp`` GPUs [s] (0 when ``tp == 1``).
+    """Time of one all-reduce of ``nbytes`` over the ``tp`` GPUs of one node [s] (0 when ``tp == 1``).
 
-    .. math:: t = \\alpha + 2 (p - 1) \\alpha_s + \\frac{2 (p - 1)}{p} \\frac{n}{B}
+    NCCL's all-reduce as :func:`gpumodel.cluster.collectives.system_collective_time` models it on one node of
+    the GPU (:func:`gpumodel.cluster.system.node_system`: the shipped system built on it, else its NVLink or
+    PCIe): ring or tree with the fastest of NCCL's LL, LL128 and Simple protocols, or NVLink SHARP where the
+    node has it, as NCCL's tuner picks. A decode step's all-reduces are small (``batch x hidden`` values),
+    so they cost the LL protocol's latency, ``6.6 us + 2 (tp - 1) x 0.6 us`` over NVLink, more than their
+    bytes.
 
-    with :math:`B` the per-direction link bandwidth (:func:`link_bandwidth`), :math:`\\alpha` =
-    :data:`ALLREDUCE_LATENCY_S` and :math:`\\alpha_s` = :data:`ALLREDUCE_STEP_S`. Until a collectives
-    model exists in the package, this is the one place the serving layer models communication.
-
-    References
-    ----------
-    Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
-    IJHPCA 19(1), 2005 (ring all-reduce cost).
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> round(allreduce_time(8192, 8, gm.gpu("a100")) * 1e6, 1)    # one token's hidden state, 8 A100s
+    15.1
     """
+    from ..cluster.collectives import system_collective_time
+    from ..cluster.system import node_system
+
+    nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
-        return 0.0 * np.asarray(nbytes, dtype=float)
-    steps = 2.0 * (tp - 1)
-    return ALLREDUCE_LATENCY_S + steps * ALLREDUCE_STEP_S + steps / tp * np.asarray(nbytes, float) / link_bandwidth(gpu)
+        return 0.0 * nbytes
+    return system_collective_time("all_reduce", nbytes, node_system(gpu, max(8, int(tp))), int(tp))

@@ -216,8 +216,8 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
         nbytes = batch * step_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
         ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
         times["allreduce"] = ar
-        bw_part = allreduces_per_step(cfg) * 2.0 * (tp - 1) / tp * nbytes / K.link_bandwidth(g)
-        by_bound["allreduce"] = {"link": bw_part + zeros, "latency": ar - bw_part}
+        latency = allreduces_per_step(cfg) * K.allreduce_time(0.0, tp, g)   # the time an empty message takes
+        by_bound["allreduce"] = {"link": ar - latency, "latency": latency + zeros}
         count += allreduces_per_step(cfg)
     kernel_s = sum(times.values())
     if eng == Engine.HF:
