@@ -10,7 +10,6 @@ import csv
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import gpumodel as gm
 
@@ -31,9 +30,6 @@ def test_tables_are_committed_with_their_sources():
     assert float(llama2_7b[0]["tokens_per_s"]) == 328.43                       # README "Tensor Parallelism" table
 
 
-@pytest.mark.xfail(strict=True, reason="median 20.4% since the int4 weight-only kernel (tinygemm) is calibrated: its "
-                   "weight stream, fitted on the H200 at 0.43 of the copy bandwidth, transfers to the A100 as that "
-                   "fraction and under-predicts gpt-fast's int4 rows by 28-38%; the other rows are unchanged")
 def test_gpt_fast_rows_within_the_bar():
     model = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "llama-3.1-8b": "llama-3-8b",
              "llama-3.1-70b": "llama-3-70b", "llama-3.1-405b": "llama-3-405b"}
@@ -45,6 +41,8 @@ def test_gpt_fast_rows_within_the_bar():
             cache[key] = gm.generation_time(key[0], "a100-sxm4-80gb", 1, 5, 200, dtype=key[1], tp=key[2],
                                             group_size=key[3]).tokens_per_s
         err.append(abs(cache[key] / float(r["tokens_per_s"]) - 1))
+    # measured: median 15.7%, p90 25.0% (int4 rows -12% to -16%: tinygemm's weight stream carried over as
+    # the SMs' dequantisation rate, not as a fraction of the bandwidth; tp = 8 rows 15-25% slow)
     assert np.median(err) <= 0.20 and np.percentile(err, 90) <= 0.40
 
 

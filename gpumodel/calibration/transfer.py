@@ -37,8 +37,17 @@ kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
                    else shared memory per SM
 ``launch``         1 (host and driver, not the GPU:        1
                    launches, an optimizer step's Python)
+``sm_stream``      SMs x boost clock / bandwidth (a        1
+                   stream an SM's own work bounds)
 ``dimensionless``  1 (overlap sharpness, efficiencies)     1
 =================  ======================================  ==========================================
+
+``sm_stream`` is the weight stream of the int4 weight-only GEMM (``bw_eff_int4_mm``): on the H200 it
+reaches 42% of the memory bandwidth, where a plain stream reaches all of it, because each SM unpacks,
+scales and shifts its int4 weights before the tensor-core MMA (PyTorch's tinygemm kernel). Its rate is the
+SMs' dequantisation rate, so the achieved bytes per second carry with SMs x clock, and the efficiency, a
+fraction of the bandwidth, with SMs x clock over the bandwidth (at most the reference's plain-stream
+efficiency ``bw_eff_stream``).
 
 Wave and tile quantisation need no parameter: the transferred model keeps the target's SM count,
 so :math:`\\lceil N/P \\rceil` is evaluated on the target. The L2 size scales any byte-count
@@ -108,12 +117,15 @@ class ParameterKind(str, enum.Enum):
     RESIDENCY = "residency"
     CAPACITY = "capacity"
     LAUNCH = "launch"
+    SM_STREAM = "sm_stream"
     DIMENSIONLESS = "dimensionless"
 
 
 #: the math rates of the weight-only GEMM kernels: PyTorch's int4 kernel (tinygemm) multiplies on bf16 tensor
 #: cores, its int8 kernel (``weight_int8pack_mm``) in fp32 on the CUDA cores
 _WEIGHT_ONLY_RATES = {"flops_int4_mm": ParameterKind.TENSOR_SHARE, "flops_int8_mm": ParameterKind.VECTOR_RATE}
+#: streams whose rate the SMs' own work sets, not the memory (module Notes, ``sm_stream``)
+_SM_STREAMS = ("bw_eff_int4_mm",)
 
 
 def classify(name: str) -> ParameterKind:
@@ -124,6 +136,8 @@ def classify(name: str) -> ParameterKind:
     >>> [classify(n).value for n in ("flops_bf16", "attn_flops_fwd", "bandwidth", "mem_latency_s")]
     ['tensor_rate', 'tensor_share', 'bandwidth', 'cycles']
     """
+    if name in _SM_STREAMS:
+        return ParameterKind.SM_STREAM
     unit = PARAMETERS.get(name, ("FLOP/s" if name.startswith("flops_") else "1", ""))[0]
     K = ParameterKind
     if name == "launch_s" or "host" in name:   # host-side time (Python, driver): not the GPU's
@@ -256,6 +270,8 @@ def _ratios(kind: ParameterKind, name: str, t: Any, r: Any, pt: ArchPrior, pr: A
         return t.sm_count / r.sm_count * clock, 1.0
     if kind is K.SM_RATE:
         return clock, 1.0
+    if kind is K.SM_STREAM:
+        return t.sm_count / r.sm_count * clock * r.memory_bandwidth / t.memory_bandwidth, 1.0
     if kind is K.CYCLES:
         return 1.0 / clock, 1.0
     if kind is K.RESIDENCY:
@@ -318,6 +334,8 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
             dropped.append(name)
             continue
         new = value * ratios[0] * ratios[1]
+        if kind is ParameterKind.SM_STREAM:   # no faster than a plain stream of the target's memory
+            new = min(new, cal.parameters.get("bw_eff_stream", 1.0))
         params[name] = new
         table[name] = {"kind": kind.value, "reference": value, "value": new,
                        "datasheet_ratio": ratios[0], "prior_ratio": ratios[1]}
