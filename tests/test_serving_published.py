@@ -39,11 +39,11 @@ def test_gpt_fast_rows_within_the_bar():
         key = (model[r["model"]], r["dtype"], int(r["tp"]), int(r["group_size"] or 128))
         if key not in cache:
             cache[key] = gm.generation_time(key[0], "a100-sxm4-80gb", 1, 5, 200, dtype=key[1], tp=key[2],
-                                            group_size=key[3]).tokens_per_s
+                                            group_size=key[3], engine="compiled").tokens_per_s
         err.append(abs(cache[key] / float(r["tokens_per_s"]) - 1))
-    # measured: median 15.7%, p90 25.0% (int4 rows -12% to -16%: tinygemm's weight stream carried over as
-    # the SMs' dequantisation rate, not as a fraction of the bandwidth; tp = 8 rows 15-25% slow)
-    assert np.median(err) <= 0.20 and np.percentile(err, 90) <= 0.40
+    # gpt-fast runs torch.compile'd, fused kernels: measured median 8.8%, p90 18.3% (unfused "graph": 15.7% /
+    # 25.0%; int4 rows within 16% since tinygemm's weight stream carries as the SMs' dequantisation rate)
+    assert np.median(err) <= 0.12 and np.percentile(err, 90) <= 0.25
 
 
 def test_trtllm_llama_8b_rows():

@@ -127,3 +127,24 @@ def test_internal_step_names_its_token_count_apart_from_new_tokens():
     g = gm.generation_time("llama-3-8b", "h100", batch_size=2, prompt_len=256, new_tokens=64)
     cap = gm.serving_capacity("llama-3-8b", "h100", prompt_len=256, output_len=64)
     assert g.new_tokens == cap.output_len == 64
+
+
+def test_compiled_engine_fuses_each_run_of_memory_bound_kernels():
+    """Per Llama layer the unfused step launches 2 norms and 14 elementwise kernels (10 of the rotary
+    embedding, silu, the product, two residual adds); fused, the rotary chain, each residual add with the
+    norm after it and silu * up are one kernel each: four per layer (16 kernels become 4), the layer's
+    leading norm joined to the previous layer's last residual add."""
+    from gpumodel.serving.steps import step_kernels
+    from gpumodel.vocabulary import resolve_model
+
+    cfg = resolve_model("llama-3-8b")
+    plain = step_kernels(cfg, 1, 1, 100, gm.dtype("bf16"), None, 1, "graph")
+    fused = step_kernels(cfg, 1, 1, 100, gm.dtype("bf16"), None, 1, "compiled")
+    per_layer = lambda ks, fam: sum(k.family == fam for k in ks if k.launches == cfg.num_layers)  # noqa: E731
+    assert (per_layer(plain, "norm"), per_layer(plain, "elementwise")) == (2, 14)
+    assert (per_layer(fused, "norm"), per_layer(fused, "elementwise"), per_layer(fused, "fused")) == (0, 0, 4)
+    assert [k.family for k in fused if k.launches == cfg.num_layers][0] == "matmul"   # QKV after the rotation
+    g = gm.decode_step_time("llama-3-8b", "h200", 1, 100)
+    c = gm.decode_step_time("llama-3-8b", "h200", 1, 100, engine="compiled")
+    assert c.kernels == g.kernels - 12 * cfg.num_layers and float(c.seconds) < float(g.seconds)
+    assert c.breakdown["matmul"] == g.breakdown["matmul"]                    # the GEMMs are the same kernels

@@ -18,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tpot", default=None, help="time-per-output-token target, e.g. 50ms")
     p.add_argument("--dtype", default="bf16", help="weights: bf16, fp16, fp8, int8, int4 (weight-only)")
     p.add_argument("--kv-dtype", default=None, help="KV cache: bf16, fp16, fp8 (default: activation dtype)")
-    p.add_argument("--engine", default="graph", choices=["graph", "hf"],
-                   help="graph: CUDA-graph engine (vLLM, TensorRT-LLM); hf: eager Hugging Face generate")
+    p.add_argument("--engine", default="graph", choices=["graph", "compiled", "hf"],
+                   help="graph: CUDA-graph engine (vLLM); compiled: CUDA graphs of fused kernels (gpt-fast, "
+                        "TensorRT-LLM); hf: eager Hugging Face generate")
     p.add_argument("--rate", type=float, default=None, help="requests/s to serve: prints the GPUs needed")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="PNG", help="write the throughput-latency curve")

@@ -12,13 +12,18 @@ the KV-cache write, flash attention over the cache, the output projection, the r
 ``rms_norm``, one fused gate/up matmul, ``silu(gate)``, ``* up`` (both over halves: strided), the down projection and the residual
 add; then the final norm and the LM head on the last position of each sequence only.
 
+``engine="compiled"`` is the same step after a compiler has fused it (gpt-fast's ``torch.compile``,
+TensorRT-LLM's fused kernels), replayed as a CUDA graph: every run of norms and elementwise kernels
+between two matmul, attention or KV-write kernels becomes one kernel (:func:`gpumodel.ops.fuse`: its
+external traffic once, no strided-kernel penalty, a row-wise part's floor kept).
+
 ``engine="hf"`` is Hugging Face ``generate`` in eager mode: separate q/k/v and gate/up projections, the
 RMSNorm of ``modeling_llama`` (fp32 cast, ``pow``, ``mean``, ``rsqrt``, two multiplies, cast back),
 and a dynamic cache that concatenates each step's keys and values onto the cache (``torch.cat``
 copies the whole cache per layer and step).
 
 Families: ``"matmul"``, ``"attention"``, ``"kv_write"``, ``"norm"``, ``"elementwise"``, ``"embedding"``,
-``"logits"``. The all-reduce is not a kernel here (see :func:`gpumodel.serving.kernels.allreduce_time`).
+``"logits"``, and ``"fused"`` (the compiled engine's fused chains). The all-reduce is not a kernel here (see :func:`gpumodel.serving.kernels.allreduce_time`).
 """
 
 from __future__ import annotations
@@ -143,6 +148,39 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     add("embedding", ops.embedding(t, V, h, act), 1)
     norm(t if hf else b, count=1)                            # HF normalises every position
     mm(b, V // tp, h, family="logits", count=1)              # logits of the last position only
+    return _fuse_chains(out) if engine == "compiled" else out
+
+
+#: the kernel families a compiler fuses into one kernel when they run back to back
+FUSIBLE = ("norm", "elementwise")
+
+
+def _fuse_chains(kernels: list[Kernel]) -> list[Kernel]:
+    """Each run of fusible kernels launched the same number of times becomes one ``"fused"`` kernel.
+
+    The layers run back to back, so a layer's leading norm follows the previous layer's residual add:
+    the leading fusible kernels of the layer are moved behind its last ones before the runs are fused.
+    """
+    end = next(i for i, k in enumerate(kernels) if k.family == "embedding")   # the layer's kernels come first
+    lead = next(i for i, k in enumerate(kernels[:end]) if k.family not in FUSIBLE)
+    kernels = kernels[lead:end] + kernels[:lead] + kernels[end:]
+    out: list[Kernel] = []
+    chain: list[Kernel] = []
+
+    def flush() -> None:
+        if len(chain) == 1:
+            out.append(chain[0])
+        elif chain:
+            out.append(Kernel("fused", ops.fuse(*(k.op for k in chain)), chain[0].launches))
+        chain.clear()
+
+    for k in kernels:
+        if k.family in FUSIBLE and (not chain or np.array_equal(k.launches, chain[0].launches)):
+            chain.append(k)
+            continue
+        flush()
+        (chain if k.family in FUSIBLE else out).append(k)
+    flush()
     return out
 
 

@@ -29,9 +29,11 @@ __all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time",
 
 
 class Engine(StrEnum):
-    """How steps are launched: ``graph`` replays CUDA graphs (kernel time only); ``hf`` is eager HF ``generate``."""
+    """How steps are launched: ``graph`` replays CUDA graphs (kernel time only); ``compiled`` replays the step
+    after a compiler fused its memory-bound kernels (gpt-fast, TensorRT-LLM); ``hf`` is eager HF ``generate``."""
 
     GRAPH = "graph"
+    COMPILED = "compiled"
     HF = "hf"
 
 
@@ -200,7 +202,7 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
         per_op = np.maximum(np.round(np.asarray(est.overhead_s, dtype=float) / launch_s), 1.0)
-        if eng == Engine.GRAPH:
+        if eng != Engine.HF:                # a replayed graph: its own fixed time per kernel
             t = t - np.asarray(est.overhead_s, dtype=float) + per_op * K.GRAPH_LAUNCH_S
         t = n * t + zeros
         times[fam] = times.get(fam, zeros) + t
@@ -262,8 +264,9 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
         Weight format: fp8 runs fp8 GEMMs; int8/int4 are weight-only (16-bit math).
     tp : int
         Tensor-parallel degree: the time is per step of the group of ``tp`` GPUs.
-    engine : {"graph", "hf"}
-        ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``hf``: eager HF ``generate``.
+    engine : {"graph", "compiled", "hf"}
+        ``graph``: a lean engine replaying CUDA graphs (kernel time only); ``compiled``: the same with its
+        memory-bound kernels fused by a compiler (gpt-fast, TensorRT-LLM); ``hf``: eager HF ``generate``.
     kv_dtype : {None, "fp32", "bf16", "fp16", "fp8"}
         KV-cache format (default: the activation format). An int8 cache, which ``inference_memory`` sizes,
         is refused: the time model has no int8 KV-cache kernels (:func:`~gpumodel.vocabulary.kv_cache_dtype`).
