@@ -290,8 +290,14 @@ def _free(torch, device: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- profiler
-def kernel_counts(torch, device: str, fn) -> dict:
-    """Kernels and launch calls one call of ``fn`` makes (torch.profiler); {} where profiling fails."""
+#: folder for the profiled steps' Chrome traces (``--trace``); None: no traces
+TRACE_DIR = None
+
+
+def kernel_counts(torch, device: str, fn, trace: str | None = None) -> dict:
+    """Kernels and launch calls one call of ``fn`` makes (torch.profiler); {} where profiling fails.
+
+    ``trace``: also write the profile as a gzipped Chrome trace (host ops and kernels on one timeline)."""
     if device != "cuda":
         return {}
     try:
@@ -300,6 +306,13 @@ def kernel_counts(torch, device: str, fn) -> dict:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             sync(torch, device)
+        if trace:
+            import gzip
+            import shutil
+            prof.export_chrome_trace(trace)
+            with open(trace, "rb") as src, gzip.open(trace + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(trace)
         kernels, launches, aten, triton, names, seconds = 0, 0, 0, 0, {}, {}
         cuda_type = torch.autograd.DeviceType.CUDA
         for e in prof.events():
@@ -750,7 +763,8 @@ def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, dea
            "phase_host_s": {k: statistics.median(p["host"][k] for p in phases) for k in phases[0]["host"]},
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None}
     if profile and cuda and time.perf_counter() < deadline:
-        row["profile_step"] = kernel_counts(torch, device, lambda: step([]))
+        trace = None if TRACE_DIR is None else os.path.join(TRACE_DIR, f"{shape}_{batch}x{seq}_{precision}.json")
+        row["profile_step"] = kernel_counts(torch, device, lambda: step([]), trace)
     model = opt = params = fwd_model = None  # free the GPU memory (closures still name them)
     return row
 
@@ -804,6 +818,8 @@ def main(argv=None) -> int:
                          "or option names (compile, experts, fused, clip, accum, checkpointing); 'all' (default)")
     ap.add_argument("--exclude", default="", help="end-to-end steps to leave out, same grammar as --runs")
     ap.add_argument("--list-runs", action="store_true", help="print the runs with their indices and exit")
+    ap.add_argument("--trace", default=None, metavar="DIR",
+                    help="write each profiled step as a gzipped Chrome trace into DIR")
     args = ap.parse_args(argv)
     if args.list_runs:
         for i, spec in enumerate(RUNS):
@@ -812,6 +828,10 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("--out is required")
     dry = args.dry_run or args.tiny
+    global TRACE_DIR
+    TRACE_DIR = args.trace
+    if TRACE_DIR:
+        os.makedirs(TRACE_DIR, exist_ok=True)
     t_start = time.perf_counter()
     deadline = t_start + args.budget_s
     import torch
