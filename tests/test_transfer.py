@@ -155,3 +155,17 @@ def test_published_flash_attention_a100_table():
     s = bench.summary(bench.table())
     assert s["transferred"]["median"] <= 0.15 and s["transferred"]["median"] < s["datasheet"]["median"]
     assert s["bar_met"]
+
+
+def test_int4_weight_stream_carries_as_the_sms_dequantisation_rate():
+    """tinygemm's weight stream is bound by the SMs' unpacking, not the memory: its bytes per second scale with
+    SMs x clock. A100 over H200: (108 x 1.41 GHz) / (132 x 1.98 GHz) = 0.583 of the rate, over 2.039 / 4.8 of
+    the bandwidth: the efficiency (a fraction of the bandwidth) rises by 0.583 x 4.8 / 2.039 = 1.37."""
+    from gpumodel.calibration import calibration_for
+    from gpumodel.calibration.transfer import ParameterKind, classify, transfer
+
+    assert classify("bw_eff_int4_mm") is ParameterKind.SM_STREAM
+    ref = calibration_for("h200").parameters["bw_eff_int4_mm"]
+    a100 = transfer("a100").model.params["bw_eff_int4_mm"]
+    assert a100 == pytest.approx(ref * (108 * 1.41) / (132 * 1.98) * 4.8 / 2.039, rel=0.01)
+    assert transfer("4090").model.params["bw_eff_int4_mm"] <= calibration_for("h200").parameters["bw_eff_stream"]
