@@ -7,7 +7,8 @@ averages the runs' fits field by field (:func:`gpumodel.calibration.host.combine
 
 Usage::
 
-    python bench/fit_host_costs.py [--data tests/data/steptime/step_times_v2.jsonl step_times_v3.jsonl] [--gpu h200-sxm]
+    python bench/fit_host_costs.py [--data tests/data/steptime/step_times_v2.jsonl step_times_v3.jsonl gemm_shapes.jsonl]
+                                   [--gpu h200-sxm]
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, nargs="+", default=[ROOT / "tests" / "data" / "steptime" / f"step_times_v{n}.jsonl"
-                                                              for n in (2, 3)])
+                                                              for n in (2, 3)]
+                    + [ROOT / "tests" / "data" / "steptime" / "gemm_shapes.jsonl"])
     ap.add_argument("--gpu", default="h200-sxm")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)

@@ -376,6 +376,38 @@ def _forward_backward(torch, device, forward, chain: int, reps: int = 5) -> tupl
     return statistics.median(fwd), statistics.median(host), statistics.median(wall)
 
 
+def gemm_shape_bench(torch, device: str, n: int = 48, hidden: int = 1024, width: int = 2048) -> list[dict]:
+    """Host time of a matmul call whose shape was seen before against one whose shape is new.
+
+    A GEMM library chooses its kernel on the host per shape (cuBLAS's heuristic query) and caches the
+    choice: the eager expert loop's GEMMs get a new row count every step (the tokens routed to each
+    expert). Forward ``F.linear`` of ``m`` tokens over a ``width x hidden`` weight, and the weight
+    gradient's ``mm`` (``m`` is the contraction), at ``m = 1000 + 7 i`` (each new) and ``m = 2048`` (cached).
+    Host seconds per call (the device is idle before each call; the call is not waited for).
+    """
+    import torch.nn.functional as F
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(4096, hidden, device=device, dtype=dt)
+    g = torch.randn(4096, width, device=device, dtype=dt)
+    w = torch.randn(width, hidden, device=device, dtype=dt)
+    calls = {"linear": lambda m: F.linear(x[:m], w), "weight_grad": lambda m: torch.mm(g[:m].t(), x[:m])}
+    rows = []
+    for name, call in calls.items():
+        call(2048)
+        sync(torch, device)
+        times = {"cached": [], "new": []}
+        for i in range(n):
+            for kind, m in (("cached", 2048), ("new", 1000 + 7 * i + (3 if name == "weight_grad" else 0))):
+                sync(torch, device)
+                t0 = time.perf_counter()
+                call(m)
+                times[kind].append(time.perf_counter() - t0)
+        sync(torch, device)
+        rows.append({"kind": "host", "bench": f"gemm_shape_{name}", "cached_s": statistics.median(times["cached"]),
+                     "new_s": statistics.median(times["new"]), "n": n, "hidden": hidden, "width": width})
+    return rows
+
+
 def host_micro(torch, device: str, n: int, tensor_counts=(8, 64, 256), numel: int = 4096):
     """Rows of host-cost microbenchmarks."""
     import torch.nn.functional as F
@@ -818,6 +850,8 @@ def main(argv=None) -> int:
                          "or option names (compile, experts, fused, clip, accum, checkpointing); 'all' (default)")
     ap.add_argument("--exclude", default="", help="end-to-end steps to leave out, same grammar as --runs")
     ap.add_argument("--list-runs", action="store_true", help="print the runs with their indices and exit")
+    ap.add_argument("--gemm-shapes", action="store_true",
+                    help="only the host microbenchmark of new against cached GEMM shapes (gemm_shape_bench)")
     ap.add_argument("--trace", default=None, metavar="DIR",
                     help="write each profiled step as a gzipped Chrome trace into DIR")
     args = ap.parse_args(argv)
@@ -856,6 +890,10 @@ def main(argv=None) -> int:
             out.flush()
 
         emit(env)
+        if args.gemm_shapes:
+            for row in gemm_shape_bench(torch, device, n=4 if dry else 48):
+                emit(row)
+            return 0
         for row in param_counts(torch, transformers, args.configs):
             emit(row)
         if not args.skip_micro:

@@ -4,7 +4,8 @@ Reads the step records of ``tests/data/steptime/step_times.jsonl`` (first set, L
 ``step_times_v2.jsonl`` (second set, 15 families and the step options; written by
 ``bench/measure_step_time.py``) and ``step_times_v3.jsonl`` (the second set's steps measured again in a
 later run, with Gemma 2) and ``step_times_v4.jsonl`` (ten device-bound and eager-MoE steps once more, each
-profiled with its kernels' durations), rebuilds each model's config through ``TransformerConfig.from_hf``
+profiled with its kernels' durations) and ``step_times_v5.jsonl`` (three MoE steps once more, one profiled
+into a Chrome trace), rebuilds each model's config through ``TransformerConfig.from_hf``
 (checking the parameter count against the measured model's), predicts the step with the shipped H200
 calibration and host costs, and prints predicted vs measured per run, then the error over the
 held-out runs (``held_out`` in the data, fixed by a hash before measuring; the first set was never
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import gpumodel as gm
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "steptime"
-DATA = [DATA_DIR / f"step_times{v}.jsonl" for v in ("", "_v2", "_v3", "_v4")]
+DATA = [DATA_DIR / f"step_times{v}.jsonl" for v in ("", "_v2", "_v3", "_v4", "_v5")]
 MOE_FAMILIES = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
 
 

@@ -80,6 +80,11 @@ class HostCosts:
     expert_forward_s, expert_backward_s : float
         Host time of one iteration of Hugging Face's eager expert loop (``experts_implementation="eager"``),
         forward and backward, its two synchronisations on an idle GPU included (0: priced per op).
+    gemm_shape_s, gemm_shape_k_s : float
+        Extra host time of a matmul whose shape the GEMM library has not seen before (cuBLAS chooses its
+        kernel on the host, per shape, and caches the choice): a new number of rows (a forward or
+        input-gradient product), a new contraction length (a weight gradient). The eager expert loop's
+        GEMMs see a new token count per expert each step (0: not measured).
     optimizer : dict
         ``"<optimizer>_<impl>"`` -> (seconds per step, seconds per parameter tensor) of ``opt.step()``,
         impl in {"foreach", "fused", "forloop"}.
@@ -118,6 +123,8 @@ class HostCosts:
     compile_backward_s: float = 0.0
     expert_forward_s: float = 0.0
     expert_backward_s: float = 0.0
+    gemm_shape_s: float = 0.0
+    gemm_shape_k_s: float = 0.0
     optimizer: dict = field(default_factory=lambda: {
         "adamw_foreach": (2.3e-4, 8e-6), "adamw_fused": (8e-5, 2.5e-6), "adamw_forloop": (3.8e-4, 7e-5),
         "sgd_foreach": (4.5e-5, 0.9e-6), "sgd_fused": (1e-4, 1.5e-6), "sgd_forloop": (1.2e-4, 6.7e-6)})

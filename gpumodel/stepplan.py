@@ -98,7 +98,9 @@ def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scal
     if host.expert_forward_s > 0:  # the eager expert loop, priced per iteration as measured
         for (f0, f1), _back, (mods, vws) in L.experts:
             waits = sum(1 for i in range(f0, f1) if i in syncs)
-            per = max(host.expert_forward_s - waits * host.item_s, 0.0) / max(f1 - f0, 1)
+            # each expert's GEMMs get a new token count every step: the GEMM library's kernel choice runs again
+            gemms = sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
+            per = (max(host.expert_forward_s - waits * host.item_s, 0.0) + gemms * host.gemm_shape_s) / max(f1 - f0, 1)
             priced.update(dict.fromkeys(range(f0, f1), per))
             modules, views = modules - mods, views - vws
     glue = (None, scale * (modules * host.module_s + views * host.view_s), False)
@@ -113,9 +115,12 @@ def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float =
     entries: list[Entry] = [] if compiled else [(None, scale * L.views * host.view_s, False)]
     priced: dict[int, float] = {}
     if host.expert_backward_s > 0 and not compiled:
-        for _fwd, (b0, b1), _glue in L.experts:
+        for (f0, f1), (b0, b1), _glue in L.experts:
             kernels = sum(L.backward[j][1] for j in range(b0, b1) if L.backward[j][0] is not None)
-            priced.update(dict.fromkeys(range(b0, b1), host.expert_backward_s / max(kernels, 1)))
+            # per GEMM of the forward: the input gradient (new rows) and the weight gradient (new contraction)
+            gemms = sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
+            extra = gemms * (host.gemm_shape_s + host.gemm_shape_k_s)
+            priced.update(dict.fromkeys(range(b0, b1), (host.expert_backward_s + extra) / max(kernels, 1)))
     for j in range(len(L.backward) - 1, -1, -1):
         op, n, *kind = L.backward[j]
         if op is None:  # the host waits for the device (a size read back), then dispatches on

@@ -1,6 +1,8 @@
 """The host/device timeline and the host-cost record and fit."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +150,38 @@ def test_combining_runs_averages_measured_fields_and_keeps_single_measurements()
     assert both.op_s == pytest.approx(10e-6)       # (8 + 12) / 2
     assert both.item_s == pytest.approx(9e-6)      # measured in one run only: that run's value
     assert both.backward_op_s == DEFAULT_HOST.backward_op_s and both.calibrated
+
+
+def test_new_gemm_shapes_cost_a_kernel_choice_on_the_host():
+    """Measured on the H200 machine (tests/data/steptime/gemm_shapes.jsonl): F.linear 28 us at a cached shape,
+    191 us at a new row count; a weight-gradient mm 24 us cached, 102 us at a new contraction length."""
+    from gpumodel.calibration.host import fit_host_costs, load_rows
+
+    rows = load_rows(Path(__file__).parent / "data" / "steptime" / "gemm_shapes.jsonl")
+    hc = fit_host_costs(rows)
+    assert hc.gemm_shape_s == pytest.approx(191e-6 - 28e-6, abs=2e-6)
+    assert hc.gemm_shape_k_s == pytest.approx(102e-6 - 24e-6, abs=2e-6)
+    from gpumodel.hostcost import host_costs_for
+    assert host_costs_for("h200-sxm").gemm_shape_s == pytest.approx(hc.gemm_shape_s)
+
+
+def test_eager_expert_loop_pays_the_new_shapes():
+    """Each iteration of the eager expert loop runs 2 GEMMs with a new token count: the forward pays
+    2 x gemm_shape_s more, the backward 2 x (gemm_shape_s + gemm_shape_k_s); 8 layers x 8 experts of
+    Mixtral-500m at 8 x 1024 tokens reach all 64 iterations."""
+    import dataclasses
+
+    import gpumodel as gm
+    from gpumodel.hostcost import host_costs_for
+
+    hc = host_costs_for("h200-sxm")
+    rows = (json.loads(line) for line in (Path(__file__).parent / "data" / "steptime" / "step_times_v5.jsonl").open())
+    row = next(r for r in rows if r.get("shape") == "mixtral-500m" and "hf_config" in r)
+    cfg = gm.TransformerConfig.from_hf(dict(row["hf_config"]))
+    assert (cfg.num_layers, cfg.num_experts) == (8, 8)
+    kw = dict(batch_size=8, seq_len=1024, precision="amp_bf16", experts_implementation="eager")
+    with_shapes = gm.training_step_time(cfg, "h200", host=hc, **kw)
+    without = gm.training_step_time(cfg, "h200", host=dataclasses.replace(hc, gemm_shape_s=0.0, gemm_shape_k_s=0.0),
+                                    **kw)
+    extra = 64 * (2 * hc.gemm_shape_s + 2 * (hc.gemm_shape_s + hc.gemm_shape_k_s))
+    assert with_shapes.seconds - without.seconds == pytest.approx(extra, rel=0.25)   # the host-bound step grows by it

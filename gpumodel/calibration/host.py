@@ -18,6 +18,8 @@ writes, and :func:`fit_host_costs` turns rows into a :class:`~gpumodel.hostcost.
   at two expert counts (:func:`_expert_loop`);
 * ``compile_launch_s``, ``compile_forward_s``, ``compile_backward_s``: tiny ``torch.compile``d models
   of two depths with their kernels profiled (:func:`_compiled`).
+* ``gemm_shape_s``, ``gemm_shape_k_s``: ``F.linear`` and a weight-gradient ``mm`` at row counts (contraction
+  lengths) never seen before minus the same calls at a cached shape (``gemm_shape_*`` rows).
 
 Examples
 --------
@@ -132,6 +134,9 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
     zero = _line([(r["tensors"], r["host_per_op_s"]) for r in by.get("zero_grad", [])])
     if zero:
         out["zero_grad_tensor_s"] = zero[1]
+    for bench, name in (("gemm_shape_linear", "gemm_shape_s"), ("gemm_shape_weight_grad", "gemm_shape_k_s")):
+        if by.get(bench):
+            out[name] = max(statistics.median(r["new_s"] - r["cached_s"] for r in by[bench]), 0.0)
     out.update(_expert_loop(layer_rows))
     out.update(_compiled(layer_rows))
     hc = replace(DEFAULT_HOST, **out, layers={}, calibrated=bool(out),
