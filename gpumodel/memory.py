@@ -45,8 +45,8 @@ import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
-from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, deprecated_alias, flag, nonnegative_number,
-                         parallel_degrees, positive_int, positive_number, precision as _precision, resolve_model)
+from .vocabulary import (Checkpointing, Optimizer, broadcastable, checkpointing_mode, choice, deprecated_alias, flag,
+                         nonnegative_number, parallel_degrees, positive_int, positive_number, precision as _precision, resolve_model)
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig
@@ -223,6 +223,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
     dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero)
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
+    if sequence_parallel and np.all(np.asarray(tp) == 1):
+        raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
+    broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
+                  zero=zero)
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
     if np.any(np.asarray(reserve_factor) < 1):
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")

@@ -42,7 +42,7 @@ import numpy as np
 
 from ._repr import ResultRecord, plain
 from .errors import ArgumentError
-from .vocabulary import bounded_int, nonnegative_int
+from .vocabulary import bounded_int, broadcastable, nonnegative_int
 
 from .arch import ArchLimits, arch_limits
 
@@ -253,6 +253,8 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
     if np.ndim(block_barriers):
         raise ArgumentError("block_barriers must be one integer >= 0, not an array")
     scalar = all(np.ndim(a) == 0 for a in (T, R, S, D, C, M))
+    broadcastable(threads_per_block=T, registers_per_thread=R, static_shared_bytes=S, dynamic_shared_bytes=D,
+                  carveout=C, max_dynamic_shared_bytes=M)
     T, R, S, D, C, M = np.broadcast_arrays(T, R, S, D, C, M)
     raw = _limits(limits, T, R, S, D, C, M, int(block_barriers))
     blocks = raw["blocks"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._repr import ResultRecord, html_table
 from .dtypes import DType, dtype as _dtype
-from .errors import ArgumentError, GpumodelError, UnknownNameError
+from .errors import ArgumentError, ArgumentTypeError, GpumodelError, UnknownNameError
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
            "size_arguments"]
@@ -253,6 +253,8 @@ def list_ops() -> list[str]:
 
 
 def _lookup(name: str) -> Callable[..., OpCost]:
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be an op name such as 'matmul', got {type(name).__name__}")
     key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
     if key not in _REGISTRY:
         raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
@@ -265,7 +267,12 @@ def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
     >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
     256.0
     """
-    return _lookup(name)(*args, **kwargs)
+    formula = _lookup(name)
+    try:
+        inspect.signature(formula).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise OpArgumentError(f"cost({name!r}, ...): {exc}; the op takes {', '.join(size_arguments(name))}") from None
+    return formula(*args, **kwargs)
 
 
 def size_arguments(name: str) -> list[str]:

@@ -42,6 +42,7 @@ __all__ = [
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
     "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration", "token_count",
+    "resolve_gpus", "path_argument", "broadcastable", "passed_on",
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -312,6 +313,77 @@ def resolve_model(model: Any, name: str = "model"):
             raise HFConfigError(f"{name}: the Hugging Face config does not make a valid model: {_describe_errors(exc)}") from None
     raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
                         f"config dict, got {type(model).__name__}")
+
+
+def resolve_gpus(value: Any, name: str = "gpus") -> list:
+    """A list of :class:`~gpumodel.hardware.GPUSpec` from a GPU argument that names several.
+
+    One name or record means that GPU alone; an iterable gives one GPU per item. An empty list, a
+    number or any other object is refused.
+
+    >>> [g.name for g in resolve_gpus("h100")], [g.name for g in resolve_gpus(["h100", "a100"])]
+    (['h100-sxm'], ['h100-sxm', 'a100-sxm4-80gb'])
+    """
+    from .hardware import GPUSpec
+
+    if isinstance(value, (str, GPUSpec)):
+        return [resolve_gpu(value, name)]
+    if isinstance(value, (Mapping, bytes)) or not hasattr(value, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a list of them, got {type(value).__name__}")
+    records = [resolve_gpu(item, name) for item in value]
+    if not records:
+        raise ArgumentError(f"{name} is empty; give at least one GPU name such as 'h100'")
+    return records
+
+
+def path_argument(value: Any, name: str = "path"):
+    """A file or folder argument as a :class:`pathlib.Path`: a ``str`` or an ``os.PathLike``, not empty."""
+    import os
+    from pathlib import Path
+
+    if isinstance(value, str) and not value.strip():
+        raise ArgumentError(f"{name} is empty; give the path of a file or folder")
+    if not isinstance(value, (str, os.PathLike)):
+        raise ArgumentTypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    return Path(value)
+
+
+def broadcastable(**values: Any) -> tuple:
+    """The shape that array arguments broadcast to; refuse arguments whose shapes do not broadcast.
+
+    >>> broadcastable(batch_size=[1, 2], seq_len=128)
+    (2,)
+    >>> broadcastable(batch_size=[1, 2], seq_len=[128, 256, 512])
+    Traceback (most recent call last):
+    ...
+    gpumodel.errors.ArgumentError: batch_size (shape (2,)) and seq_len (shape (3,)) do not broadcast together: give arrays of one shape, or a grid such as a[:, None] and b[None, :]
+    """
+    shapes = {k: np.shape(v) for k, v in values.items()}
+    try:
+        return np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        arrays = [(k, s) for k, s in shapes.items() if s]
+        raise ArgumentError(f"{' and '.join(f'{k} (shape {s})' for k, s in arrays)} do not broadcast together: give "
+                            f"arrays of one shape, or a grid such as a[:, None] and b[None, :]") from None
+
+
+def passed_on(options: Mapping, to: Any, caller: str, *, taken: tuple = ()) -> dict:
+    """Check the keyword ``options`` that ``caller`` passes on to the function ``to``; returns them.
+
+    An option ``to`` does not take, or one that ``caller`` sets itself (``taken``), is refused naming it.
+    """
+    import inspect
+
+    params = inspect.signature(to).parameters
+    allowed = [p for p, v in params.items() if v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY) and p not in taken
+               and p != "model"]
+    for key in options:
+        if key in taken:
+            raise ArgumentTypeError(f"{caller} sets {key} itself; drop the {key}= argument")
+        if key not in allowed:
+            raise ArgumentTypeError(f"{caller} got an unexpected option {key}=; it passes options on to "
+                                    f"{to.__name__}, which takes: {', '.join(allowed)}")
+    return dict(options)
 
 
 def resolve_op(op: Any, name: str = "op"):

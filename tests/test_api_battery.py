@@ -435,3 +435,73 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
         by_name = fn("gpt2", "h100")
         assert fn(gm.model("gpt2"), gm.gpu("h100")) == by_name
         assert fn(gm.TransformerConfig.from_hf(HF_LLAMA), "H100 SXM5") == fn(dict(HF_LLAMA), gm.gpu("h100"))
+
+
+# ---------------------------------------------------------------------------------------------- defects of the audit
+@pytest.mark.parametrize("call, needle", [
+    # options passed on to the memory functions: an unknown or clashing one names itself, not an internal function
+    (lambda: gm.fits(M8, "h100", 1, 128, bogus=1), "bogus"),
+    (lambda: gm.fits(M8, "h100", 1, 128, training=False, precision="amp_bf16"), "precision"),
+    (lambda: gm.fits(M8, "h100", 1, 128, dtype="int4"), "dtype"),
+    (lambda: gm.max_batch_size(M8, "h100", 128, batch_size=1), "batch_size"),
+    (lambda: gm.max_seq_len(M8, "h100", 1, seq_len=5), "seq_len"),
+    (lambda: gm.max_seq_len(M8, "h100", 1, multiple_of=[64, 128]), "multiple_of"),
+    (lambda: gm.min_gpus(M8, "h100", 1, 128, tp=2), "tp"),
+    (lambda: gm.training_time("gpt2", "h100", 1e9, 2, 128, bogus=1), "bogus"),
+    (lambda: gm.training_time("gpt2", "h100", [1e9, 2e9], 2, 128), "tokens"),
+    # lists of GPUs
+    (lambda: gm.rank_gpus(M8, 1, 128, gpus=5), "gpus"),
+    (lambda: gm.rank_gpus(M8, 1, 128, gpus=[]), "gpus"),
+    (lambda: gm.compare(5), "gpus"),
+    (lambda: gm.compare([]), "gpus"),
+    (lambda: gm.compare(["h100"], columns=[]), "columns"),
+    # arrays that do not broadcast together
+    (lambda: gm.training_memory(M8, [1, 2], [128, 256, 512]), "batch_size"),
+    (lambda: gm.inference_memory(M8, [1, 2], [128, 256, 512]), "seq_len"),
+    (lambda: gm.attainable_flops(1.0, [1e15, 2e15], [1e12, 2e12, 3e12]), "bandwidth"),
+    (lambda: gm.occupancy("h100", [32, 64], [32, 64, 128]), "registers_per_thread"),
+    # meaningless combinations
+    (lambda: gm.training_memory(M8, 1, 128, sequence_parallel=True), "sequence_parallel"),
+    (lambda: gm.arch_limits((9.5, 0)), "compute capability"),
+    (lambda: gm.occupancy((9.5, 0), 256, 32), "compute capability"),
+    # paths and records of the wrong kind
+    (lambda: gm.estimate_time(OP, "h100", calibration=5), "calibration"),
+    (lambda: gm.estimate(OP, "h100", calibration=gm.gpu("h100")), "calibration"),
+    (lambda: gm.load_gpus(None), "path"),
+    (lambda: gm.load_gpus(""), "path"),
+    (lambda: gm.load_systems(5), "path"),
+    (lambda: gm.training_step_time("gpt2", "h100", 1, 128, host="no-such-host.yaml"), "host"),
+    (lambda: gm.estimate_time(gm.ops.fuse(OP, gm.ops.softmax(4, 4)), "h100"), "op"),
+    (lambda: gm.ops.cost("matmul", 1), "matmul"),
+    (lambda: gm.ops.cost(5), "name"),
+    (lambda: gm.max_potential_block_size("h100", 32, dynamic_shared_bytes=lambda b: "x"), "dynamic_shared_bytes"),
+    (lambda: gm.plot_memory_breakdown(5), "results"),
+    (lambda: gm.plot_memory_breakdown([]), "results"),
+    (lambda: gm.plot_memory_breakdown(["x"]), "results"),
+    (lambda: gm.plot_memory_breakdown([gm.training_memory("gpt2", 1, 128)], unit="zz"), "unit"),
+    # a Hugging Face config whose sizes are booleans or text
+    (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "num_hidden_layers": True}), "num_layers"),
+    (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "hidden_size": "64"}), "hidden_size"),
+    # the searched options of plan_training
+    *[(lambda kw=kw: gm.plan_training("gpt2", "h100", 1e9, 8, 128, **kw), needle) for kw, needle in [
+        (dict(max_gpus=8, micro_batches=()), "micro_batches"), (dict(max_gpus=8, micro_batches=(0,)), "micro_batches"),
+        (dict(max_gpus=8, checkpointing=("zz",)), "checkpointing"),
+        (dict(max_gpus=8, virtual_stages=(0,)), "virtual_stages"), (dict(max_gpus=8, zero_stages=(5,)), "zero_stages"),
+        (dict(max_gpus=8, top=0), "top"), (dict(max_gpus=8, top=-1), "top"),
+        (dict(num_gpus=8, max_gpus=4), "num_gpus"), (dict(max_gpus=8, progress=5), "progress")]],
+])
+def test_audit_defects_end_in_a_gpumodel_error(call, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(GpumodelError, match=needle):
+            call()
+
+
+def test_one_gpu_name_compares_that_gpu():
+    assert [r["name"] for r in gm.compare("h100").rows] == ["h100-sxm"]
+    assert gm.compare(["h100"], columns="memory_gb").columns == ("memory_gb",)
+
+
+def test_plan_training_takes_one_value_for_a_searched_option():
+    plan = gm.plan_training("gpt2", "h100", 1e9, 8, 128, max_gpus=8, micro_batches=1, checkpointing="full")
+    assert plan.best["micro_batch"] == 1 and plan.best["checkpointing"] == "full"

@@ -329,3 +329,17 @@ def test_any_text_is_answered_or_refused_in_one_line(smem, size, capsys):
         else:
             strict_json = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
             assert strict_json is not None
+
+
+# ---------------------------------------------------------------------------------------------- found by the audit
+@pytest.mark.parametrize("argv, needles", [
+    (["serve", "llama-3-8b", "--rate", "0"], ("--rate", "> 0")),           # was: silently ignored
+    (["serve", "llama-3-8b", "--plot", "/no-such-folder/x.png"], ("--plot", "does not exist")),
+    (["serve", "llama-3-8b", "--prompt", "0"], ("--prompt", ">= 1")),
+    (["plan", "llama-3-8b", "--top", "0"], ("top",)),                      # was: "no layout fits", exit 1
+    (["plan", "llama-3-8b", "--top", "-1"], ("top",)),                     # was: accepted
+    (["plan", "llama-3-8b", "--gpus", "8", "--max-gpus", "4"], ("num_gpus", "max_gpus")),  # was: max ignored
+    (["memory", "llama-3-8b", "--sp"], ("sequence_parallel", "tp > 1")),  # was: accepted without --tp
+])
+def test_audit_cli_inputs_are_refused(argv, needles, capsys):
+    refused(argv, capsys, *needles)
