@@ -153,6 +153,14 @@ CALLS = {  # name -> (function, valid keyword arguments)
     "load_systems": (gm.load_systems, dict(path="no-such-folder")),
 }
 
+#: every op cost formula, with small valid sizes (attention: 8 heads of 64)
+_OP_SIZES = {"heads": 8, "kv_heads": 8, "head_dim": 64}
+for _name in ops.list_ops():
+    CALLS[f"ops.{_name}"] = (getattr(ops, _name), {a: _OP_SIZES.get(a, 16) for a in ops.size_arguments(_name)})
+_OP_FLAGS = {"elementwise": ("strided",), "embedding": ("backward",), "cross_entropy": ("backward", "upcast"),
+             "attention": ("causal", "backward")}
+_OP_DTYPE = {"adamw_step": "param_dtype"}
+
 _SERVING = ("prefill_time", "decode_step_time", "generation_time", "serving_capacity")
 TAKES = {  # kind -> [(function, argument)]
     "gpu": [("gpu", "name"), ("list_systems", "gpu"), ("compare", "gpu"), ("rank_gpus", "gpu"), ("fits", "gpu"),
@@ -209,12 +217,16 @@ TAKES = {  # kind -> [(function, argument)]
            *[(f"{f} 8b", "tp") for f in _SERVING]],
     "pp": [("training_memory 8b", "pp"), ("training_step_time 8b", "pp")],
 }
+TAKES["positive_int"] += [(f"ops.{n}", a) for n in ops.list_ops() for a in ops.size_arguments(n)]
+TAKES["positive_int"] += [("ops.attention", "kv_seq"), ("ops.adamw_step", "tensors")]
+TAKES["dtype"] += [(f"ops.{n}", _OP_DTYPE.get(n, "dtype")) for n in ops.list_ops()]
+TAKES["flag"] += [(f"ops.{n}", f) for n, fs in _OP_FLAGS.items() for f in fs]
 
 #: bugs in modules this battery may not change, each a strict xfail until fixed there
 KNOWN_BUGS: dict = {}
 
 #: arguments for which None is a valid value (its default)
-NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus")}
+NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus"), ("ops.attention", "kv_seq")}
 
 CASES = [pytest.param(f, a, k, id=f"{f}-{a}-{k}",
                       marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])]
@@ -237,6 +249,15 @@ def test_a_bad_value_ends_in_a_gpumodel_error_naming_the_argument(function, argu
             fn(**{**kwargs, argument: value})
     message = str(info.value).lower()
     assert any(w in message for w in (argument.lower(), *words)), (function, argument, value, str(info.value))
+
+
+def test_every_op_is_in_the_battery():
+    covered = {f for pairs in TAKES.values() for f, _ in pairs}
+    assert {f"ops.{n}" for n in ops.list_ops()} <= covered
+    for n in ops.list_ops():  # each size argument, the number format and each flag
+        params = inspect.signature(getattr(ops, n)).parameters
+        args = {a for pairs in TAKES.values() for f, a in pairs if f == f"ops.{n}"}
+        assert {p for p, v in params.items() if isinstance(v.default, bool)} | set(ops.size_arguments(n)) <= args
 
 
 def test_every_exported_function_is_in_the_battery():
@@ -318,6 +339,17 @@ BROADCASTS = {
     "busbw": (lambda x: collectives.busbw("all_reduce", x, 1e-3, 8), None, _ints(1, 1 << 30)),
     "system_collective_time": (lambda x: collectives.system_collective_time("all_reduce", 1e9, "dgx-h100", x), None,
                                st.lists(st.sampled_from([1, 2, 4, 8, 16, 64]), min_size=1, max_size=4)),
+    **{f"ops.{n}": (lambda x, n=n: getattr(ops, n)(x, *[_OP_SIZES.get(a, 16) for a in ops.size_arguments(n)[1:]]),
+                    "bytes", _ints(1, 4096)) for n in ops.list_ops()},
+    "inference_memory seq_len": (lambda x: gm.inference_memory(M8, 2, x), "peak_bytes", _ints(1, 8192)),
+    "inference_memory tp": (lambda x: gm.inference_memory(M8, 2, 128, tp=x), "peak_bytes",
+                            st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=1, max_size=3)),
+    "max_batch_size capacity_bytes": (lambda x: gm.max_batch_size("gpt2", "h100", 128, capacity_bytes=np.multiply(x, 2**30),
+                                                                  limit=4096), None, _ints(1, 80)),
+    "prefill_time prompt_len": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=2, prompt_len=x), "seconds",
+                                _ints(1, 1024)),
+    "decode_step_time batch_size": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=x, context_len=128),
+                                    "seconds", _ints(1, 64)),
     "prefill_time batch_size": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=x, prompt_len=128), "seconds",
                                 _ints(1, 64)),
     "decode_step_time context_len": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=2, context_len=x),
@@ -425,6 +457,44 @@ MODEL_GPU_CALLS = {
     "generation_time": (lambda m, g: float(gm.generation_time(m, g, batch_size=2, prompt_len=128, new_tokens=8))),
     "serving_capacity": (lambda m, g: gm.serving_capacity(m, g, prompt_len=128, output_len=8).max_concurrency),
 }
+
+
+MODEL_GPU_CALLS.update({
+    "max_seq_len": (lambda m, g: gm.max_seq_len(m, g, 2, limit=4096)),
+    "rank_gpus": (lambda m, g: [p.num_gpus for p in gm.rank_gpus(m, 2, 128, gpus=[g])]),
+    "decode_step_time": (lambda m, g: float(gm.decode_step_time(m, g, batch_size=2, context_len=128))),
+    "training_time": (lambda m, g: gm.training_time(m, g, 1e9, 2, 128).seconds),
+    "required_bytes": (lambda m, g: float(gm.sizing.required_bytes(m, 2, 128))),
+})
+#: one number out of each function that takes a GPU alone (a name, an alias or a record)
+GPU_CALLS = {
+    "roofline": lambda g: gm.roofline(OP, g).time_s,
+    "ridge_point": lambda g: gm.ridge_point(g),
+    "estimate_time": lambda g: gm.estimate_time(OP, g),
+    "occupancy": lambda g: gm.occupancy(g, 256, 64).occupancy,
+    "arch_limits": lambda g: gm.arch_limits(g).compute_capability,
+    "list_systems": lambda g: gm.list_systems(gpu=g),
+    "compare": lambda g: gm.compare([g]).rows,
+}
+
+
+@pytest.mark.parametrize("name", GPU_CALLS)
+def test_a_gpu_name_an_alias_and_a_record_give_one_answer(name):
+    fn = GPU_CALLS[name]
+    assert fn("h100") == fn("H100 SXM5") == fn(gm.gpu("h100"))
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("training_time", lambda m, s: gm.training_time(m, s, 1e9, 1, 128, parallelism=gm.Parallelism(dp=2)).seconds),
+    ("training_step_time", lambda m, s: float(gm.training_step_time(m, s, 1, 128, parallelism=gm.Parallelism(tp=2)))),
+    ("plan_training", lambda m, s: gm.plan_training(m, s, 1e9, 8, 128, num_gpus=8).best["step_s"]),
+])
+def test_a_system_name_and_a_system_record_give_one_answer(name, fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_name = fn("gpt2", "dgx-h100")
+        assert fn(gm.model("gpt2"), gm.system("dgx-h100")) == by_name
+        assert fn(dict(HF_LLAMA), "dgx-h100") == fn(gm.TransformerConfig.from_hf(HF_LLAMA), gm.system("dgx-h100"))
 
 
 @pytest.mark.parametrize("name", MODEL_GPU_CALLS)
