@@ -165,7 +165,8 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
         major, minor = (bounded_int(int(p) if isinstance(p, str) and p.isdigit() else p, "compute capability", 0,
                                     allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in cc_or_gpu)
         if np.ndim(major) or np.ndim(minor):
-            raise ArgumentTypeError(f"compute capability must be a (MAJOR, MINOR) pair such as (9, 0), got {cc_or_gpu!r}")
+            raise ArgumentTypeError(f"compute capability must be a (MAJOR, MINOR) pair such as (9, 0), "
+                                    f"got {cc_or_gpu!r}")
         cc_or_gpu = f"{int(major)}.{int(minor)}"
     if isinstance(cc_or_gpu, (int, float)) and not isinstance(cc_or_gpu, bool):
         cc_or_gpu = f"{float(cc_or_gpu):.1f}"

@@ -46,7 +46,8 @@ import numpy as np
 from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
 from .vocabulary import (Checkpointing, Optimizer, broadcastable, checkpointing_mode, choice, deprecated_alias, flag,
-                         nonnegative_number, parallel_degrees, positive_int, positive_number, precision as _precision, resolve_model)
+                         nonnegative_number, parallel_degrees, positive_int, positive_number, precision as _precision,
+                         resolve_model)
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig

@@ -40,8 +40,8 @@ from ._callable import make_callable
 
 from ._repr import ResultRecord, html_table
 from .errors import ArgumentError
-from .vocabulary import broadcastable, flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, resolve_op, \
-    scalar_or_array
+from .vocabulary import broadcastable, flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, \
+    resolve_op, scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost

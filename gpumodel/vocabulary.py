@@ -353,10 +353,10 @@ def broadcastable(**values: Any) -> tuple:
 
     >>> broadcastable(batch_size=[1, 2], seq_len=128)
     (2,)
-    >>> broadcastable(batch_size=[1, 2], seq_len=[128, 256, 512])
+    >>> broadcastable(batch_size=[1, 2], seq_len=[128, 256, 512])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    gpumodel.errors.ArgumentError: batch_size (shape (2,)) and seq_len (shape (3,)) do not broadcast together: give arrays of one shape, or a grid such as a[:, None] and b[None, :]
+    gpumodel.errors.ArgumentError: batch_size (shape (2,)) and seq_len (shape (3,)) do not broadcast together: ...
     """
     shapes = {k: np.shape(v) for k, v in values.items()}
     try:

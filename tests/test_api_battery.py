@@ -226,7 +226,8 @@ TAKES["flag"] += [(f"ops.{n}", f) for n, fs in _OP_FLAGS.items() for f in fs]
 KNOWN_BUGS: dict = {}
 
 #: arguments for which None is a valid value (its default)
-NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus"), ("ops.attention", "kv_seq")}
+NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus"),
+                ("ops.attention", "kv_seq")}
 
 CASES = [pytest.param(f, a, k, id=f"{f}-{a}-{k}",
                       marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])]
@@ -344,8 +345,9 @@ BROADCASTS = {
     "inference_memory seq_len": (lambda x: gm.inference_memory(M8, 2, x), "peak_bytes", _ints(1, 8192)),
     "inference_memory tp": (lambda x: gm.inference_memory(M8, 2, 128, tp=x), "peak_bytes",
                             st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=1, max_size=3)),
-    "max_batch_size capacity_bytes": (lambda x: gm.max_batch_size("gpt2", "h100", 128, capacity_bytes=np.multiply(x, 2**30),
-                                                                  limit=4096), None, _ints(1, 80)),
+    "max_batch_size capacity_bytes": (lambda x: gm.max_batch_size("gpt2", "h100", 128, limit=4096,
+                                                                  capacity_bytes=np.multiply(x, 2**30)),
+                                      None, _ints(1, 80)),
     "prefill_time prompt_len": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=2, prompt_len=x), "seconds",
                                 _ints(1, 1024)),
     "decode_step_time batch_size": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=x, context_len=128),

@@ -194,7 +194,8 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     if top is not None:
         top = positive_int(top, "top")
     if progress is not None and not callable(progress):
-        raise ArgumentTypeError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
+        raise ArgumentTypeError(f"progress must be a function progress(done, total) or None, "
+                                f"got {type(progress).__name__}")
     if num_gpus is not None and max_gpus is not None:
         raise ArgumentError("give num_gpus (exactly this many GPUs) or max_gpus (search up to this many), not both")
     if num_gpus is not None:
