@@ -36,8 +36,9 @@ from .dtypes import bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from .transformer import MLPType, NormType, TransformerConfig
+from .parallel_rules import tensor_parallel
 from .vocabulary import (broadcastable, choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
-                         kv_cache_dtype, resolve_model, tensor_parallel, weight_dtype)
+                         kv_cache_dtype, resolve_model, weight_dtype, within_positions)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
@@ -147,6 +148,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     group_size = positive_int(group_size, "group_size")
     tp = tensor_parallel(cfg, tp)
     broadcastable(batch_size=b, seq_len=s, new_tokens=new_tokens, group_size=group_size, tp=tp)
+    within_positions(cfg, np.add(s, new_tokens), "seq_len + new_tokens")
     replicated = np.asarray(tp) % cfg.num_kv_heads == 0  # more ranks than KV heads: each rank holds one
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")

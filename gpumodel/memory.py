@@ -46,8 +46,9 @@ import numpy as np
 from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
 from .vocabulary import (Checkpointing, Optimizer, broadcastable, checkpointing_mode, choice, deprecated_alias, flag,
-                         nonnegative_number, parallel_degrees, positive_int, positive_number, precision as _precision,
-                         resolve_model)
+                         nonnegative_number, positive_int, positive_number, precision as _precision,
+                         resolve_model, within_positions)
+from .parallel_rules import parallel_degrees
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig
@@ -226,6 +227,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
     if sequence_parallel and np.all(np.asarray(tp) == 1):
         raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
+    within_positions(cfg, s)
     broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
                   zero=zero)
     reserve_factor = positive_number(reserve_factor, "reserve_factor")

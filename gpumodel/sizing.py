@@ -24,8 +24,9 @@ import numpy as np
 from .errors import ArgumentError
 from .inference import inference_memory
 from .memory import TrainingMemory, training_memory
+from .parallel_rules import splits_model
 from .vocabulary import flag, passed_on, positive_int, positive_number, precision as _precision, \
-    resolve_gpu, resolve_gpus, resolve_model, splits_model, weight_dtype
+    resolve_gpu, resolve_gpus, resolve_model, weight_dtype
 
 __all__ = ["fits", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan", "required_bytes"]
 
@@ -158,7 +159,7 @@ class Plan:
 
 def _candidates(cfg, n: int, max_tp: int, training: bool) -> np.ndarray:
     """Valid (dp, tp, pp, zero) splits of n GPUs, one per row: tensor parallel within a node (a power of
-    two that splits the model: :func:`~gpumodel.vocabulary.splits_model`), pipeline stages (at most one per layer), and
+    two that splits the model: :func:`~gpumodel.parallel_rules.splits_model`), pipeline stages (at most one per layer), and
     ZeRO/FSDP data parallelism over the rest. Serving uses tensor parallelism only."""
     rows = []
     tp = 1

@@ -536,6 +536,7 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     (lambda: gm.training_memory(M8, 1, 128, sequence_parallel=True), "sequence_parallel"),
     (lambda: gm.arch_limits((9.5, 0)), "compute capability"),
     (lambda: gm.occupancy((9.5, 0), 256, 32), "compute capability"),
+    (lambda: gm.occupancy("h100", 256, 32, block_barriers=17), "block_barriers"),
     # paths and records of the wrong kind
     (lambda: gm.estimate_time(OP, "h100", calibration=5), "calibration"),
     (lambda: gm.estimate(OP, "h100", calibration=gm.gpu("h100")), "calibration"),
@@ -577,3 +578,12 @@ def test_one_gpu_name_compares_that_gpu():
 def test_plan_training_takes_one_value_for_a_searched_option():
     plan = gm.plan_training("gpt2", "h100", 1e9, 8, 128, max_gpus=8, micro_batches=1, checkpointing="full")
     assert plan.best["micro_batch"] == 1 and plan.best["checkpointing"] == "full"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: gm.training_memory("gpt2", 1, 4096),
+    lambda: gm.inference_memory("gpt2", 1, 1000, new_tokens=100),
+])
+def test_a_sequence_beyond_learned_positions_warns(call):
+    with pytest.warns(gm.GpumodelWarning, match="learned positions"):
+        call()

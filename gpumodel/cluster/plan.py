@@ -22,8 +22,9 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..memory import training_memory
+from ..parallel_rules import splits_model
 from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, positive_int, positive_number,
-                          precision as _precision, resolve_model, resolve_system, splits_model, token_count)
+                          precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
 
