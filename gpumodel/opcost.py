@@ -13,7 +13,6 @@ Examples
 
 from __future__ import annotations
 
-import enum
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -21,6 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._repr import ResultRecord, html_table
+from ._strenum import StrEnum
 from .dtypes import DType, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError, GpumodelError, UnknownNameError
 
@@ -40,7 +40,7 @@ class DuplicateOpError(GpumodelError, ValueError):
     """A second cost formula tried to register under a name already taken."""
 
 
-class OpName(str, enum.Enum):
+class OpName(StrEnum):
     """Op families, valued by the names used on the command line and in :func:`gpumodel.ops.cost`."""
 
     MATMUL = "matmul"
@@ -56,9 +56,6 @@ class OpName(str, enum.Enum):
     ADAMW_STEP = "adamw_step"
     KV_CACHE_WRITE = "kv_cache_write"
     FUSED = "fused"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _UNITS = ("tensor", "vector")

@@ -32,6 +32,7 @@ from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
+from ._strenum import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
 from .readable import duration, token_count  # the readers of text arguments (re-exported)
@@ -183,7 +184,7 @@ def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed:
 
 
 # ---------------------------------------------------------------------------------------------- training options
-class Optimizer(str, enum.Enum):
+class Optimizer(StrEnum):
     """Optimizers, valued by the names users type (lower-case member names are kept as aliases)."""
 
     ADAMW = "adamw"
@@ -194,11 +195,8 @@ class Optimizer(str, enum.Enum):
     ADAMW_8BIT = "adamw_8bit"
     adamw, adam, sgd, sgd_momentum, adafactor, adamw_8bit = ADAMW, ADAM, SGD, SGD_MOMENTUM, ADAFACTOR, ADAMW_8BIT
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Checkpointing(str, enum.Enum):
+class Checkpointing(StrEnum):
     """Activation recomputation: none, full (every decoder layer) or selective (attention's core only)."""
 
     NONE = "none"
@@ -206,18 +204,12 @@ class Checkpointing(str, enum.Enum):
     SELECTIVE = "selective"
     none, full, selective = NONE, FULL, SELECTIVE
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ExpertsImplementation(str, enum.Enum):
+class ExpertsImplementation(StrEnum):
     """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
 
     GROUPED_MM = "grouped_mm"
     EAGER = "eager"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def checkpointing_mode(value: Any, name: str = "checkpointing") -> Checkpointing:
