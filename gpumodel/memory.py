@@ -227,7 +227,6 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
     if sequence_parallel and np.all(np.asarray(tp) == 1):
         raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
-    within_positions(cfg, s)
     broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
                   zero=zero)
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
@@ -238,6 +237,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
     wb, a, r = precision_bytes(prec)
     sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    within_positions(cfg, s)
     T = b * s
     V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers
     layers = np.ceil(L / pp)

@@ -4,7 +4,8 @@ A GPU, a model, a precision, a count, a flag: each kind of argument is read and 
 so that ``"h100"``, ``gm.gpu("h100")`` and a user's record mean the same thing everywhere and a bad
 value always ends in the same typed error naming the argument and what is allowed
 (:class:`~gpumodel.errors.ArgumentError`). The names and units of the arguments are listed in
-``docs/nomenclature.md``.
+``docs/nomenclature.md``. The checks of numeric arguments live in :mod:`gpumodel.numeric` and the
+parallel-degree rules in :mod:`gpumodel.parallel_rules`; both are importable from here too.
 
 Examples
 --------
@@ -35,6 +36,8 @@ import numpy as np
 from ._strenum import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
+from .numeric import (bounded_int, broadcastable, nonnegative_int, nonnegative_number, positive_int,  # re-exported
+                      positive_number)
 from .readable import duration, token_count  # the readers of text arguments (re-exported)
 
 __all__ = [
@@ -341,25 +344,6 @@ def path_argument(value: Any, name: str = "path"):
     return Path(value)
 
 
-def broadcastable(**values: Any) -> tuple:
-    """The shape that array arguments broadcast to; refuse arguments whose shapes do not broadcast.
-
-    >>> broadcastable(batch_size=[1, 2], seq_len=128)
-    (2,)
-    >>> broadcastable(batch_size=[1, 2], seq_len=[128, 256, 512])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    gpumodel.errors.ArgumentError: batch_size (shape (2,)) and seq_len (shape (3,)) do not broadcast together: ...
-    """
-    shapes = {k: np.shape(v) for k, v in values.items()}
-    try:
-        return np.broadcast_shapes(*shapes.values())
-    except ValueError:
-        arrays = [(k, s) for k, s in shapes.items() if s]
-        raise ArgumentError(f"{' and '.join(f'{k} (shape {s})' for k, s in arrays)} do not broadcast together: give "
-                            f"arrays of one shape, or a grid such as a[:, None] and b[None, :]") from None
-
-
 def passed_on(options: Mapping, to: Any, caller: str, *, taken: tuple = ()) -> dict:
     """Check the keyword ``options`` that ``caller`` passes on to the function ``to``; returns them.
 
@@ -406,90 +390,7 @@ def resolve_op(op: Any, name: str = "op"):
                             f"got {type(op).__name__}{hint}")
 
 
-# ---------------------------------------------------------------------------------------------- numbers
-def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) -> np.ndarray:
-    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError):
-        arr = None
-    if arr is None or (arr.size == 0 and not allow_empty) or (arr.size and arr.dtype.kind not in "iuf"):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    return arr
-
-
-_INT64_LIMIT = 2.0**63  # a float at or beyond this is no int64
-
-
-def _integers(value: Any, name: str, lowest: int, what: str):
-    arr = _numeric_array(value, name, what)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ArgumentError(f"{name} must be {what}, got {value!r}")
-        if np.any(np.abs(arr) >= _INT64_LIMIT):
-            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}")
-    if np.any(arr < lowest):
-        bad = arr.min()
-        raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
-    if arr.ndim == 0:
-        return int(arr)
-    return arr.astype(np.int64)
-
-
-def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowed: str | None = None) -> np.ndarray:
-    """Whole numbers in ``[low, high]`` as an ``int64`` array (0-d for a scalar); ``allowed`` describes the range.
-
-    >>> int(bounded_int(64, "registers_per_thread", 0, 255))
-    64
-    """
-    allowed = allowed or (f">= {low}" if high is None else f"{low}..{high}")
-    arr = _numeric_array(value, name, f"whole numbers ({allowed})", allow_empty=True)
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f":
-        if np.isnan(arr).any():
-            raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
-            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
-    arr = arr.astype(np.int64)
-    bad = arr < low if high is None else (arr < low) | (arr > high)
-    if bad.any():
-        raise ArgumentError(f"{name} = {arr[bad].flat[0]} is out of range; allowed: {allowed}")
-    return arr
-
-
-def positive_int(value: Any, name: str):
-    """An integer >= 1, or an integer array of them (floats with integral values are accepted).
-
-    Returns a Python ``int`` for a scalar, an ``int64`` array otherwise.
-    """
-    return _integers(value, name, 1, "a positive integer (or an array of them)")
-
-
-def nonnegative_int(value: Any, name: str):
-    """An integer >= 0, or an integer array of them."""
-    return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
-
-
-def _reals(value: Any, name: str, strict: bool):
-    what = "a positive number" if strict else "a number >= 0"
-    arr = _numeric_array(value, name, what + " (or an array of them)").astype(float)
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if strict else arr < 0):
-        raise ArgumentError(f"{name} must be {what}, got {value!r}")
-    return float(arr) if arr.ndim == 0 else arr
-
-
-def positive_number(value: Any, name: str):
-    """A finite number > 0, or an array of them (a float for a scalar)."""
-    return _reals(value, name, strict=True)
-
-
-def nonnegative_number(value: Any, name: str):
-    """A finite number >= 0, or an array of them (a float for a scalar)."""
-    return _reals(value, name, strict=False)
-
-
+# ---------------------------------------------------------------------------------------------- flags and choices
 def flag(value: Any, name: str) -> bool:
     """A real boolean: ``True``/``False`` (or NumPy's). Strings such as ``"no"`` are refused."""
     if isinstance(value, (bool, np.bool_)):

@@ -343,3 +343,10 @@ def test_any_text_is_answered_or_refused_in_one_line(smem, size, capsys):
 ])
 def test_audit_cli_inputs_are_refused(argv, needles, capsys):
     refused(argv, capsys, *needles)
+
+
+def test_plan_where_no_layout_fits_is_an_answer_not_an_internal_error(capsys):
+    # used to exit 1, the code of an internal error, with the answer on stdout
+    code, out, err = run(["plan", "llama-3-405b", "--system", "rtx-4090", "--max-gpus", "2", "--seq", "1024",
+                          "--global-batch", "8"], capsys)
+    assert code == 0 and "no layout fits" in out and err == []
