@@ -173,6 +173,8 @@ def token_count(value: Any, name: str = "tokens") -> float:
     out = positive_number(value, name)
     if not isinstance(out, float):
         raise ArgumentError(f"{name} must be one token count, got an array")
+    if out < 1:
+        raise ArgumentError(f"{name} must be a token count >= 1, got {value!r}")
     return out
 
 

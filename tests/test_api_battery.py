@@ -521,6 +521,7 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     (lambda: gm.min_gpus(M8, "h100", 1, 128, tp=2), "tp"),
     (lambda: gm.training_time("gpt2", "h100", 1e9, 2, 128, bogus=1), "bogus"),
     (lambda: gm.training_time("gpt2", "h100", [1e9, 2e9], 2, 128), "tokens"),
+    (lambda: gm.training_time("gpt2", "h100", 0.5, 2, 128), "tokens"),
     # lists of GPUs
     (lambda: gm.rank_gpus(M8, 1, 128, gpus=5), "gpus"),
     (lambda: gm.rank_gpus(M8, 1, 128, gpus=[]), "gpus"),
