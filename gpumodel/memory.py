@@ -187,7 +187,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     gradient_accumulation_steps : int
         Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
     optimizer_dtype : str, optional
-        Optimizer-state dtype (default: the weights' dtype, as ``torch.optim`` does).
+        Optimizer-state dtype of adamw, adam and sgd_momentum (default: the weights' dtype, as ``torch.optim``
+        does); refused for the optimizers whose states it does not set (sgd, adamw_8bit, adafactor).
     foreach, fused : bool
         ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
         temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
@@ -237,6 +238,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
     wb, a, r = precision_bytes(prec)
     sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    if optimizer_dtype is not None and opt in (Optimizer.SGD, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR):
+        kept = {"sgd": "no state", "adamw_8bit": "int8 states", "adafactor": "fp32 factored states"}[opt.value]
+        raise ArgumentError(f"optimizer_dtype applies to adamw, adam and sgd_momentum; {opt.value} keeps {kept} "
+                            f"(drop optimizer_dtype)")
     within_positions(cfg, s)
     T = b * s
     V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers

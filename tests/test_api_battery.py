@@ -535,6 +535,8 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     (lambda: gm.occupancy("h100", [32, 64], [32, 64, 128]), "registers_per_thread"),
     # meaningless combinations
     (lambda: gm.training_memory(M8, 1, 128, sequence_parallel=True), "sequence_parallel"),
+    (lambda: gm.training_memory(M8, 1, 128, optimizer="sgd", optimizer_dtype="bf16"), "optimizer_dtype"),
+    (lambda: gm.training_memory(M8, 1, 128, optimizer="adamw_8bit", optimizer_dtype="fp32"), "optimizer_dtype"),
     (lambda: gm.arch_limits((9.5, 0)), "compute capability"),
     (lambda: gm.occupancy((9.5, 0), 256, 32), "compute capability"),
     (lambda: gm.occupancy("h100", 256, 32, block_barriers=17), "block_barriers"),
