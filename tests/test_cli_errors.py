@@ -350,3 +350,8 @@ def test_plan_where_no_layout_fits_is_an_answer_not_an_internal_error(capsys):
     code, out, err = run(["plan", "llama-3-405b", "--system", "rtx-4090", "--max-gpus", "2", "--seq", "1024",
                           "--global-batch", "8"], capsys)
     assert code == 0 and "no layout fits" in out and err == []
+
+
+def test_a_warning_of_several_calls_is_printed_once(capsys):
+    code, out, err = run(["memory", "gpt2", "--seq", "2048"], capsys)
+    assert code == 0 and len([line for line in err if "learned positions" in line]) == 1, err
