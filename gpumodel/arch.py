@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from .errors import ArgumentTypeError, UnsupportedError
@@ -159,7 +160,14 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
     if isinstance(cc_or_gpu, ArchLimits):
         return cc_or_gpu
     if isinstance(cc_or_gpu, tuple) and len(cc_or_gpu) == 2:
-        cc_or_gpu = f"{int(cc_or_gpu[0])}.{int(cc_or_gpu[1])}"
+        from .vocabulary import bounded_int
+
+        major, minor = (bounded_int(int(p) if isinstance(p, str) and p.isdigit() else p, "compute capability", 0,
+                                    allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in cc_or_gpu)
+        if np.ndim(major) or np.ndim(minor):
+            raise ArgumentTypeError(f"compute capability must be a (MAJOR, MINOR) pair such as (9, 0), "
+                                    f"got {cc_or_gpu!r}")
+        cc_or_gpu = f"{int(major)}.{int(minor)}"
     if isinstance(cc_or_gpu, (int, float)) and not isinstance(cc_or_gpu, bool):
         cc_or_gpu = f"{float(cc_or_gpu):.1f}"
     if isinstance(cc_or_gpu, str):

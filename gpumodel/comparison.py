@@ -25,8 +25,9 @@ from typing import Iterable
 
 from .errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
 from ._repr import ResultRecord
-from .gpus import all_gpus, gpu
+from .gpus import all_gpus
 from .hardware import GPUSpec
+from .vocabulary import resolve_gpus
 
 __all__ = ["Comparison", "compare", "COLUMNS"]
 
@@ -96,8 +97,14 @@ class Comparison(ResultRecord):
 
 def compare(gpus: Iterable[str | GPUSpec] | None = None, columns: Iterable[str] | None = None) -> Comparison:
     """Compare GPUs (names or records; all known GPUs when omitted) on the spec-sheet metrics."""
-    records = tuple(all_gpus() if gpus is None else (gpu(g) for g in gpus))
+    records = tuple(all_gpus() if gpus is None else resolve_gpus(gpus, "gpus"))
+    if isinstance(columns, str):
+        columns = [columns]
+    if columns is not None and not hasattr(columns, "__iter__"):
+        raise ArgumentTypeError(f"columns must be a list of column names, got {type(columns).__name__}")
     cols = tuple(columns) if columns is not None else tuple(COLUMNS)
+    if not cols:
+        raise ArgumentError(f"columns is empty; columns: {', '.join(COLUMNS)}")
     for c in cols:
         if c not in COLUMNS:
             raise ArgumentError(f"unknown column {c!r}; columns: {', '.join(COLUMNS)}")

@@ -18,11 +18,11 @@ Examples
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import numpy as np
 
+from ._strenum import StrEnum
 from .errors import ArgumentError
 
 __all__ = ["DType", "FormatInfo", "UnknownDTypeError", "dtype", "info", "bytes_per_element", "FORMATS"]
@@ -32,7 +32,7 @@ class UnknownDTypeError(ArgumentError):
     """A number-format name that gpumodel does not know."""
 
 
-class DType(str, enum.Enum):
+class DType(StrEnum):
     """Number formats, valued by the names users type in YAML and on the command line."""
 
     FP64 = "fp64"
@@ -48,9 +48,6 @@ class DType(str, enum.Enum):
     INT32 = "int32"
     INT8 = "int8"
     INT4 = "int4"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ._repr import ResultRecord
-from .errors import ArgumentError
-from .vocabulary import flag, format_seconds, resolve_gpu, resolve_op
+from .errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from .vocabulary import flag, format_seconds, path_argument, resolve_gpu, resolve_op
 
 from ._callable import make_callable
 
@@ -43,7 +43,13 @@ def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationMod
     from .calibration.transfer import transfer_for
 
     if calibration is not None:
-        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(calibration))
+        if not isinstance(calibration, Calibration):
+            try:
+                path = path_argument(calibration, "calibration")
+            except ArgumentTypeError:
+                raise ArgumentTypeError(f"calibration must be a Calibration record or the path of a calibration YAML "
+                                        f"file, got {type(calibration).__name__}") from None
+        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(path))
         if cal.gpu != g.name:
             raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
     elif calibrated:
@@ -218,7 +224,7 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     op = resolve_op(op)
     g = resolve_gpu(gpu)
     model, label, detail, record = _resolve(g, flag(calibrated, "calibrated"), calibration)
-    pred = predict(model, op)
+    pred = _predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
         how = "built from its parts' fitted rates" if op.name == "fused" else "default efficiencies for it"
@@ -244,7 +250,15 @@ def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: An
     """
     op = resolve_op(op)
     model, _ = model_for(gpu, calibrated=calibrated, calibration=calibration)
-    return _scalar(predict(model, op).time_s)
+    return _scalar(_predict(model, op).time_s)
+
+
+def _predict(model: CalibrationModel, op: Any) -> Prediction:
+    """The time model's prediction; a fused op with tensor-core parts is refused (the model has no rate for it)."""
+    if op.name == "fused" and op.unit == "tensor":
+        raise UnsupportedError("op: a fused op with tensor-core parts (a matmul, an attention) has no time model; "
+                               "estimate its parts and add the times")
+    return predict(model, op)
 
 
 make_callable(__name__, estimate)

@@ -28,12 +28,12 @@ https://mbrenndoerfer.com/writing/gpu-architecture-memory-hierarchy-cuda-tensor-
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ._strenum import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, UnitError, UnsupportedError
 from .units import format_quantity, parse_quantity
@@ -76,12 +76,9 @@ Hertz = Annotated[float, _quantity("Hz"), Field(gt=0)]
 Watts = Annotated[float, _quantity("W"), Field(gt=0)]
 
 
-class Vendor(str, enum.Enum):
+class Vendor(StrEnum):
     NVIDIA = "nvidia"
     AMD = "amd"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class _Record(BaseModel):

@@ -173,9 +173,21 @@ DEFAULT_HOST = HostCosts()
 
 def load_host_costs(path: str | os.PathLike) -> HostCosts:
     """Read a host-cost YAML file (``host:`` mapping of :class:`HostCosts` fields)."""
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    from .vocabulary import path_argument
+
+    path = path_argument(path, "host").expanduser()
+    if not path.is_file():
+        raise SpecError(f"{path}: no such host-cost file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"{path}: cannot read a host-cost YAML file ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of host-cost fields, got a {type(data).__name__}")
     data = data.get("host", data)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: host: expected a mapping of host-cost fields, got a {type(data).__name__}")
     known = {f.name for f in fields(HostCosts)}
     unknown = set(data) - known
     if unknown:

@@ -36,8 +36,9 @@ from .dtypes import bytes_per_element
 from .errors import ArgumentError
 from .memory import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from .transformer import MLPType, NormType, TransformerConfig
-from .vocabulary import (choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
-                         kv_cache_dtype, resolve_model, tensor_parallel, weight_dtype)
+from .parallel_rules import tensor_parallel
+from .vocabulary import (broadcastable, choice, nonnegative_int, nonnegative_number, positive_int, positive_number,
+                         kv_cache_dtype, resolve_model, weight_dtype, within_positions)
 
 __all__ = ["inference_memory", "InferenceMemory", "weight_bytes", "kv_cache_bytes"]
 
@@ -146,6 +147,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     attention = choice(Attention, attention, "attention")
     group_size = positive_int(group_size, "group_size")
     tp = tensor_parallel(cfg, tp)
+    broadcastable(batch_size=b, seq_len=s, new_tokens=new_tokens, group_size=group_size, tp=tp)
     replicated = np.asarray(tp) % cfg.num_kv_heads == 0  # more ranks than KV heads: each rank holds one
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
@@ -155,6 +157,7 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
     wbytes = _bytes(dtype, "dtype")
     a = 4.0 if wbytes == 4 else 2.0
     kv_dtype = kv_cache_dtype(kv_dtype, weight_dtype(dtype, "dtype"))
+    within_positions(cfg, np.add(s, new_tokens), "seq_len + new_tokens")
     weights = weight_bytes(cfg, dtype, group_size) / tp
     kv_tp = np.where(replicated, np.minimum(tp, cfg.num_kv_heads), tp)  # replicated KV heads do not divide further
     h, i, V = cfg.hidden_size, cfg.intermediate_size / tp, cfg.vocab_size / tp

@@ -45,8 +45,10 @@ import numpy as np
 
 from ._repr import ResultRecord, breakdown_html
 from .errors import ArgumentError
-from .vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, deprecated_alias, flag, nonnegative_number,
-                         parallel_degrees, positive_int, positive_number, precision as _precision, resolve_model)
+from .vocabulary import (Checkpointing, Optimizer, broadcastable, checkpointing_mode, choice, deprecated_alias, flag,
+                         nonnegative_number, positive_int, positive_number, precision as _precision,
+                         resolve_model, within_positions)
+from .parallel_rules import parallel_degrees
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from .transformer import PositionType, TransformerConfig
@@ -185,7 +187,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     gradient_accumulation_steps : int
         Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
     optimizer_dtype : str, optional
-        Optimizer-state dtype (default: the weights' dtype, as ``torch.optim`` does).
+        Optimizer-state dtype of adamw, adam and sgd_momentum (default: the weights' dtype, as ``torch.optim``
+        does); refused for the optimizers whose states it does not set (sgd, adamw_8bit, adafactor).
     foreach, fused : bool
         ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
         temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
@@ -223,6 +226,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
     dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero)
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
+    if sequence_parallel and np.all(np.asarray(tp) == 1):
+        raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
+    broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
+                  zero=zero)
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
     if np.any(np.asarray(reserve_factor) < 1):
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
@@ -231,6 +238,11 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
 
     wb, a, r = precision_bytes(prec)
     sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    if optimizer_dtype is not None and opt in (Optimizer.SGD, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR):
+        kept = {"sgd": "no state", "adamw_8bit": "int8 states", "adafactor": "fp32 factored states"}[opt.value]
+        raise ArgumentError(f"optimizer_dtype applies to adamw, adam and sgd_momentum; {opt.value} keeps {kept} "
+                            f"(drop optimizer_dtype)")
+    within_positions(cfg, s)
     T = b * s
     V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers
     layers = np.ceil(L / pp)

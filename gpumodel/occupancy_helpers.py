@@ -100,7 +100,11 @@ def max_potential_block_size(gpu_or_cc: Any, registers_per_thread: Any, static_s
         try:
             dyn = np.broadcast_to(np.asarray(dynamic_shared_bytes(sizes.copy()), dtype=np.int64), sizes.shape)
         except Exception:
-            dyn = np.vectorize(lambda b: int(dynamic_shared_bytes(int(b))), otypes=[np.int64])(sizes)
+            try:
+                dyn = np.vectorize(lambda b: int(dynamic_shared_bytes(int(b))), otypes=[np.int64])(sizes)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ArgumentError(f"dynamic_shared_bytes: the function of the block size must return whole "
+                                    f"numbers of bytes ({type(exc).__name__}: {exc})") from None
     else:
         dyn = np.asarray(dynamic_shared_bytes)[..., None]
     extra = lambda v: None if v is None else np.asarray(v)[..., None]  # noqa: E731

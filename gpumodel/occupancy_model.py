@@ -42,7 +42,7 @@ import numpy as np
 
 from ._repr import ResultRecord, plain
 from .errors import ArgumentError
-from .vocabulary import bounded_int, nonnegative_int
+from .vocabulary import bounded_int, broadcastable
 
 from .arch import ArchLimits, arch_limits
 
@@ -208,7 +208,7 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
         The kernel's ``cudaFuncAttributeMaxDynamicSharedMemorySize`` [bytes]; a launch asking for more
         dynamic shared memory gets 0 blocks. None = opted in to the maximum (opt-in limit - static).
     block_barriers : int
-        Named barriers a block uses (1 for any kernel described by ``cudaFuncAttributes``).
+        Named barriers a block uses, 0..16 (1 for any kernel described by ``cudaFuncAttributes``).
 
     Returns
     -------
@@ -249,10 +249,13 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
         M = np.maximum(limits.shared_memory_per_block_optin - S, 0)
     else:
         M = _int_array("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, None, ">= 0 bytes")
-    block_barriers = nonnegative_int(block_barriers, "block_barriers")
+    block_barriers = bounded_int(block_barriers, "block_barriers", 0, 16,
+                                 "0..16 (a block has 16 named barriers, bar.sync 0..15)")
     if np.ndim(block_barriers):
         raise ArgumentError("block_barriers must be one integer >= 0, not an array")
     scalar = all(np.ndim(a) == 0 for a in (T, R, S, D, C, M))
+    broadcastable(threads_per_block=T, registers_per_thread=R, static_shared_bytes=S, dynamic_shared_bytes=D,
+                  carveout=C, max_dynamic_shared_bytes=M)
     T, R, S, D, C, M = np.broadcast_arrays(T, R, S, D, C, M)
     raw = _limits(limits, T, R, S, D, C, M, int(block_barriers))
     blocks = raw["blocks"]

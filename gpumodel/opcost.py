@@ -13,7 +13,6 @@ Examples
 
 from __future__ import annotations
 
-import enum
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -21,8 +20,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._repr import ResultRecord, html_table
+from ._strenum import StrEnum
 from .dtypes import DType, dtype as _dtype
-from .errors import ArgumentError, GpumodelError, UnknownNameError
+from .errors import ArgumentError, ArgumentTypeError, GpumodelError, UnknownNameError
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
            "size_arguments"]
@@ -40,7 +40,7 @@ class DuplicateOpError(GpumodelError, ValueError):
     """A second cost formula tried to register under a name already taken."""
 
 
-class OpName(str, enum.Enum):
+class OpName(StrEnum):
     """Op families, valued by the names used on the command line and in :func:`gpumodel.ops.cost`."""
 
     MATMUL = "matmul"
@@ -56,9 +56,6 @@ class OpName(str, enum.Enum):
     ADAMW_STEP = "adamw_step"
     KV_CACHE_WRITE = "kv_cache_write"
     FUSED = "fused"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _UNITS = ("tensor", "vector")
@@ -253,6 +250,8 @@ def list_ops() -> list[str]:
 
 
 def _lookup(name: str) -> Callable[..., OpCost]:
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be an op name such as 'matmul', got {type(name).__name__}")
     key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
     if key not in _REGISTRY:
         raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
@@ -265,7 +264,12 @@ def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
     >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
     256.0
     """
-    return _lookup(name)(*args, **kwargs)
+    formula = _lookup(name)
+    try:
+        inspect.signature(formula).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise OpArgumentError(f"cost({name!r}, ...): {exc}; the op takes {', '.join(size_arguments(name))}") from None
+    return formula(*args, **kwargs)
 
 
 def size_arguments(name: str) -> list[str]:

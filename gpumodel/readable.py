@@ -170,7 +170,12 @@ def token_count(value: Any, name: str = "tokens") -> float:
 
     if isinstance(value, str):
         return float(parse_count(value, name, minimum=1))
-    return positive_number(value, name)
+    out = positive_number(value, name)
+    if not isinstance(out, float):
+        raise ArgumentError(f"{name} must be one token count, got an array")
+    if out < 1:
+        raise ArgumentError(f"{name} must be a token count >= 1, got {value!r}")
+    return out
 
 
 def duration(value: Any, name: str) -> float:

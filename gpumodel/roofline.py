@@ -40,8 +40,8 @@ from ._callable import make_callable
 
 from ._repr import ResultRecord, html_table
 from .errors import ArgumentError
-from .vocabulary import flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, resolve_op, \
-    scalar_or_array
+from .vocabulary import broadcastable, flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, \
+    resolve_op, scalar_or_array
 from .dtypes import DType
 from .hardware import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
@@ -135,6 +135,7 @@ def attainable_flops(intensity: Any, peak: Any, bandwidth: Any) -> Any:
     """
     intensity = nonnegative_number(intensity, "intensity")
     peak, bandwidth = positive_number(peak, "peak"), positive_number(bandwidth, "bandwidth")
+    broadcastable(intensity=intensity, peak=peak, bandwidth=bandwidth)
     return scalar_or_array(np.minimum(peak, np.multiply(intensity, bandwidth)))
 
 

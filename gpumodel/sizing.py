@@ -24,8 +24,9 @@ import numpy as np
 from .errors import ArgumentError
 from .inference import inference_memory
 from .memory import TrainingMemory, training_memory
-from .vocabulary import flag, positive_int, positive_number, precision as _precision, resolve_gpu, resolve_model, \
-    splits_model, weight_dtype
+from .parallel_rules import splits_model
+from .vocabulary import flag, passed_on, positive_int, positive_number, precision as _precision, \
+    resolve_gpu, resolve_gpus, resolve_model, weight_dtype
 
 __all__ = ["fits", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan", "required_bytes"]
 
@@ -36,6 +37,12 @@ def _compute_dtype(training: bool, kwargs: dict) -> str | None:
         return _precision(kwargs.get("precision", "amp_bf16")).compute_dtype.value
     dt = weight_dtype(kwargs.get("dtype", "bf16")).value
     return dt if dt in ("bf16", "fp16", "fp32", "fp8") else None
+
+
+def _options(training, kwargs: dict, caller: str, taken: tuple = ()) -> dict:
+    """The options ``caller`` passes on to the memory function of the run (refused when it takes no such option)."""
+    target = training_memory if flag(training, "training") else inference_memory
+    return passed_on(kwargs, target, caller, taken=("batch_size", "seq_len", *taken))
 
 
 def _capacity(g, capacity_bytes) -> float:
@@ -51,6 +58,7 @@ def required_bytes(model, batch_size, seq_len, *, training: bool = True, **kwarg
     ``kwargs`` go to :func:`~gpumodel.training_memory`, or to :func:`~gpumodel.inference_memory`
     when ``training=False``.
     """
+    kwargs = _options(training, kwargs, "required_bytes")
     if flag(training, "training"):
         return training_memory(model, batch_size, seq_len, **kwargs).total_bytes
     return inference_memory(model, batch_size, seq_len, **kwargs).total_bytes
@@ -66,6 +74,7 @@ def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_byt
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     capacity = _capacity(g, capacity_bytes)
+    kwargs = _options(training, kwargs, "fits")
     need = required_bytes(cfg, batch_size, seq_len, training=training, **kwargs)
     out = np.asarray(need) <= capacity
     return out if out.ndim else np.bool_(out)
@@ -94,6 +103,8 @@ def max_batch_size(model, gpu, seq_len, *, training: bool = True, limit: int = 1
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     seq_len = positive_int(seq_len, "seq_len")
     limit = positive_int(limit, "limit")
+    kwargs = {**_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"}, "max_batch_size"),
+              **{k: v for k, v in kwargs.items() if k == "capacity_bytes"}}
     return _scalar_int(_largest(lambda b: fits(cfg, g, b, seq_len, training=training, **kwargs), limit, np.shape(seq_len)))
 
 
@@ -106,6 +117,10 @@ def max_seq_len(model, gpu, batch_size, *, training: bool = True, multiple_of: i
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     batch_size = positive_int(batch_size, "batch_size")
     multiple_of = positive_int(multiple_of, "multiple_of")
+    if np.ndim(multiple_of):
+        raise ArgumentError("multiple_of must be one positive integer, got an array")
+    kwargs = {**_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"}, "max_seq_len"),
+              **{k: v for k, v in kwargs.items() if k == "capacity_bytes"}}
     if limit is None:
         limit = cfg.max_position_embeddings if cfg.position.value == "learned" else 1 << 24
     limit = positive_int(limit, "limit")
@@ -144,7 +159,7 @@ class Plan:
 
 def _candidates(cfg, n: int, max_tp: int, training: bool) -> np.ndarray:
     """Valid (dp, tp, pp, zero) splits of n GPUs, one per row: tensor parallel within a node (a power of
-    two that splits the model: :func:`~gpumodel.vocabulary.splits_model`), pipeline stages (at most one per layer), and
+    two that splits the model: :func:`~gpumodel.parallel_rules.splits_model`), pipeline stages (at most one per layer), and
     ZeRO/FSDP data parallelism over the rest. Serving uses tensor parallelism only."""
     rows = []
     tp = 1
@@ -180,6 +195,11 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
     max_gpus, max_tp = positive_int(max_gpus, "max_gpus"), positive_int(max_tp, "max_tp")
     if np.ndim(batch_size) or np.ndim(seq_len):
         raise ArgumentError("min_gpus takes one batch_size and one seq_len; loop over a sweep")
+    if np.ndim(max_gpus) or np.ndim(max_tp):
+        raise ArgumentError("min_gpus takes one max_gpus and one max_tp, not arrays")
+    sets = ("dp", "tp", "pp", "zero", "zero_stage", "sequence_parallel", "gradient_accumulation_steps") if training \
+        else ("tp",)
+    kwargs = _options(training, kwargs, "min_gpus", taken=sets)
     n = 1
     while n <= max_gpus:
         cand = _candidates(cfg, n, max_tp, training)
@@ -212,7 +232,7 @@ def rank_gpus(model, batch_size, seq_len, gpus=None, *, training: bool = True, *
     from .gpus import all_gpus
 
     training = flag(training, "training")
-    records = [resolve_gpu(x, "gpus") for x in gpus] if gpus is not None else all_gpus()
+    records = resolve_gpus(gpus, "gpus") if gpus is not None else all_gpus()
     compute = _compute_dtype(training, kwargs)
     records = [g for g in records if compute is None or g.supports(compute)]
     plans = [p for p in (min_gpus(model, g, batch_size, seq_len, training=training, **kwargs) for g in records)

@@ -177,10 +177,10 @@ class Catalog(Generic[T]):
 
         All or nothing: if any record of any file is invalid or clashes with a known name, nothing is added.
         """
-        from .vocabulary import flag
+        from .vocabulary import flag, path_argument
 
         replace = flag(replace, "replace")
-        path = Path(path).expanduser()
+        path = path_argument(path, "path").expanduser()
         self._ensure()
         if path.is_dir():
             paths = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))

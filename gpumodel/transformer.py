@@ -130,6 +130,9 @@ class TransformerConfig(BaseModel):
         """Fill ``num_kv_heads`` (= ``num_heads``) and ``head_dim`` (= ``hidden_size // num_heads``) when absent."""
         if isinstance(data, Mapping):
             data = dict(data)
+            for key, value in data.items():  # a size given as true/false or as text ("32") is a mistake
+                if key in _SIZE_FIELDS and isinstance(value, (bool, str, bytes)):
+                    raise ValueError(f"{key} must be a whole number, got {value!r} ({type(value).__name__})")
             heads, hidden = data.get("num_heads"), data.get("hidden_size")
             if data.get("num_kv_heads") is None and isinstance(heads, int):
                 data["num_kv_heads"] = heads
@@ -302,6 +305,11 @@ class TransformerConfig(BaseModel):
             from .specs import _describe_errors
 
             raise HFConfigError(f"the {mtype} config does not make a valid model: {_describe_errors(exc)}") from None
+
+
+#: the record's sizes and counts (integer fields), refused as booleans or text
+_SIZE_FIELDS = frozenset(n for n, f in TransformerConfig.model_fields.items()
+                         if f.annotation in (int, int | None))
 
 
 class _Getter:

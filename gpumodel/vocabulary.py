@@ -4,7 +4,8 @@ A GPU, a model, a precision, a count, a flag: each kind of argument is read and 
 so that ``"h100"``, ``gm.gpu("h100")`` and a user's record mean the same thing everywhere and a bad
 value always ends in the same typed error naming the argument and what is allowed
 (:class:`~gpumodel.errors.ArgumentError`). The names and units of the arguments are listed in
-``docs/nomenclature.md``.
+``docs/nomenclature.md``. The checks of numeric arguments live in :mod:`gpumodel.numeric` and the
+parallel-degree rules in :mod:`gpumodel.parallel_rules`; both are importable from here too.
 
 Examples
 --------
@@ -32,8 +33,11 @@ from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
+from ._strenum import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
+from .numeric import (bounded_int, broadcastable, nonnegative_int, nonnegative_number, positive_int,  # re-exported
+                      positive_number)
 from .readable import duration, token_count  # the readers of text arguments (re-exported)
 
 __all__ = [
@@ -41,7 +45,9 @@ __all__ = [
     "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model",
     "resolve_gpu_or_cc", "resolve_op", "resolve_system", "bounded_int", "positive_int", "nonnegative_int", "positive_number",
     "nonnegative_number", "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode",
-    "format_seconds", "deprecated_alias", "divides", "parallel_degrees", "tensor_parallel", "splits_model", "duration", "token_count",
+    "format_seconds", "deprecated_alias", "duration", "token_count",
+    "resolve_gpus", "path_argument", "broadcastable", "passed_on", "within_positions",
+    "divides", "parallel_degrees", "tensor_parallel", "splits_model",  # noqa: F822 (from parallel_rules, on first use)
 ]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -181,7 +187,7 @@ def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed:
 
 
 # ---------------------------------------------------------------------------------------------- training options
-class Optimizer(str, enum.Enum):
+class Optimizer(StrEnum):
     """Optimizers, valued by the names users type (lower-case member names are kept as aliases)."""
 
     ADAMW = "adamw"
@@ -192,11 +198,8 @@ class Optimizer(str, enum.Enum):
     ADAMW_8BIT = "adamw_8bit"
     adamw, adam, sgd, sgd_momentum, adafactor, adamw_8bit = ADAMW, ADAM, SGD, SGD_MOMENTUM, ADAFACTOR, ADAMW_8BIT
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Checkpointing(str, enum.Enum):
+class Checkpointing(StrEnum):
     """Activation recomputation: none, full (every decoder layer) or selective (attention's core only)."""
 
     NONE = "none"
@@ -204,18 +207,12 @@ class Checkpointing(str, enum.Enum):
     SELECTIVE = "selective"
     none, full, selective = NONE, FULL, SELECTIVE
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ExpertsImplementation(str, enum.Enum):
+class ExpertsImplementation(StrEnum):
     """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
 
     GROUPED_MM = "grouped_mm"
     EAGER = "eager"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def checkpointing_mode(value: Any, name: str = "checkpointing") -> Checkpointing:
@@ -314,6 +311,74 @@ def resolve_model(model: Any, name: str = "model"):
                         f"config dict, got {type(model).__name__}")
 
 
+def resolve_gpus(value: Any, name: str = "gpus") -> list:
+    """A list of :class:`~gpumodel.hardware.GPUSpec` from a GPU argument that names several.
+
+    One name or record means that GPU alone; an iterable gives one GPU per item. An empty list, a
+    number or any other object is refused.
+
+    >>> [g.name for g in resolve_gpus("h100")], [g.name for g in resolve_gpus(["h100", "a100"])]
+    (['h100-sxm'], ['h100-sxm', 'a100-sxm4-80gb'])
+    """
+    from .hardware import GPUSpec
+
+    if isinstance(value, (str, GPUSpec)):
+        return [resolve_gpu(value, name)]
+    if isinstance(value, (Mapping, bytes)) or not hasattr(value, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a list of them, got {type(value).__name__}")
+    records = [resolve_gpu(item, name) for item in value]
+    if not records:
+        raise ArgumentError(f"{name} is empty; give at least one GPU name such as 'h100'")
+    return records
+
+
+def path_argument(value: Any, name: str = "path"):
+    """A file or folder argument as a :class:`pathlib.Path`: a ``str`` or an ``os.PathLike``, not empty."""
+    import os
+    from pathlib import Path
+
+    if isinstance(value, str) and not value.strip():
+        raise ArgumentError(f"{name} is empty; give the path of a file or folder")
+    if not isinstance(value, (str, os.PathLike)):
+        raise ArgumentTypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    return Path(value)
+
+
+def passed_on(options: Mapping, to: Any, caller: str, *, taken: tuple = ()) -> dict:
+    """Check the keyword ``options`` that ``caller`` passes on to the function ``to``; returns them.
+
+    An option ``to`` does not take, or one that ``caller`` sets itself (``taken``), is refused naming it.
+    """
+    import inspect
+
+    params = inspect.signature(to).parameters
+    allowed = [p for p, v in params.items() if v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY) and p not in taken
+               and p != "model"]
+    for key in options:
+        if key in taken:
+            raise ArgumentTypeError(f"{caller} sets {key} itself; drop the {key}= argument")
+        if key not in allowed:
+            raise ArgumentTypeError(f"{caller} got an unexpected option {key}=; it passes options on to "
+                                    f"{to.__name__}, which takes: {', '.join(allowed)}")
+    return dict(options)
+
+
+def within_positions(cfg: Any, seq_len: Any, name: str = "seq_len") -> None:
+    """Warn of sequence lengths beyond a model's learned position embeddings (gpt2: 1024 positions).
+
+    Rotary and ALiBi positions extend; a learned table does not: the model as configured cannot run such
+    a sequence (its embedding lookup fails), though the memory of one with a longer table is close to the
+    answer. A :class:`~gpumodel.errors.GpumodelWarning` says so.
+    """
+    from .errors import GpumodelWarning
+
+    learned = getattr(cfg.position, "value", cfg.position) == "learned"
+    if learned and np.any(np.asarray(seq_len) > cfg.max_position_embeddings):
+        warnings.warn(f"{name}={np.max(seq_len)} is beyond the {cfg.max_position_embeddings} learned positions of "
+                      f"{cfg.name} (max_position_embeddings): the model as configured cannot run it",
+                      GpumodelWarning, stacklevel=3)
+
+
 def resolve_op(op: Any, name: str = "op"):
     """An :class:`~gpumodel.opcost.OpCost` (the record ``gm.ops.<op>(...)`` returns); anything else is refused."""
     from .opcost import OpCost
@@ -325,90 +390,7 @@ def resolve_op(op: Any, name: str = "op"):
                             f"got {type(op).__name__}{hint}")
 
 
-# ---------------------------------------------------------------------------------------------- numbers
-def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) -> np.ndarray:
-    if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError):
-        arr = None
-    if arr is None or (arr.size == 0 and not allow_empty) or (arr.size and arr.dtype.kind not in "iuf"):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    return arr
-
-
-_INT64_LIMIT = 2.0**63  # a float at or beyond this is no int64
-
-
-def _integers(value: Any, name: str, lowest: int, what: str):
-    arr = _numeric_array(value, name, what)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ArgumentError(f"{name} must be {what}, got {value!r}")
-        if np.any(np.abs(arr) >= _INT64_LIMIT):
-            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}")
-    if np.any(arr < lowest):
-        bad = arr.min()
-        raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
-    if arr.ndim == 0:
-        return int(arr)
-    return arr.astype(np.int64)
-
-
-def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowed: str | None = None) -> np.ndarray:
-    """Whole numbers in ``[low, high]`` as an ``int64`` array (0-d for a scalar); ``allowed`` describes the range.
-
-    >>> int(bounded_int(64, "registers_per_thread", 0, 255))
-    64
-    """
-    allowed = allowed or (f">= {low}" if high is None else f"{low}..{high}")
-    arr = _numeric_array(value, name, f"whole numbers ({allowed})", allow_empty=True)
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f":
-        if np.isnan(arr).any():
-            raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
-            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
-    arr = arr.astype(np.int64)
-    bad = arr < low if high is None else (arr < low) | (arr > high)
-    if bad.any():
-        raise ArgumentError(f"{name} = {arr[bad].flat[0]} is out of range; allowed: {allowed}")
-    return arr
-
-
-def positive_int(value: Any, name: str):
-    """An integer >= 1, or an integer array of them (floats with integral values are accepted).
-
-    Returns a Python ``int`` for a scalar, an ``int64`` array otherwise.
-    """
-    return _integers(value, name, 1, "a positive integer (or an array of them)")
-
-
-def nonnegative_int(value: Any, name: str):
-    """An integer >= 0, or an integer array of them."""
-    return _integers(value, name, 0, "an integer >= 0 (or an array of them)")
-
-
-def _reals(value: Any, name: str, strict: bool):
-    what = "a positive number" if strict else "a number >= 0"
-    arr = _numeric_array(value, name, what + " (or an array of them)").astype(float)
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if strict else arr < 0):
-        raise ArgumentError(f"{name} must be {what}, got {value!r}")
-    return float(arr) if arr.ndim == 0 else arr
-
-
-def positive_number(value: Any, name: str):
-    """A finite number > 0, or an array of them (a float for a scalar)."""
-    return _reals(value, name, strict=True)
-
-
-def nonnegative_number(value: Any, name: str):
-    """A finite number >= 0, or an array of them (a float for a scalar)."""
-    return _reals(value, name, strict=False)
-
-
+# ---------------------------------------------------------------------------------------------- flags and choices
 def flag(value: Any, name: str) -> bool:
     """A real boolean: ``True``/``False`` (or NumPy's). Strings such as ``"no"`` are refused."""
     if isinstance(value, (bool, np.bool_)):
@@ -429,87 +411,6 @@ def choice(kind: type[E], value: Any, name: str) -> E:
                 return member
     allowed = ", ".join(repr(m.value) for m in kind)
     raise ArgumentError(f"{name}={value!r} is not one of {allowed}")
-
-
-def divides(degree: Any, total: int, name: str, what: str) -> None:
-    """Refuse a parallel degree (or array of them) that does not divide what it splits."""
-    bad = np.asarray(total) % np.asarray(degree) != 0
-    if np.any(bad):
-        first = np.asarray(degree)[bad].flat[0] if np.ndim(degree) else degree
-        raise ArgumentError(f"{name}={first} must divide {what} ({total})")
-
-
-def tensor_parallel(cfg: Any, tp: Any, name: str = "tp"):
-    """Refuse a tensor-parallel degree that cannot split model ``cfg``; returns it (an ``int`` or an array).
-
-    The one rule of every function that takes ``tp`` (training memory and step time, inference memory,
-    serving): as Megatron-LM splits a layer, ``tp`` must divide the attention heads and the MLP width;
-    it must divide the key/value heads or be a multiple of them, in which case each rank holds a copy of
-    one key/value head (grouped-query attention with more ranks than KV heads, as vLLM and
-    TensorRT-LLM run it). :func:`splits_model` is the same rule as a mask.
-
-    >>> import gpumodel as gm
-    >>> cfg = gm.model("llama-3-70b")          # 64 heads, 8 key/value heads, MLP width 28672
-    >>> tensor_parallel(cfg, 8), tensor_parallel(cfg, 16)
-    (8, 16)
-    >>> tensor_parallel(cfg, 3)
-    Traceback (most recent call last):
-    ...
-    gpumodel.errors.ArgumentError: tp=3 must divide the attention heads (num_heads=64)
-    """
-    tp = positive_int(tp, name)
-    t = np.asarray(tp)
-    for total, what in ((cfg.num_heads, "the attention heads (num_heads={})"),
-                        (cfg.intermediate_size, "the MLP width (intermediate_size={})")):
-        bad = total % t != 0
-        if np.any(bad):
-            raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide {what.format(total)}")
-    kv = cfg.num_kv_heads
-    bad = (kv % t != 0) & (t % kv != 0)
-    if np.any(bad):
-        raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide the key/value heads "
-                            f"(num_kv_heads={kv}) or be a multiple of them")
-    return tp
-
-
-def splits_model(cfg: Any, tp: Any) -> Any:
-    """Where the tensor-parallel degree(s) ``tp`` split ``cfg`` by the rule of :func:`tensor_parallel` (a bool mask)."""
-    t, kv = np.asarray(tp), cfg.num_kv_heads
-    ok = (cfg.num_heads % t == 0) & (cfg.intermediate_size % t == 0) & ((kv % t == 0) | (t % kv == 0))
-    return bool(ok) if ok.ndim == 0 else ok
-
-
-def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero: Any = 0, cp: Any = 1,
-                     ep: Any = 1, zero_stage: Any = None) -> tuple:
-    """Check the parallel degrees of a run of model ``cfg``; returns ``(dp, tp, pp, zero)``.
-
-    The degrees are named as in :class:`gpumodel.Parallelism`; ``zero`` is the ZeRO stage (0-3, and
-    ``zero_stage`` its deprecated name). ``tp`` must split the model (:func:`tensor_parallel`); ``pp`` may
-    not exceed the layers; ``cp`` must be positive; ``ep`` must divide the experts; a ZeRO stage shards
-    over ``dp`` and so needs ``dp > 1``. Each may be an integer array (a sweep); scalars come back as ``int``.
-
-    >>> import gpumodel as gm
-    >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero=3)
-    (8, 2, 1, 3)
-    """
-    if zero_stage is not None:
-        zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
-    dp, tp, pp = positive_int(dp, "dp"), positive_int(tp, "tp"), positive_int(pp, "pp")
-    positive_int(cp, "cp")
-    ep = positive_int(ep, "ep")
-    zero = nonnegative_int(zero, "zero")
-    if np.any(np.asarray(zero) > 3):
-        raise ArgumentError(f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {zero!r}")
-    tensor_parallel(cfg, tp)
-    if np.any(np.asarray(pp) > cfg.num_layers):
-        raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers")
-    if cfg.num_experts:
-        divides(ep, cfg.num_experts, "ep", "num_experts")
-    elif np.any(np.asarray(ep) > 1):
-        raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts")
-    if np.any((np.asarray(zero) > 0) & (np.asarray(dp) == 1)):
-        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1")
-    return dp, tp, pp, zero
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -549,3 +450,15 @@ def deprecated_alias(old: str, new: str, value: Any, current: Any, default: Any 
         raise ArgumentError(f"give {new} only; {old} is its old name")
     warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
     return value
+
+
+#: the parallel-degree rules live in :mod:`gpumodel.parallel_rules`; their names are kept here
+_PARALLEL_RULES = ("divides", "tensor_parallel", "splits_model", "parallel_degrees")
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: imported on first use (parallel_rules imports this module)
+    if name in _PARALLEL_RULES:
+        from . import parallel_rules
+
+        return getattr(parallel_rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -153,6 +153,14 @@ CALLS = {  # name -> (function, valid keyword arguments)
     "load_systems": (gm.load_systems, dict(path="no-such-folder")),
 }
 
+#: every op cost formula, with small valid sizes (attention: 8 heads of 64)
+_OP_SIZES = {"heads": 8, "kv_heads": 8, "head_dim": 64}
+for _name in ops.list_ops():
+    CALLS[f"ops.{_name}"] = (getattr(ops, _name), {a: _OP_SIZES.get(a, 16) for a in ops.size_arguments(_name)})
+_OP_FLAGS = {"elementwise": ("strided",), "embedding": ("backward",), "cross_entropy": ("backward", "upcast"),
+             "attention": ("causal", "backward")}
+_OP_DTYPE = {"adamw_step": "param_dtype"}
+
 _SERVING = ("prefill_time", "decode_step_time", "generation_time", "serving_capacity")
 TAKES = {  # kind -> [(function, argument)]
     "gpu": [("gpu", "name"), ("list_systems", "gpu"), ("compare", "gpu"), ("rank_gpus", "gpu"), ("fits", "gpu"),
@@ -209,12 +217,17 @@ TAKES = {  # kind -> [(function, argument)]
            *[(f"{f} 8b", "tp") for f in _SERVING]],
     "pp": [("training_memory 8b", "pp"), ("training_step_time 8b", "pp")],
 }
+TAKES["positive_int"] += [(f"ops.{n}", a) for n in ops.list_ops() for a in ops.size_arguments(n)]
+TAKES["positive_int"] += [("ops.attention", "kv_seq"), ("ops.adamw_step", "tensors")]
+TAKES["dtype"] += [(f"ops.{n}", _OP_DTYPE.get(n, "dtype")) for n in ops.list_ops()]
+TAKES["flag"] += [(f"ops.{n}", f) for n, fs in _OP_FLAGS.items() for f in fs]
 
 #: bugs in modules this battery may not change, each a strict xfail until fixed there
 KNOWN_BUGS: dict = {}
 
 #: arguments for which None is a valid value (its default)
-NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus")}
+NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus"),
+                ("ops.attention", "kv_seq")}
 
 CASES = [pytest.param(f, a, k, id=f"{f}-{a}-{k}",
                       marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])]
@@ -237,6 +250,15 @@ def test_a_bad_value_ends_in_a_gpumodel_error_naming_the_argument(function, argu
             fn(**{**kwargs, argument: value})
     message = str(info.value).lower()
     assert any(w in message for w in (argument.lower(), *words)), (function, argument, value, str(info.value))
+
+
+def test_every_op_is_in_the_battery():
+    covered = {f for pairs in TAKES.values() for f, _ in pairs}
+    assert {f"ops.{n}" for n in ops.list_ops()} <= covered
+    for n in ops.list_ops():  # each size argument, the number format and each flag
+        params = inspect.signature(getattr(ops, n)).parameters
+        args = {a for pairs in TAKES.values() for f, a in pairs if f == f"ops.{n}"}
+        assert {p for p, v in params.items() if isinstance(v.default, bool)} | set(ops.size_arguments(n)) <= args
 
 
 def test_every_exported_function_is_in_the_battery():
@@ -318,6 +340,18 @@ BROADCASTS = {
     "busbw": (lambda x: collectives.busbw("all_reduce", x, 1e-3, 8), None, _ints(1, 1 << 30)),
     "system_collective_time": (lambda x: collectives.system_collective_time("all_reduce", 1e9, "dgx-h100", x), None,
                                st.lists(st.sampled_from([1, 2, 4, 8, 16, 64]), min_size=1, max_size=4)),
+    **{f"ops.{n}": (lambda x, n=n: getattr(ops, n)(x, *[_OP_SIZES.get(a, 16) for a in ops.size_arguments(n)[1:]]),
+                    "bytes", _ints(1, 4096)) for n in ops.list_ops()},
+    "inference_memory seq_len": (lambda x: gm.inference_memory(M8, 2, x), "peak_bytes", _ints(1, 8192)),
+    "inference_memory tp": (lambda x: gm.inference_memory(M8, 2, 128, tp=x), "peak_bytes",
+                            st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=1, max_size=3)),
+    "max_batch_size capacity_bytes": (lambda x: gm.max_batch_size("gpt2", "h100", 128, limit=4096,
+                                                                  capacity_bytes=np.multiply(x, 2**30)),
+                                      None, _ints(1, 80)),
+    "prefill_time prompt_len": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=2, prompt_len=x), "seconds",
+                                _ints(1, 1024)),
+    "decode_step_time batch_size": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=x, context_len=128),
+                                    "seconds", _ints(1, 64)),
     "prefill_time batch_size": (lambda x: gm.prefill_time("gpt2", "h100", batch_size=x, prompt_len=128), "seconds",
                                 _ints(1, 64)),
     "decode_step_time context_len": (lambda x: gm.decode_step_time("gpt2", "h100", batch_size=2, context_len=x),
@@ -427,6 +461,44 @@ MODEL_GPU_CALLS = {
 }
 
 
+MODEL_GPU_CALLS.update({
+    "max_seq_len": (lambda m, g: gm.max_seq_len(m, g, 2, limit=4096)),
+    "rank_gpus": (lambda m, g: [p.num_gpus for p in gm.rank_gpus(m, 2, 128, gpus=[g])]),
+    "decode_step_time": (lambda m, g: float(gm.decode_step_time(m, g, batch_size=2, context_len=128))),
+    "training_time": (lambda m, g: gm.training_time(m, g, 1e9, 2, 128).seconds),
+    "required_bytes": (lambda m, g: float(gm.sizing.required_bytes(m, 2, 128))),
+})
+#: one number out of each function that takes a GPU alone (a name, an alias or a record)
+GPU_CALLS = {
+    "roofline": lambda g: gm.roofline(OP, g).time_s,
+    "ridge_point": lambda g: gm.ridge_point(g),
+    "estimate_time": lambda g: gm.estimate_time(OP, g),
+    "occupancy": lambda g: gm.occupancy(g, 256, 64).occupancy,
+    "arch_limits": lambda g: gm.arch_limits(g).compute_capability,
+    "list_systems": lambda g: gm.list_systems(gpu=g),
+    "compare": lambda g: gm.compare([g]).rows,
+}
+
+
+@pytest.mark.parametrize("name", GPU_CALLS)
+def test_a_gpu_name_an_alias_and_a_record_give_one_answer(name):
+    fn = GPU_CALLS[name]
+    assert fn("h100") == fn("H100 SXM5") == fn(gm.gpu("h100"))
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("training_time", lambda m, s: gm.training_time(m, s, 1e9, 1, 128, parallelism=gm.Parallelism(dp=2)).seconds),
+    ("training_step_time", lambda m, s: float(gm.training_step_time(m, s, 1, 128, parallelism=gm.Parallelism(tp=2)))),
+    ("plan_training", lambda m, s: gm.plan_training(m, s, 1e9, 8, 128, num_gpus=8).best["step_s"]),
+])
+def test_a_system_name_and_a_system_record_give_one_answer(name, fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_name = fn("gpt2", "dgx-h100")
+        assert fn(gm.model("gpt2"), gm.system("dgx-h100")) == by_name
+        assert fn(dict(HF_LLAMA), "dgx-h100") == fn(gm.TransformerConfig.from_hf(HF_LLAMA), gm.system("dgx-h100"))
+
+
 @pytest.mark.parametrize("name", MODEL_GPU_CALLS)
 def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     fn = MODEL_GPU_CALLS[name]
@@ -435,3 +507,86 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
         by_name = fn("gpt2", "h100")
         assert fn(gm.model("gpt2"), gm.gpu("h100")) == by_name
         assert fn(gm.TransformerConfig.from_hf(HF_LLAMA), "H100 SXM5") == fn(dict(HF_LLAMA), gm.gpu("h100"))
+
+
+# ---------------------------------------------------------------------------------------------- defects of the audit
+@pytest.mark.parametrize("call, needle", [
+    # options passed on to the memory functions: an unknown or clashing one names itself, not an internal function
+    (lambda: gm.fits(M8, "h100", 1, 128, bogus=1), "bogus"),
+    (lambda: gm.fits(M8, "h100", 1, 128, training=False, precision="amp_bf16"), "precision"),
+    (lambda: gm.fits(M8, "h100", 1, 128, dtype="int4"), "dtype"),
+    (lambda: gm.max_batch_size(M8, "h100", 128, batch_size=1), "batch_size"),
+    (lambda: gm.max_seq_len(M8, "h100", 1, seq_len=5), "seq_len"),
+    (lambda: gm.max_seq_len(M8, "h100", 1, multiple_of=[64, 128]), "multiple_of"),
+    (lambda: gm.min_gpus(M8, "h100", 1, 128, tp=2), "tp"),
+    (lambda: gm.training_time("gpt2", "h100", 1e9, 2, 128, bogus=1), "bogus"),
+    (lambda: gm.training_time("gpt2", "h100", [1e9, 2e9], 2, 128), "tokens"),
+    (lambda: gm.training_time("gpt2", "h100", 0.5, 2, 128), "tokens"),
+    # lists of GPUs
+    (lambda: gm.rank_gpus(M8, 1, 128, gpus=5), "gpus"),
+    (lambda: gm.rank_gpus(M8, 1, 128, gpus=[]), "gpus"),
+    (lambda: gm.compare(5), "gpus"),
+    (lambda: gm.compare([]), "gpus"),
+    (lambda: gm.compare(["h100"], columns=[]), "columns"),
+    # arrays that do not broadcast together
+    (lambda: gm.training_memory(M8, [1, 2], [128, 256, 512]), "batch_size"),
+    (lambda: gm.inference_memory(M8, [1, 2], [128, 256, 512]), "seq_len"),
+    (lambda: gm.attainable_flops(1.0, [1e15, 2e15], [1e12, 2e12, 3e12]), "bandwidth"),
+    (lambda: gm.occupancy("h100", [32, 64], [32, 64, 128]), "registers_per_thread"),
+    # meaningless combinations
+    (lambda: gm.training_memory(M8, 1, 128, sequence_parallel=True), "sequence_parallel"),
+    (lambda: gm.training_memory(M8, 1, 128, optimizer="sgd", optimizer_dtype="bf16"), "optimizer_dtype"),
+    (lambda: gm.training_memory(M8, 1, 128, optimizer="adamw_8bit", optimizer_dtype="fp32"), "optimizer_dtype"),
+    (lambda: gm.arch_limits((9.5, 0)), "compute capability"),
+    (lambda: gm.occupancy((9.5, 0), 256, 32), "compute capability"),
+    (lambda: gm.occupancy("h100", 256, 32, block_barriers=17), "block_barriers"),
+    # paths and records of the wrong kind
+    (lambda: gm.estimate_time(OP, "h100", calibration=5), "calibration"),
+    (lambda: gm.estimate(OP, "h100", calibration=gm.gpu("h100")), "calibration"),
+    (lambda: gm.load_gpus(None), "path"),
+    (lambda: gm.load_gpus(""), "path"),
+    (lambda: gm.load_systems(5), "path"),
+    (lambda: gm.training_step_time("gpt2", "h100", 1, 128, host="no-such-host.yaml"), "host"),
+    (lambda: gm.estimate_time(gm.ops.fuse(OP, gm.ops.softmax(4, 4)), "h100"), "op"),
+    (lambda: gm.ops.cost("matmul", 1), "matmul"),
+    (lambda: gm.ops.cost(5), "name"),
+    (lambda: gm.max_potential_block_size("h100", 32, dynamic_shared_bytes=lambda b: "x"), "dynamic_shared_bytes"),
+    (lambda: gm.plot_memory_breakdown(5), "results"),
+    (lambda: gm.plot_memory_breakdown([]), "results"),
+    (lambda: gm.plot_memory_breakdown(["x"]), "results"),
+    (lambda: gm.plot_memory_breakdown([gm.training_memory("gpt2", 1, 128)], unit="zz"), "unit"),
+    # a Hugging Face config whose sizes are booleans or text
+    (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "num_hidden_layers": True}), "num_layers"),
+    (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "hidden_size": "64"}), "hidden_size"),
+    # the searched options of plan_training
+    *[(lambda kw=kw: gm.plan_training("gpt2", "h100", 1e9, 8, 128, **kw), needle) for kw, needle in [
+        (dict(max_gpus=8, micro_batches=()), "micro_batches"), (dict(max_gpus=8, micro_batches=(0,)), "micro_batches"),
+        (dict(max_gpus=8, checkpointing=("zz",)), "checkpointing"),
+        (dict(max_gpus=8, virtual_stages=(0,)), "virtual_stages"), (dict(max_gpus=8, zero_stages=(5,)), "zero_stages"),
+        (dict(max_gpus=8, top=0), "top"), (dict(max_gpus=8, top=-1), "top"),
+        (dict(num_gpus=8, max_gpus=4), "num_gpus"), (dict(max_gpus=8, progress=5), "progress")]],
+])
+def test_audit_defects_end_in_a_gpumodel_error(call, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(GpumodelError, match=needle):
+            call()
+
+
+def test_one_gpu_name_compares_that_gpu():
+    assert [r["name"] for r in gm.compare("h100").rows] == ["h100-sxm"]
+    assert gm.compare(["h100"], columns="memory_gb").columns == ("memory_gb",)
+
+
+def test_plan_training_takes_one_value_for_a_searched_option():
+    plan = gm.plan_training("gpt2", "h100", 1e9, 8, 128, max_gpus=8, micro_batches=1, checkpointing="full")
+    assert plan.best["micro_batch"] == 1 and plan.best["checkpointing"] == "full"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: gm.training_memory("gpt2", 1, 4096),
+    lambda: gm.inference_memory("gpt2", 1, 1000, new_tokens=100),
+])
+def test_a_sequence_beyond_learned_positions_warns(call):
+    with pytest.warns(gm.GpumodelWarning, match="learned positions"):
+        call()

@@ -329,3 +329,29 @@ def test_any_text_is_answered_or_refused_in_one_line(smem, size, capsys):
         else:
             strict_json = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
             assert strict_json is not None
+
+
+# ---------------------------------------------------------------------------------------------- found by the audit
+@pytest.mark.parametrize("argv, needles", [
+    (["serve", "llama-3-8b", "--rate", "0"], ("--rate", "> 0")),           # was: silently ignored
+    (["serve", "llama-3-8b", "--plot", "/no-such-folder/x.png"], ("--plot", "does not exist")),
+    (["serve", "llama-3-8b", "--prompt", "0"], ("--prompt", ">= 1")),
+    (["plan", "llama-3-8b", "--top", "0"], ("top",)),                      # was: "no layout fits", exit 1
+    (["plan", "llama-3-8b", "--top", "-1"], ("top",)),                     # was: accepted
+    (["plan", "llama-3-8b", "--gpus", "8", "--max-gpus", "4"], ("num_gpus", "max_gpus")),  # was: max ignored
+    (["memory", "llama-3-8b", "--sp"], ("sequence_parallel", "tp > 1")),  # was: accepted without --tp
+])
+def test_audit_cli_inputs_are_refused(argv, needles, capsys):
+    refused(argv, capsys, *needles)
+
+
+def test_plan_where_no_layout_fits_is_an_answer_not_an_internal_error(capsys):
+    # used to exit 1, the code of an internal error, with the answer on stdout
+    code, out, err = run(["plan", "llama-3-405b", "--system", "rtx-4090", "--max-gpus", "2", "--seq", "1024",
+                          "--global-batch", "8"], capsys)
+    assert code == 0 and "no layout fits" in out and err == []
+
+
+def test_a_warning_of_several_calls_is_printed_once(capsys):
+    code, out, err = run(["memory", "gpt2", "--seq", "2048"], capsys)
+    assert code == 0 and len([line for line in err if "learned positions" in line]) == 1, err

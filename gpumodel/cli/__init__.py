@@ -96,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line_warning(prog: str):
+    seen: set[str] = set()
+
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f"{prog}: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+        text = " ".join(str(message).split())
+        if text not in seen:  # a warning raised by several calls of one command is printed once
+            seen.add(text)
+            print(f"{prog}: warning: {text}", file=file or sys.stderr)
 
     return show
 

@@ -33,7 +33,7 @@ from gpumodel import readable
 from gpumodel.errors import ArgumentError
 
 __all__ = [
-    "parse_count", "parse_bytes", "parse_seconds", "parse_number", "output_path", "input_path",
+    "parse_count", "parse_bytes", "parse_seconds", "parse_number", "count_type", "output_path", "input_path",
     "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable",
 ]
 
@@ -59,6 +59,20 @@ parse_count = _option(readable.parse_count)
 parse_bytes = _option(readable.parse_bytes)
 parse_seconds = _option(readable.parse_seconds)
 parse_number = _option(readable.parse_number)
+
+
+def count_type(minimum: int):
+    """An argparse ``type`` reading a count >= ``minimum`` (:func:`parse_count`).
+
+    >>> count_type(1)("8Ki")
+    8192
+    """
+
+    def read(text: str) -> int:
+        return parse_count(text, minimum=minimum)
+
+    read.__name__ = "count"
+    return read
 
 
 # ---------------------------------------------------------------------------------------------- files

@@ -1,11 +1,13 @@
-"""The op arguments shared by ``gpumodel roofline`` and ``gpumodel estimate``: ``OP SIZES...`` and options;
-and :func:`count_type`, the type of every count option of the commands."""
+"""The op arguments shared by ``gpumodel roofline`` and ``gpumodel estimate``: ``OP SIZES...`` and options.
+
+:func:`count_type`, the type of every count option of the commands, lives in :mod:`gpumodel.cli._common`
+(imported here too, where it used to be defined)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ._common import parse_count, parse_number, refuse
+from ._common import count_type, parse_count, parse_number, refuse
 
 __all__ = ["add_op_arguments", "build_op", "count_type", "op_usage", "selected_gpus", "SIZES_HELP"]
 
@@ -23,16 +25,6 @@ def op_usage() -> str:
     from gpumodel.ops import list_ops, size_arguments
 
     return "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
-
-
-def count_type(minimum: int):
-    """An argparse ``type`` reading a count >= ``minimum`` (:func:`~gpumodel.cli._common.parse_count`)."""
-
-    def read(text: str) -> int:
-        return parse_count(text, minimum=minimum)
-
-    read.__name__ = "count"
-    return read
 
 
 def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = True) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import output_path, print_json, print_table, read_json_object, refuse
-from ._opargs import count_type
+from ._common import count_type, output_path, print_json, print_table, read_json_object, refuse
 from ..vocabulary import resolve_model
 
 GiB = 2 ** 30

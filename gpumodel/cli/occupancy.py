@@ -13,8 +13,7 @@ import argparse
 import dataclasses
 import re
 
-from ._common import _OptionError, fill, output_path, parse_bytes, print_json, print_table
-from ._opargs import count_type
+from ._common import _OptionError, count_type, fill, output_path, parse_bytes, print_json, print_table
 
 EPILOG = """\
 Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary

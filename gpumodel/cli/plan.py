@@ -8,24 +8,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import print_json, print_table
+from ._common import count_type, print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="rank the parallel layouts of a training run (time, MFU, days, cost, memory)")
     p.add_argument("model", help="model preset, e.g. llama-3-70b (see `gpumodel memory --list`)")
     p.add_argument("--system", default="dgx-h100", help="system or GPU (see `gpumodel systems`; default dgx-h100)")
-    p.add_argument("--gpus", type=int, help="exactly this many GPUs")
-    p.add_argument("--max-gpus", type=int, help="search 1, 2, 4, ... up to this many GPUs")
+    p.add_argument("--gpus", type=count_type(1), help="exactly this many GPUs")
+    p.add_argument("--max-gpus", type=count_type(1), help="search 1, 2, 4, ... up to this many GPUs")
     p.add_argument("--tokens", default="1T", help="tokens to train on, e.g. 1T, 300B (default 1T)")
-    p.add_argument("--seq", type=int, default=8192, help="sequence length [tokens] (default 8192)")
-    p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step (default 1024)")
+    p.add_argument("--seq", type=count_type(1), default=8192, help="sequence length [tokens] (default 8192)")
+    p.add_argument("--global-batch", type=count_type(1), default=1024, help="sequences per optimizer step (default 1024)")
     p.add_argument("--precision", default="amp_bf16", choices=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"])
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"])
     p.add_argument("--framework", default="megatron", choices=["megatron", "hf", "fsdp", "deepspeed"])
     p.add_argument("--objective", default="time", choices=["time", "cost"])
     p.add_argument("--price", type=float, help="price per GPU-hour (adds a cost column)")
-    p.add_argument("--top", type=int, default=10, help="layouts to print (default 10)")
+    p.add_argument("--top", type=count_type(1), default=10, help="layouts to print (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units)")
     p.set_defaults(func=_plan)
 
@@ -59,6 +59,6 @@ def _plan(args: argparse.Namespace) -> int:
           f"Ranked by {plan.objective}; times are modelled, not measured.")
     if not plan.rows:
         print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq")
-        return 1
+        return 0  # an answer, as the JSON output's empty rows (exit 1 means an internal error)
     print_table(plan.HEADERS, plan._lines(args.top))
     return 0

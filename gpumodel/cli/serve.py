@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import print_json, print_table
+from ._common import count_type, output_path, parse_number, print_json, print_table
+
+
+def _rate(text: str) -> float:
+    """A request rate > 0 [requests/s]."""
+    rate = parse_number(text, "--rate")
+    if rate <= 0:
+        raise argparse.ArgumentTypeError(f"--rate={text!r}: must be > 0 requests/s")
+    return rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serving capacity of a replica: throughput within latency targets, GPUs for a load")
     p.add_argument("model", help="model preset, e.g. llama-3-70b")
     p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: GPUs per replica")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per request")
-    p.add_argument("--output", type=int, default=128, help="generated tokens per request")
+    p.add_argument("--tp", type=count_type(1), default=1, help="tensor-parallel degree: GPUs per replica")
+    p.add_argument("--prompt", type=count_type(1), default=512, help="prompt tokens per request")
+    p.add_argument("--output", type=count_type(1), default=128, help="generated tokens per request")
     p.add_argument("--ttft", default=None, help="time-to-first-token target, e.g. 1s or 500ms")
     p.add_argument("--tpot", default=None, help="time-per-output-token target, e.g. 50ms")
     p.add_argument("--dtype", default="bf16", help="weights: bf16, fp16, fp8, int8, int4 (weight-only)")
@@ -21,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", default="graph", choices=["graph", "compiled", "hf"],
                    help="graph: CUDA-graph engine (vLLM); compiled: CUDA graphs of fused kernels (gpt-fast, "
                         "TensorRT-LLM); hf: eager Hugging Face generate")
-    p.add_argument("--rate", type=float, default=None, help="requests/s to serve: prints the GPUs needed")
+    p.add_argument("--rate", type=_rate, default=None, help="requests/s to serve: prints the GPUs needed")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="PNG", help="write the throughput-latency curve")
     p.set_defaults(func=_serve)
@@ -31,6 +39,8 @@ def _serve(args: argparse.Namespace) -> int:
     import gpumodel as gm
     from gpumodel.vocabulary import format_seconds
 
+    if args.plot:
+        output_path(args.plot, "--plot")
     cap = gm.serving_capacity(args.model, args.gpu, prompt_len=args.prompt, output_len=args.output,
                               dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, ttft_slo=args.ttft,
                               tpot_slo=args.tpot, engine=args.engine)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import ArgumentError
-from ..vocabulary import divides, flag, nonnegative_int, positive_int
+from ..parallel_rules import divides
+from ..vocabulary import flag, nonnegative_int, positive_int
 
 __all__ = ["Parallelism"]
 
@@ -95,11 +96,12 @@ class Parallelism:
     def check(self, model) -> None:
         """Refuse a layout the model cannot be split into.
 
-        ``tp`` by the rule every function shares (:func:`gpumodel.vocabulary.tensor_parallel`: it divides the
+        ``tp`` by the rule every function shares (:func:`gpumodel.parallel_rules.tensor_parallel`: it divides the
         heads and the MLP width, and divides the key/value heads or is a multiple of them); ``pp`` times
         ``virtual_stages`` at most the layers; ``ep`` a divisor of a mixture-of-experts model's experts.
         """
-        from ..vocabulary import resolve_model, tensor_parallel
+        from ..parallel_rules import tensor_parallel
+        from ..vocabulary import resolve_model
 
         cfg = resolve_model(model)
         tensor_parallel(cfg, self.tp)

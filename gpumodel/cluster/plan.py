@@ -20,10 +20,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ArgumentError, UnsupportedError
+from ..errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..memory import training_memory
-from ..vocabulary import (Optimizer, choice, positive_int, positive_number, precision as _precision, resolve_model,
-                          resolve_system, splits_model, token_count)
+from ..parallel_rules import splits_model
+from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, positive_int, positive_number,
+                          precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
 
@@ -118,6 +119,16 @@ def _divisors_pow2(n: int, limit: int) -> list[int]:
     return [d for d in (2 ** k for k in range(0, 12)) if d <= limit and n % d == 0]
 
 
+def _sweep(values: Any, name: str, read: Callable) -> list:
+    """The values of a searched option (one value or a non-empty list), each read by its kind's resolver."""
+    if isinstance(values, (str, int, np.integer, bool)) or not hasattr(values, "__iter__"):
+        values = [values]
+    out = [read(v, name) for v in values]
+    if not out:
+        raise ArgumentError(f"{name} is empty; give at least one value to search")
+    return out
+
+
 def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int, seq_len: int, *,
                   max_gpus: int | None = None, num_gpus: int | None = None, objective: str = "time",
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
@@ -177,6 +188,17 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     n_tokens = token_count(tokens)
     B = positive_int(global_batch, "global_batch")
     s = positive_int(seq_len, "seq_len")
+    micro_batches = _sweep(micro_batches, "micro_batches", positive_int)
+    virtual_stages = _sweep(virtual_stages, "virtual_stages", positive_int)
+    zero_stages = _sweep(zero_stages, "zero_stages", lambda x, name: bounded_int(x, name, 0, 3).item())
+    checkpointing = _sweep(checkpointing, "checkpointing", lambda x, name: checkpointing_mode(x, name).value)
+    if top is not None:
+        top = positive_int(top, "top")
+    if progress is not None and not callable(progress):
+        raise ArgumentTypeError(f"progress must be a function progress(done, total) or None, "
+                                f"got {type(progress).__name__}")
+    if num_gpus is not None and max_gpus is not None:
+        raise ArgumentError("give num_gpus (exactly this many GPUs) or max_gpus (search up to this many), not both")
     if num_gpus is not None:
         counts = [positive_int(num_gpus, "num_gpus")]
     else:
@@ -243,7 +265,7 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
             mem = training_memory(cfg, mb[sub], s // cp[sub], precision=prec.name, optimizer=opt.value,
                                   checkpointing=_CKPT[key[2]], attention="flash", gradient_accumulation_steps=key[3],
                                   zero=key[1], dp=(dp * cp)[sub] if d is None else d, tp=tp[sub], pp=key[0],
-                                  sequence_parallel=True)
+                                  sequence_parallel=bool(np.any(tp[sub] > 1)))
             total[sub] = mem.total_bytes
             peak[sub] = mem.peak_bytes
     ok = np.isfinite(step) & (total <= g.usable_memory_bytes)

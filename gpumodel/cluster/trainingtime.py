@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..steptime import StepTime
-from ..vocabulary import format_seconds, positive_int, positive_number, resolve_system, token_count
+from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
 
 __all__ = ["TrainingTime", "training_time", "parse_tokens"]
 
@@ -131,6 +131,9 @@ def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, 
     from ..steptime import training_step_time
 
     n_tokens = token_count(tokens)
+    passed_on(step_options, training_step_time, "training_time",
+              taken=("gpu", "batch_size", "seq_len", "precision", "optimizer", "checkpointing",
+                     "gradient_accumulation_steps", "parallelism", "framework"))
     step = training_step_time(model, gpu_or_system, batch_size=batch_size, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, checkpointing=checkpointing,
                               gradient_accumulation_steps=positive_int(gradient_accumulation_steps,
