@@ -218,6 +218,14 @@ def _size(value: Any, name: str) -> Any:
     return float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=float)
 
 
+def _together(**values: Any) -> None:
+    """Refuse size arguments whose array shapes do not broadcast together (:func:`~gpumodel.numeric.broadcastable`)."""
+    if sum(np.ndim(v) > 0 for v in values.values()) > 1:
+        from .numeric import broadcastable
+
+        _vocab(lambda: broadcastable(**values))
+
+
 def _amount(value: Any, name: str) -> Any:
     """A count that may be fractional or zero (:func:`~gpumodel.vocabulary.nonnegative_number`)."""
     from .vocabulary import nonnegative_number

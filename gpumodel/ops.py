@@ -29,7 +29,7 @@ import numpy as np
 from .dtypes import DType, bytes_per_element, dtype as _dtype
 from .opcost import (
     DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _amount, _finish, _size, _vocab, cost,
-    list_ops, register, size_arguments,
+    list_ops, register, size_arguments, _together,
 )
 from .vocabulary import choice, flag, weight_dtype as _weight_dtype
 
@@ -100,6 +100,7 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     8.5
     """
     m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
+    _together(m=m, n=n, k=k)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     a, c = m * k * s, m * n * s
@@ -123,6 +124,7 @@ def bmm(batch: Any, m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCo
     2097152.0
     """
     batch = _size(batch, "batch")
+    _together(batch=batch, m=m, n=n, k=k)
     one = matmul(m, n, k, dtype)
     shape = {"batch": batch, **one.shape}
     bd = {key: batch * v for key, v in one.breakdown.items()}
@@ -164,6 +166,10 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     numel = _size(numel, "numel")
     inputs, outputs = _amount(inputs, "inputs"), _amount(outputs, "outputs")
     fpe = _amount(flops_per_element, "flops_per_element")
+    _together(numel=numel, inputs=inputs, outputs=outputs, flops_per_element=fpe)
+    if np.any(np.asarray(inputs) + np.asarray(outputs) <= 0):
+        raise OpArgumentError("an elementwise op reads or writes at least one tensor: inputs + outputs must be > 0, "
+                              f"got inputs={inputs!r}, outputs={outputs!r}")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
@@ -188,6 +194,7 @@ def softmax(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     64.0
     """
     rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    _together(rows=rows, cols=cols)
     dt = _dtype(dtype)
     x = rows * cols * bytes_per_element(dt)
     return _finish(OpName.SOFTMAX, dt, 5.0 * rows * cols, x, x, "vector", {"rows": rows, "cols": cols})
@@ -210,6 +217,7 @@ def layer_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     64.0
     """
     rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    _together(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     x, params = rows * cols * s, 2.0 * cols * s
@@ -232,6 +240,7 @@ def rms_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     32.0
     """
     rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    _together(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     x, params = rows * cols * s, cols * s
@@ -253,6 +262,7 @@ def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     12.0
     """
     rows, cols = _size(rows, "rows"), _size(cols, "cols")
+    _together(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     return _finish(OpName.REDUCE_SUM, dt, rows * cols, rows * cols * s, rows * s, "vector",
@@ -287,6 +297,7 @@ def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16",
     2048000.0
     """
     tokens, vocab, hidden = _size(tokens, "tokens"), _size(vocab, "vocab"), _size(hidden, "hidden")
+    _together(tokens=tokens, vocab=vocab, hidden=hidden)
     backward = _vocab(flag, backward, "backward")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
@@ -334,6 +345,7 @@ def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16", *, backw
     80.0
     """
     tokens, vocab = _size(tokens, "tokens"), _size(vocab, "vocab")
+    _together(tokens=tokens, vocab=vocab)
     backward, upcast = _vocab(flag, backward, "backward"), _vocab(flag, upcast, "upcast")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
@@ -411,6 +423,7 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     seq, head_dim = _size(seq, "seq"), _size(head_dim, "head_dim")
     kv_heads = heads if kv_heads is None else _size(kv_heads, "kv_heads")
     kv_seq = seq if kv_seq is None else _size(kv_seq, "kv_seq")
+    _together(batch=batch, heads=heads, seq=seq, head_dim=head_dim, kv_heads=kv_heads, kv_seq=kv_seq)
     causal, backward = _vocab(flag, causal, "causal"), _vocab(flag, backward, "backward")
     impl = _vocab(choice, AttentionImpl, impl, "impl")
     dropout = _amount(dropout, "dropout")
@@ -486,7 +499,11 @@ def adamw_step(numel: Any, param_dtype: DType | str = "fp32", *, tensors: Any = 
     28.0
     """
     numel, tensors = _size(numel, "numel"), _size(tensors, "tensors")
+    _together(numel=numel, tensors=tensors)
     dt = _dtype(param_dtype)
+    if dt not in (DType.FP32, DType.BF16, DType.FP16):
+        raise OpArgumentError(f"param_dtype of a fused AdamW step is fp32, bf16 or fp16 (the parameters it updates), "
+                              f"got {dt.value!r}")
     s = bytes_per_element(dt)
     return _finish(OpName.ADAMW_STEP, dt, 12.0 * numel, 4.0 * numel * s, 3.0 * numel * s, "vector",
                    {"numel": numel, "tensors": tensors}, {"weights": 2.0 * numel * s, "gradients": numel * s,
@@ -516,6 +533,7 @@ def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype:
     """
     batch, kv_heads = _size(batch, "batch"), _size(kv_heads, "kv_heads")
     tokens, head_dim = _size(tokens, "tokens"), _size(head_dim, "head_dim")
+    _together(batch=batch, kv_heads=kv_heads, tokens=tokens, head_dim=head_dim)
     dt = _dtype(dtype)
     kv = 2.0 * batch * kv_heads * tokens * head_dim * bytes_per_element(dt)
     return _finish(OpName.KV_CACHE_WRITE, dt, 0.0 * kv, kv + tokens * INDEX_BYTES, kv, "vector",

@@ -590,3 +590,26 @@ def test_plan_training_takes_one_value_for_a_searched_option():
 def test_a_sequence_beyond_learned_positions_warns(call):
     with pytest.warns(gm.GpumodelWarning, match="learned positions"):
         call()
+
+
+def test_more_bad_inputs_end_in_typed_errors():
+    """Found by the bad-input audit: each raised a numpy or Python error from inside the library, or was accepted."""
+    from gpumodel.errors import GpumodelError, UnsupportedError
+
+    with pytest.raises(GpumodelError, match="m .* and n .* do not broadcast"):
+        gm.ops.matmul([1, 2], [1, 2, 3], 1)
+    with pytest.raises(GpumodelError, match="inputs \\+ outputs"):
+        gm.ops.elementwise(10, inputs=0, outputs=0)
+    with pytest.raises(GpumodelError, match="param_dtype"):
+        gm.ops.adamw_step(10, "int8")
+    with pytest.raises(GpumodelError, match="path"):
+        gm.load_calibration(5)
+    with pytest.raises(GpumodelError, match="batch_size .* and prompt_len .* do not broadcast"):
+        gm.prefill_time("llama-3-8b", "h200", batch_size=[1, 2], prompt_len=[128, 256, 512])
+    with pytest.warns(gm.errors.GpumodelWarning, match="learned positions"):
+        gm.decode_step_time("gpt2", "h200", 1, 4096)
+    fused = gm.ops.fuse(gm.ops.matmul(64, 64, 64), gm.ops.elementwise(64 * 64))
+    from gpumodel.calibration import calibration_for
+    from gpumodel.calibration.model import predict
+    with pytest.raises(UnsupportedError):
+        predict(calibration_for("h200").model(), fused)

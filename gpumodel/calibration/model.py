@@ -487,7 +487,9 @@ predictor(OpName.ELEMENTWISE, OpName.SOFTMAX, OpName.LAYER_NORM, OpName.RMS_NORM
 @predictor(OpName.FUSED)
 def _fused_op(model: CalibrationModel, op: Any) -> Prediction:
     if op.unit == "tensor":
-        raise ValueError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
     return _fused(model, op)
 
 

@@ -225,7 +225,9 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     SpecError
         The file is missing, not YAML, or a field is invalid (the message names file and field).
     """
-    path = Path(path).expanduser()
+    from ..vocabulary import path_argument
+
+    path = path_argument(path, "path").expanduser()
     if not path.is_file():
         raise SpecError(f"{path}: no such calibration file")
     records = load_records(path, Calibration)

@@ -120,7 +120,9 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     else:
         for op in K.kv_cache_write(b, nkv, s, hd, act, kv_dt.value):
             add("kv_write", op)
-    add("attention", K.attention(b, nh, s, hd, act, causal=s > 1, kv_heads=nkv, kv_seq=c + s,
+    # a prefill (nothing cached) or a chunk of several tokens is causal; one new token over a cache sees it all
+    causal = bool(np.all(np.asarray(c) == 0) or np.any(np.asarray(s) > 1))
+    add("attention", K.attention(b, nh, s, hd, act, causal=causal, kv_heads=nkv, kv_seq=c + s,
                                  kv_dtype=None if hf else kv_dt.value))
     if hf and s > 1:
         add("elementwise", _mem(t * q, a, a, 0))          # transpose(1, 2).contiguous()

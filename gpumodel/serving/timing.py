@@ -19,9 +19,10 @@ import numpy as np
 from .._strenum import StrEnum
 from .._repr import html_table
 from ..errors import ArgumentError
+from ..numeric import broadcastable
 from ..estimate import estimate as _estimate, model_for
 from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
-                          weight_dtype)
+                          weight_dtype, within_positions)
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
 
@@ -189,6 +190,10 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
     whole generation produces.
     """
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
+    given = {"batch_size": batch, **({"prompt_len": step_tokens} if phase == "prefill" else {"context_len": cached})}
+    broadcastable(**given)
+    within_positions(cfg, np.asarray(step_tokens) + np.asarray(cached),
+                     "prompt_len" if phase == "prefill" else "context_len + 1")
     kerns = step_kernels(cfg, batch, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
     shape = np.broadcast_shapes(np.shape(batch), np.shape(step_tokens), np.shape(cached))
     zeros = np.zeros(shape)
