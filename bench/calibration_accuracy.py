@@ -103,7 +103,31 @@ def main(argv=None) -> int:
     misses = bar_misses(res["calibrated"])
     print("\nbar (overall median <= 5%, p90 <= 15%; every family median <= 8%, p90 <= 25%): "
           + ("met" if not misses else "missed by " + ", ".join(misses)))
+    first, again = DATA / "validation_widened.jsonl", DATA / "repeat_widened.jsonl"
+    if first.exists() and again.exists():
+        print(f"\nrun to run: the same kernels measured twice ({first.name}, {again.name}), the second over the first")
+        for fam, r in repeatability(first, again).items():
+            print(f"  {fam:22s} n={r['n']:4d}  median |diff| {r['median']:6.1%}  p90 {r['p90']:6.1%}  "
+                  f"signed median {r['bias']:+6.1%}")
     return 0
+
+
+def repeatability(first: Path, again: Path) -> dict:
+    """Per family, how far the second measurement of each kernel is from the first: ``{n, median, p90, bias}``."""
+    from gpumodel.calibration.fit import family_of, load_points
+
+    key = lambda p: (p["op"], p["dtype"], p.get("kernel"), tuple(sorted(p["shape"].items())))  # noqa: E731
+    base = {key(p): p["time_s"] for p in load_points(first)[1] if p.get("time_s")}
+    diffs: dict[str, list[float]] = {}
+    for p in load_points(again)[1]:
+        if p.get("time_s") and key(p) in base:
+            diffs.setdefault(family_of(p), []).append(p["time_s"] / base[key(p)] - 1)
+    out = {}
+    for fam in sorted(diffs):
+        d = np.asarray(diffs[fam])
+        out[fam] = {"n": len(d), "median": float(np.median(np.abs(d))), "p90": float(np.percentile(np.abs(d), 90)),
+                    "bias": float(np.median(d))}
+    return out
 
 
 def bar_misses(table: dict) -> list[str]:

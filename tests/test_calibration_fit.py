@@ -38,6 +38,12 @@ KNOWN_MISSES: dict[str, str] = {
     "matmul_weight_only": "the dynamic fp8 recipe is host-bound at small m (about 90 us in the VALIDATION run, "
                           "280 us in the FIT run): kernel time only is modelled",
 }
+#: the same VALIDATION kernels measured again in another run (repeat_widened.jsonl; bench/calibration_accuracy.py
+#: prints the table): these families repeat to worse than the bar themselves (median / p90 of |run 2 / run 1 - 1|:
+#: attention_fwd 44% / 81%, attention_bwd 29% / 61%, attention_decode 1% / 235%, adamw_step 26% / 109%,
+#: matmul_weight_only 0.2% / 48%, attention_naive_bwd 0.1% / 18%); every other family repeats within 1% / 17%
+REPEATABILITY = {"attention_fwd": (0.44, 0.81), "attention_bwd": (0.29, 0.61), "attention_decode": (0.007, 2.35),
+                 "adamw_step": (0.26, 1.09), "matmul_weight_only": (0.002, 0.48)}
 #: the overall bar (median 5%, p90 15%) misses with the families above
 OVERALL_MISS = "the families in KNOWN_MISSES lift the overall p90 above 15%"
 
@@ -205,3 +211,17 @@ def test_records_fitted_before_the_new_mechanisms_still_load(h200):
     for op in (gm.ops.bmm(256, 1, 4096, 128, "bf16"), gm.ops.reduce_sum(4096, 32000, "bf16"),
                gm.ops.layer_norm(4096, 4096, "bf16")):
         assert np.isfinite(float(predict(m, op).time_s))
+
+
+def test_the_missing_families_do_not_repeat_within_the_bar():
+    """The host-bound families miss because the measurement itself moves that much from run to run."""
+    from benchscript import load_bench
+
+    table = load_bench("calibration_accuracy").repeatability(DATA / "validation_widened.jsonl",
+                                                              DATA / "repeat_widened.jsonl")
+    for fam, (median, p90) in REPEATABILITY.items():
+        assert table[fam]["median"] == pytest.approx(median, abs=0.01)
+        assert table[fam]["p90"] == pytest.approx(p90, abs=0.02)
+        assert table[fam]["median"] > BAR_MEDIAN or table[fam]["p90"] > BAR_P90
+    steady = [f for f in table if f not in REPEATABILITY and f != "attention_naive_bwd"]
+    assert all(table[f]["median"] < 0.01 and table[f]["p90"] < 0.2 for f in steady)
