@@ -133,7 +133,12 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # backend the rate attn_flops_fwd was fitted to (cuDNN's sm90 wgmma kernels on the H200 with torch 2.11)
     rate = p[f"attn_flops_{d}"] if bwd else np.where(seq < skv, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
                                                        p["attn_flops_fwd"])
-    per_sm = _soft_max(_f(op.flops) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    if bwd:
+        pad = np.ones_like(scores)
+    else:  # a tile computes all its query rows: fewer queries than a tile's rows (a short chunk) still cost the tile
+        block = np.where(splits > 1, SPLIT_BLOCK_M, BLOCK_M)
+        pad = np.where(seq > 1, np.ceil(k["rows"] / block) * block / np.maximum(k["rows"], 1.0), 1.0)
+    per_sm = pad * _soft_max(_f(op.flops) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
     t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
