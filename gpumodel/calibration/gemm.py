@@ -1,0 +1,126 @@
+"""The calibrated time model of GEMMs (``matmul``, ``bmm``): output tiles in waves over the SMs, split-K and
+stream-K, the L2 feed of each tile, and the stream of a skinny product (part of
+:mod:`gpumodel.calibration.model`, which re-exports these names; see its notes for the equations).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from gpumodel.opcost import OpName
+
+from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor
+
+#: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
+TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
+SPLITS = (1, 2, 4, 8, 16)
+#: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
+WHOLE_WAVE_DTYPES = ("tf32", "fp32")
+#: a GEMM with m, n or k within the largest tile's edge covers that edge with one row (or column) of tiles, so it
+#: reads its big operand once and may run as a stream (GEMV, small k, and the decode projections of a served
+#: batch: on the H200 a 128 x 24576 x 6144 ``F.linear`` streams its 302 MB of weights at 3.6 TB/s, above the
+#: tiled-GEMM traffic rate ``bw_eff_gemm``)
+STREAM_MAX_EDGE = max(max(tile) for tile in TILES)
+#: a batched GEMM (``bmm``) with an edge at most this may run as a stream: the strided-batched kernels cuBLAS runs
+#: for them on the H200 (``nvjet_sm90_tst_256x128_64x4`` / ``128x128_64x6`` in the profiler) cover 128 rows,
+#: columns or a whole k of 128 in one tile, so each batch's inputs are read and its output written once
+BMM_STREAM_MAX_EDGE = 128
+
+
+def _flops_param(params: Mapping[str, float], op: Any) -> float:
+    dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+    if dt in ("fp8_e4m3", "fp8_e5m2"):
+        dt = "fp8"
+    key = f"flops_{dt}"
+    if key not in params:
+        from gpumodel.hardware import UnsupportedDTypeError
+
+        known = sorted(k[6:] for k in params if k.startswith("flops_"))
+        raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model (known: {', '.join(known)}); "
+                                    "for a calibrated GPU, calibrated=False gives the datasheet estimate")
+    return params[key]
+
+
+def _aligned(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
+    """Whether a GEMM's operands allow the 16-byte-load tensor-core kernels.
+
+    Operands are aligned when ``k*e`` and ``n*e`` (the leading dimensions of row-major A, B and C,
+    in bytes) are multiples of 16; otherwise cuBLAS falls back to slower kernels whose rate is
+    capped at ``unaligned_flops`` (measured on the H200: 8-byte-aligned operands are as slow as
+    2-byte ones, for bf16, fp16 and tf32 alike). CUDA-core fp32 GEMMs load 4-byte words and are
+    never penalised.
+    """
+    if op.unit != "tensor" or (op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)) == "fp32":
+        return np.ones(np.broadcast(k, n).shape, dtype=bool)
+    return (np.mod(k * e, 16.0) == 0) & (np.mod(n * e, 16.0) == 0)
+
+
+def _gemm(model: CalibrationModel, op: Any) -> Prediction:
+    p, P = model.params, float(model.sm_count)
+    s = op.shape
+    m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
+    batch = _f(s.get("batch", 1.0))
+    e = _bpe(op)
+    rate = np.where(_aligned(op, k, n, e), _flops_param(p, op), np.minimum(_flops_param(p, op), p["unaligned_flops"])) / P
+    feed = p["l2_bandwidth"] / P
+    bytes_min = _f(op.bytes)
+    best = best_c = best_m = best_par = None
+    # fp32-data GEMMs (tf32 on tensor cores, fp32 on CUDA cores) run as whole waves of output tiles:
+    # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
+    # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no split-K or stream-K evening them out
+    dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
+    splits, stream_k = ((1,), False) if dt in WHOLE_WAVE_DTYPES else (SPLITS, True)
+    for tm, tn in TILES:
+        base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
+        for split in splits:
+            if split > 1 and np.all(base_tiles >= P):
+                continue
+            tiles = base_tiles * split
+            waves = np.ceil(tiles / P)
+            ks = np.ceil(k / split)
+            t_tile = p["tile_overhead_s"] + np.maximum(
+                2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
+            t_c = waves * t_tile
+            extra = 8.0 * batch * m * n * split if split > 1 else 0.0
+            bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
+            t_m = (bytes_min + extra) / bw
+            t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
+            par = tiles / (waves * P)
+            cands = [(t, t_c, t_m, par)]
+            if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+                t_c2 = base_tiles / P * t_tile
+                t2 = _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"]
+                cands.append((t2, t_c2, t_m, np.ones_like(t2)))
+            for t, t_c, t_m, par in cands:
+                if best is None:
+                    best, best_c, best_m, best_par = t, t_c, t_m, par
+                else:
+                    take = t < best
+                    best = np.where(take, t, best)
+                    best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
+                    best_par = np.where(take, par, best_par)
+    # a skinny product (m, n or k within one tile edge) reads its big operand (or writes its output) once: a stream
+    # at its own rate, or its math at the full rate, plus a fixed time (cuBLAS's GEMV and small-k kernels)
+    if "stream_overhead_s" in p:  # (records fitted before this candidate existed lack its parameters)
+        edge = BMM_STREAM_MAX_EDGE if op.name == "bmm" else STREAM_MAX_EDGE
+        t_v = np.where(np.minimum(np.minimum(m, n), k) <= edge,
+                       p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
+                                                           _f(op.flops) / (rate * P)), np.inf)
+    else:
+        t_v = np.full_like(best, np.inf)
+    take = t_v < best
+    best, best_m = np.where(take, t_v, best), np.where(take, t_v, best_m)
+    best_c, best_par = np.where(take, 0.0, best_c), np.where(take, 1.0, best_par)
+    launch = p["launch_s"] * np.ones_like(best)
+    return Prediction(launch + best, best_c, best_m, launch, best_par)
+
+
+@predictor(OpName.MATMUL, OpName.BMM)
+def _matmul(model: CalibrationModel, op: Any) -> Prediction:
+    if op.shape.get("weight_dtype") is not None:
+        from .composite import weight_only_matmul
+
+        return weight_only_matmul(model, op)
+    return _gemm(model, op)
