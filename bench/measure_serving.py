@@ -75,6 +75,42 @@ KV_LIMIT_BYTES = 48e9          # leave room for weights, activations and graph p
 PREFILL_TOKEN_LIMIT = 16384
 
 
+#: one decoder layer, unfused (CUDA graph of PyTorch's kernels) and torch.compile'd (inductor's fused kernels in a
+#: CUDA graph), paired: (shape, kind, batch, context_len or prompt_len)
+COMPILED_CASES = [("llama-3-8b", "decode", 1, 1024), ("llama-3-8b", "decode", 16, 2048), ("llama-3-8b", "decode", 64, 1024),
+                  ("llama-3-8b", "prefill", 1, 512), ("llama-3-8b", "prefill", 1, 2048), ("llama-3-8b", "prefill", 4, 1024),
+                  ("llama-3-70b", "decode", 1, 1024), ("llama-3-70b", "decode", 32, 2048), ("llama-3-70b", "prefill", 1, 1024),
+                  ("llama-3.2-1b", "decode", 8, 1024), ("llama-3.2-1b", "prefill", 2, 1024)]
+TINY_COMPILED = [("tiny-gqa", "decode", 1, 8), ("tiny-gqa", "prefill", 2, 16)]
+
+
+def compiled_plan(tiny: bool = False) -> list[dict]:
+    """The paired one-layer cases of ``--compiled`` (module notes)."""
+    shapes = {s[0]: s for s in (TINY_SHAPES if tiny else SHAPES)}
+    cases = []
+    for name, kind, b, n in (TINY_COMPILED if tiny else COMPILED_CASES):
+        shape = {**shape_fields(shapes[name]), "layers": 1}
+        size = {"context_len": n} if kind == "decode" else {"prompt_len": n}
+        cases.append(dict(kind=kind, engine="compiled", batch=b, dtype="bf16", **size, **shape))
+    return cases
+
+
+def run_compiled(torch, case: dict, weights: dict, device: str) -> dict:
+    """One layer timed as a CUDA graph of its unfused kernels, then torch.compile'd (default mode) and captured."""
+    _, one_layer, caches = make_step(torch, case, weights, device)
+    graph = time_graph(torch, one_layer, device)
+    torch._dynamo.reset()                     # each case compiles afresh (no recompile limit across cases)
+    fused = torch.compile(one_layer, dynamic=False)
+    t = time.perf_counter()
+    fused()
+    fused()                                   # compiled and warm
+    compile_s = time.perf_counter() - t
+    comp = time_graph(torch, fused, device)
+    del caches
+    return dict(case, layer_s_graph=statistics.median(graph), layer_s_compiled=statistics.median(comp),
+                layer_s_compiled_all=comp, compile_s=compile_s, seconds=statistics.median(comp))
+
+
 def split_of(key: str) -> str:
     """'holdout' for about a quarter of the cases, chosen by a hash of the case (fixed before measuring)."""
     return "holdout" if zlib.crc32(key.encode()) % 4 == 0 else "fit"
@@ -321,12 +357,14 @@ def arguments(doc: str, budget_s: float) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ap = arguments(__doc__, budget_s=330.0)
     ap.add_argument("--hf-reps", type=int, default=3)
+    ap.add_argument("--compiled", action="store_true",
+                    help="only the paired one-layer cases: unfused CUDA graph against torch.compile (compiled_plan)")
     args = ap.parse_args(argv)
     import torch
 
     device = "cpu" if args.dry_run else "cuda"
     t0 = time.perf_counter()
-    cases = plan(tiny=args.dry_run)
+    cases = compiled_plan(tiny=args.dry_run) if args.compiled else plan(tiny=args.dry_run)
     weights, weights_key = None, None
     with open(args.out, "w") as out:
         out.write(json.dumps(environment(torch, device)) + "\n")
@@ -343,12 +381,13 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
                     row = run_hf(torch, case, device, 1 if args.dry_run else args.hf_reps)
                 else:
-                    if weights_key != case["shape"]:
+                    if weights_key != (case["shape"], case["layers"]):
                         weights = None
                         if device == "cuda":
                             torch.cuda.empty_cache()
-                        weights, weights_key = build_weights(torch, case, device), case["shape"]
-                    row = run_lean(torch, case, weights, device)
+                        weights, weights_key = build_weights(torch, case, device), (case["shape"], case["layers"])
+                    run = run_compiled if case["engine"] == "compiled" else run_lean
+                    row = run(torch, case, weights, device)
                 row["status"] = "ok"
             except torch.OutOfMemoryError:
                 row = dict(case, status="oom")

@@ -8,6 +8,9 @@
    and the matmul FLOPs over the dense peak).
 2. gpt-fast's README tables: batch-1 decode tokens/s on A100-80GB (bf16, int8, int4; tp 1-8).
 3. TensorRT-LLM v0.17's offline maximum throughput table (H100, H200, A100, L40S).
+4. ``tests/data/serving/compiled.jsonl`` (``bench/measure_serving.py --compiled``): one decoder layer of three
+   shapes as a CUDA graph of PyTorch's unfused kernels and ``torch.compile``'d (inductor's fused kernels, captured
+   the same way), paired; checks ``engine="compiled"`` on the H200 (nothing fitted to it).
 
 Both engines fuse their memory-bound kernels (gpt-fast runs ``torch.compile(mode="reduce-overhead")``:
 inductor's fused kernels replayed as CUDA graphs; TensorRT-LLM builds fused kernels), so they are modelled
@@ -264,6 +267,36 @@ def trtllm_section(show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(pred), np.asarray(ref)
 
 
+def layer_time(r: dict, engine: str) -> float:
+    """Model time of one decoder layer of a row's shape: the two-layer step less the one-layer step [s]."""
+    t = []
+    for layers in (1, 2):
+        cfg = lean_config({**r, "layers": layers})
+        if r["kind"] == "decode":
+            t.append(float(decode_step_time(cfg, "h200", r["batch"], r["context_len"], engine=engine).seconds))
+        else:
+            t.append(float(prefill_time(cfg, "h200", r["batch"], r["prompt_len"], engine=engine).seconds))
+    return t[1] - t[0]
+
+
+def compiled_section(path: Path, show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One decoder layer on the H200 as a CUDA graph of PyTorch's kernels and torch.compile'd (compiled.jsonl)."""
+    rows = [r for r in load_measured(path) if r.get("status") == "ok" and r.get("engine") == "compiled"]
+    print(f"== one decoder layer on the H200, unfused CUDA graph and torch.compile'd ({path.name}, {len(rows)} rows) ==")
+    pred, meas, pg, mg = [], [], [], []
+    for r in rows:
+        pred.append(layer_time(r, "compiled")), meas.append(r["layer_s_compiled"])
+        pg.append(layer_time(r, "graph")), mg.append(r["layer_s_graph"])
+        if show_rows:
+            size = r.get("context_len", r.get("prompt_len"))
+            print(f"  {r['shape']:13s} {r['kind']:7s} b={r['batch']:<3d} {size:6d}: compiled {meas[-1] * 1e6:8.1f} us, "
+                  f"model {pred[-1] * 1e6:8.1f} ({pred[-1] / meas[-1] - 1:+6.1%}); speed-up over unfused measured "
+                  f"{mg[-1] / meas[-1]:.2f}, model {pg[-1] / pred[-1]:.2f}")
+    print(f"{'compiled':>16}: {stats(pred, meas)}")
+    print(f"{'unfused graph':>16}: {stats(pg, mg)}")
+    return np.asarray(pred), np.asarray(meas)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measured", type=Path, default=DATA / "measured.jsonl")
@@ -276,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         measured_section(args.measured, args.rows)
     else:
         print(f"(no measured data at {args.measured.name}: run bench/measure_serving.py on an H200)")
+    if (DATA / "compiled.jsonl").exists():
+        compiled_section(DATA / "compiled.jsonl", args.rows)
     gpt_fast_section(args.rows)
     trtllm_section(args.rows)
     return 0
