@@ -115,8 +115,9 @@ def main(argv=None) -> int:
 def repeatability(first: Path, again: Path) -> dict:
     """Per family, how far the second measurement of each kernel is from the first: ``{n, median, p90, bias}``."""
     from gpumodel.calibration.fit import family_of, load_points
+    from gpumodel.calibration.plan import case_key
 
-    key = lambda p: (p["op"], p["dtype"], p.get("kernel"), tuple(sorted(p["shape"].items())))  # noqa: E731
+    key = lambda p: (p.get("kernel"), *case_key(p))  # noqa: E731  the same call on the same shape
     base = {key(p): p["time_s"] for p in load_points(first)[1] if p.get("time_s")}
     diffs: dict[str, list[float]] = {}
     for p in load_points(again)[1]:

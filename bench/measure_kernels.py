@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import STRIDED_KERNELS, _case, strided_case, strided_cases, widened_cases  # noqa: E402
+from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, strided_case, strided_cases,  # noqa: E402
+                                      widened_cases)
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
@@ -169,7 +170,7 @@ def widened_validation_cases() -> list[dict]:
     seen: set = set()
     unique = []
     for c in cases:  # a naive-attention part may repeat a grid shape
-        key = (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))
+        key = case_key(c)
         if key not in seen:
             seen.add(key)
             unique.append(c)
@@ -190,8 +191,8 @@ def strided_validation_cases() -> list[dict]:
         if tokens in (100, 8192):
             for kernel in STRIDED_KERNELS:
                 cases.append(strided_case(kernel, "fp32", tokens * (14336 if kernel.startswith("chunk") else 2048)))
-    fit = {(c["kernel"], c["dtype"], c["shape"]["numel"]) for c in strided_cases()}
-    return [c for c in cases if (c["kernel"], c["dtype"], c["shape"]["numel"]) not in fit]
+    fit = {(c["kernel"], *case_key(c)) for c in strided_cases()}
+    return [c for c in cases if (c["kernel"], *case_key(c)) not in fit]
 
 
 def skinny_validation_cases() -> list[dict]:
@@ -203,9 +204,8 @@ def skinny_validation_cases() -> list[dict]:
     from gpumodel.calibration.fit import load_points
 
     fit_path = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration" / "fit.jsonl"
-    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
-    fit = {key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
-    return [c for c in cases if key(c) not in fit]
+    fit = {case_key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
+    return [c for c in cases if case_key(c) not in fit]
 
 
 def _profiled(case: dict) -> bool:

@@ -85,6 +85,11 @@ def _fuse_chains(L: _Layer) -> _Layer:
     return out
 
 
+def _gemms(L: _Layer, f0: int, f1: int) -> int:
+    """GEMMs among the forward kernels ``f0:f1`` (an iteration of the eager expert loop)."""
+    return sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
+
+
 def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0,
                      ckpt: bool = False) -> list[Entry]:
     if compiled:
@@ -99,7 +104,7 @@ def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scal
         for (f0, f1), _back, (mods, vws) in L.experts:
             waits = sum(1 for i in range(f0, f1) if i in syncs)
             # each expert's GEMMs get a new token count every step: the GEMM library's kernel choice runs again
-            gemms = sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
+            gemms = _gemms(L, f0, f1)
             per = (max(host.expert_forward_s - waits * host.item_s, 0.0) + gemms * host.gemm_shape_s) / max(f1 - f0, 1)
             priced.update(dict.fromkeys(range(f0, f1), per))
             modules, views = modules - mods, views - vws
@@ -118,8 +123,7 @@ def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float =
         for (f0, f1), (b0, b1), _glue in L.experts:
             kernels = sum(L.backward[j][1] for j in range(b0, b1) if L.backward[j][0] is not None)
             # per GEMM of the forward: the input gradient (new rows) and the weight gradient (new contraction)
-            gemms = sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
-            extra = gemms * (host.gemm_shape_s + host.gemm_shape_k_s)
+            extra = _gemms(L, f0, f1) * (host.gemm_shape_s + host.gemm_shape_k_s)
             priced.update(dict.fromkeys(range(b0, b1), (host.expert_backward_s + extra) / max(kernels, 1)))
     for j in range(len(L.backward) - 1, -1, -1):
         op, n, *kind = L.backward[j]

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpumodel.calibration.bench import fit_cases
+from gpumodel.calibration.plan import case_key
 from benchscript import load_bench
 
 
@@ -32,13 +33,12 @@ def test_plan_is_reproducible_and_rejects_unknown_mode():
 
 def test_validation_shapes_are_not_fit_shapes():
     mk = load_bench("measure_kernels")
-    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
-    fit = {key(c) for c in fit_cases("full")}
-    val = [key(c) for c in mk.validation_cases()]
+    fit = {case_key(c) for c in fit_cases("full")}
+    val = [case_key(c) for c in mk.validation_cases()]
     assert not fit & set(val)
     from gpumodel.calibration.plan import sweep_cases
 
-    assert not {key(c) for c in sweep_cases()} & set(val)          # the sweep is fit data too
+    assert not {case_key(c) for c in sweep_cases()} & set(val)          # the sweep is fit data too
 
 
 def test_dry_run_on_cpu(tmp_path):
@@ -120,9 +120,8 @@ def test_widened_validation_is_disjoint_from_every_fit_plan():
     from gpumodel.calibration.plan import sweep_cases, widened_cases
 
     mk = _measure_kernels()
-    key = lambda c: (c["op"], c["dtype"], tuple(sorted(c["shape"].items())))  # noqa: E731
-    fit = {key(c) for c in fit_cases("full") + sweep_cases() + widened_cases()}
-    val = [key(c) for c in mk.widened_validation_cases()]
+    fit = {case_key(c) for c in fit_cases("full") + sweep_cases() + widened_cases()}
+    val = [case_key(c) for c in mk.widened_validation_cases()]
     assert not fit & set(val)
     assert len(set(val)) == len(val)
     ops = {c["op"] for c in mk.widened_validation_cases()}

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpumodel.calibration.plan import case_key
 import gpumodel as gm
 from gpumodel.calibration.fit import (accuracy_table, datasheet_bounds, fit_calibration, fit_model, load_points,
                                       point_set)
@@ -72,9 +73,8 @@ def validation():
 
 
 def test_fit_and_validation_sets_are_disjoint(fit_points):
-    key = lambda p: (p["op"], p["dtype"], tuple(sorted(p["shape"].items())))  # noqa: E731
-    fit = {key(p) for p in fit_points[1]}
-    val = [key(p) for p in _validation_points()]
+    fit = {case_key(p) for p in fit_points[1]}
+    val = [case_key(p) for p in _validation_points()]
     assert len(val) > 300 and not fit & set(val)
 
 

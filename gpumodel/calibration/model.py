@@ -318,14 +318,13 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
         body = _soft_max(t_m, t_c, q)
-        if fam == "elementwise" and op.shape.get("strided"):
-            # PyTorch's generic elementwise_kernel (strided or broadcast operands): no vector loads, every
-            # operand's offset computed from the index; an element rate bounds it unless the traffic does
-            t_rows = _f(op.shape["numel"]) / p["strided_elem_rate"] + 0.0 * t_m
-            body = np.maximum(body, t_rows)
-            launch = (p["launch_s"] + p.get("strided_launch_s", 0.0)) * np.ones_like(body)
-            return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
-    launch = p["launch_s"] * np.ones_like(body)
+    extra_launch = 0.0
+    if fam == "elementwise" and op.shape.get("strided"):
+        # PyTorch's generic elementwise_kernel (strided or broadcast operands): no vector loads, every
+        # operand's offset computed from the index; an element rate bounds it unless the traffic does
+        t_rows = _f(op.shape["numel"]) / p["strided_elem_rate"] + 0.0 * t_m
+        body, extra_launch = np.maximum(body, t_rows), p.get("strided_launch_s", 0.0)
+    launch = (p["launch_s"] + extra_launch) * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
 
 

@@ -12,13 +12,24 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Case", "STRIDED_KERNELS", "fit_cases", "strided_cases", "sweep_cases", "widened_cases"]
+__all__ = ["Case", "STRIDED_KERNELS", "case_key", "fit_cases", "strided_cases", "sweep_cases", "widened_cases"]
 
 Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
 
 
 def _case(op: str, kernel: str, dtype: str, **shape: Any) -> Case:
     return {"op": op, "kernel": kernel, "dtype": dtype, "shape": shape}
+
+
+def case_key(case: Case) -> tuple:
+    """What the time model sees of a case or measured point: op, dtype and shape (not the PyTorch call).
+
+    Two cases with one key are the same shape for the model: FIT and VALIDATION sets must not share one.
+
+    >>> case_key(_case("matmul", "mm", "bf16", m=1, n=2, k=3)) == case_key(_case("matmul", "linear", "bf16", k=3, n=2, m=1))
+    True
+    """
+    return case["op"], case["dtype"], tuple(sorted(case["shape"].items()))
 
 
 def _loguniform(rng: random.Random, lo: int, hi: int, multiple: int = 1) -> int:
