@@ -16,7 +16,8 @@ Usage::
     python bench/calibration_accuracy.py --calibration my-gpu.yaml --points my-validation.jsonl
     python bench/calibration_accuracy.py --json
 
-By default the points are every committed VALIDATION file (``validation*.jsonl``); the last
+By default the points are every committed VALIDATION file (``validation*.jsonl``), each kernel timed
+as the median over the runs that measured it (``repeat_<name>*.jsonl`` are further runs); the last
 lines say whether the acceptance bar holds: overall median <= 5% and p90 <= 15%, every family
 median <= 8% and p90 <= 25%.
 """
@@ -40,11 +41,11 @@ BAR_OVERALL, BAR_FAMILY = (0.05, 0.15), (0.08, 0.25)
 def evaluate(calibration, points_path, gpu=None) -> dict:
     """Per-family accuracy of the calibrated, uncalibrated and roofline estimates on one or more point files."""
     import gpumodel as gm
-    from gpumodel.calibration.fit import load_points, point_set
+    from gpumodel.calibration.fit import median_of_runs, point_set
     from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
 
     paths = [points_path] if isinstance(points_path, (str, Path)) else list(points_path)
-    points = [pt for path in paths for pt in load_points(path)[1]]
+    points = [pt for path in paths for pt in median_of_runs(path)]
     ps = point_set(points)
     g = gm.gpu(gpu or calibration.gpu)
     models = {"calibrated": calibration.model(),
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
                    help="measured points (JSON lines); default: every validation*.jsonl")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    from gpumodel.calibration.fit import repeat_files
     from gpumodel.calibration.record import calibration_for, load_calibration
 
     cal = load_calibration(args.calibration) if args.calibration else calibration_for(args.gpu)
@@ -103,24 +105,25 @@ def main(argv=None) -> int:
     misses = bar_misses(res["calibrated"])
     print("\nbar (overall median <= 5%, p90 <= 15%; every family median <= 8%, p90 <= 25%): "
           + ("met" if not misses else "missed by " + ", ".join(misses)))
-    first, again = DATA / "validation_widened.jsonl", DATA / "repeat_widened.jsonl"
-    if first.exists() and again.exists():
-        print(f"\nrun to run: the same kernels measured twice ({first.name}, {again.name}), the second over the first")
-        for fam, r in repeatability(first, again).items():
+    first = DATA / "validation_widened.jsonl"
+    again = repeat_files(first)
+    if first.exists() and again:
+        print(f"\nrun to run: the same kernels measured again ({', '.join(x.name for x in again)} over {first.name})")
+        for fam, r in repeatability(first, *again).items():
             print(f"  {fam:22s} n={r['n']:4d}  median |diff| {r['median']:6.1%}  p90 {r['p90']:6.1%}  "
                   f"signed median {r['bias']:+6.1%}")
     return 0
 
 
-def repeatability(first: Path, again: Path) -> dict:
-    """Per family, how far the second measurement of each kernel is from the first: ``{n, median, p90, bias}``."""
+def repeatability(first: Path, *again: Path) -> dict:
+    """Per family, how far each further measurement of a kernel is from the first: ``{n, median, p90, bias}``."""
     from gpumodel.calibration.fit import family_of, load_points
     from gpumodel.calibration.plan import case_key
 
     key = lambda p: (p.get("kernel"), *case_key(p))  # noqa: E731  the same call on the same shape
     base = {key(p): p["time_s"] for p in load_points(first)[1] if p.get("time_s")}
     diffs: dict[str, list[float]] = {}
-    for p in load_points(again)[1]:
+    for p in (pt for path in again for pt in load_points(path)[1]):
         if p.get("time_s") and key(p) in base:
             diffs.setdefault(family_of(p), []).append(p["time_s"] / base[key(p)] - 1)
     out = {}

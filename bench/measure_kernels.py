@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
 from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, strided_case, strided_cases,  # noqa: E402
-                                      widened_cases)
+                                      tiles_cases, widened_cases)
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
@@ -201,11 +201,27 @@ def skinny_validation_cases() -> list[dict]:
     cases = [_case("matmul", "linear", "bf16", m=m, n=n, k=k)
              for m in (96, 160, 224, 256, 288, 320, 384, 448, 512, 768)
              for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672))]
+    fit = _fit_keys()
+    return [c for c in cases if case_key(c) not in fit]
+
+
+def _fit_keys() -> set:
     from gpumodel.calibration.fit import load_points
 
     fit_path = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration" / "fit.jsonl"
-    fit = {case_key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
-    return [c for c in cases if case_key(c) not in fit]
+    return {case_key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
+
+
+def tiles_fit_cases() -> list[dict]:
+    """FIT side of the tiles plan (:func:`gpumodel.calibration.plan.tiles_cases`, seed 4), less shapes already fitted."""
+    fit = _fit_keys()
+    return [c for c in tiles_cases(4) if case_key(c) not in fit]
+
+
+def tiles_validation_cases() -> list[dict]:
+    """VALIDATION side of the tiles plan: another draw (seed 5), less every shape of a FIT set."""
+    fit = _fit_keys() | {case_key(c) for c in tiles_cases(4)}
+    return [c for c in tiles_cases(5) if case_key(c) not in fit]
 
 
 def _profiled(case: dict) -> bool:
@@ -220,16 +236,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--set", choices=["base", "widened", "strided", "skinny"], default="base",
+    p.add_argument("--set", choices=["base", "widened", "strided", "skinny", "tiles"], default="base",
                    help="base: the first validation set; widened: the composite/serving validation set, and with "
                         "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first; strided: "
                         "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
-                        "F.linear at 96-768 tokens around the stream edge (VALIDATION only)")
+                        "F.linear at 96-768 tokens around the stream edge (VALIDATION only); tiles: GEMMs by the alignment "
+                        "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out)")
     p.add_argument("--fit-out", default=None, help="with --set widened: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
                    help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
     p.add_argument("--kernel-names", action="store_true",
                    help="record the kernels PyTorch launches for composite/serving cases (torch.profiler)")
+    p.add_argument("--profile-all", action="store_true",
+                   help="with --kernel-names, record the kernels and the GPU's own time of every case")
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     args = p.parse_args(argv)
@@ -255,8 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = [("validation", strided_validation_cases(), args.out)]
         if args.fit_out:
             runs.insert(0, ("fit-strided", strided_cases(), args.fit_out))
+    if args.set == "tiles":
+        runs = [("validation-tiles", tiles_validation_cases(), args.out)]
+        if args.fit_out:
+            runs.insert(0, ("fit-tiles", tiles_fit_cases(), args.fit_out))
     total = sum(len(cases) for _, cases, _ in runs)
-    names = _profiled if args.kernel_names else None
+    names = (lambda case: True) if args.profile_all else _profiled
+    names = names if args.kernel_names else None
     for mode, cases, out in runs:
         t0 = time.perf_counter()
         budget = None if args.time_budget is None else args.time_budget * len(cases) / total

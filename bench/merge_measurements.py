@@ -1,6 +1,7 @@
 """Merge measurement runs (JSON lines) into one fit set.
 
-Kernels measured in several runs get the geometric mean of their medians; each run can be cut
+Kernels measured in several runs get the median of their medians (of an even count, the geometric
+mean of the middle two: of two runs, their geometric mean); each run can be cut
 after its first N points (``file.jsonl:N``), e.g. where a repeatability check found it disturbed.
 ``--exclude`` drops every kernel whose op, dtype and shape a held-out (VALIDATION) file has, so the
 fit never sees a validation shape.
@@ -48,7 +49,9 @@ def main(argv=None) -> int:
         fh.write(json.dumps({"environment": env}) + "\n")
         for key in order:
             pt, times = merged[key]
-            t = math.exp(sum(math.log(x) for x in times) / len(times))
+            logs = sorted(math.log(x) for x in times)
+            mid = len(logs) // 2
+            t = math.exp(logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid]))
             fh.write(json.dumps({**pt, "time_s": t, "runs": len(times)}) + "\n")
     print(f"{len(order)} kernels ({sum(len(v[1]) > 1 for v in merged.values())} measured more than once; "
           f"{dropped} points with a held-out shape left out) -> {args.out}", file=sys.stderr)

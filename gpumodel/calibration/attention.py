@@ -119,7 +119,11 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     skv = _f(s.get("kv_seq", s["seq"]))
     causal = bool(s.get("causal", False))
     bwd = bool(s.get("backward", False))
-    frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
+    frac = op_frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
+    if causal:  # square causal: tile i of N walks i + 1 key blocks, the diagonal one masked element by element
+        n_blocks = np.ceil(skv / BLOCK_M)
+        frac = np.where(seq == skv, (n_blocks + 1.0) / (2.0 * n_blocks) + p.get("attn_causal_diag", 0.0) / n_blocks,
+                        frac)
     scores = b * h * seq * skv * frac
     d = "bwd" if bwd else "fwd"
     if bwd:  # a block per tile of keys
@@ -138,7 +142,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     else:  # a tile computes all its query rows: fewer queries than a tile's rows (a short chunk) still cost the tile
         block = np.where(splits > 1, SPLIT_BLOCK_M, BLOCK_M)
         pad = np.where(seq > 1, np.ceil(k["rows"] / block) * block / np.maximum(k["rows"], 1.0), 1.0)
-    per_sm = pad * _soft_max(_f(op.flops) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    per_sm = pad * _soft_max(_f(op.flops) * (frac / op_frac) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
     t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),

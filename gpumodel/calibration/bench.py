@@ -33,7 +33,8 @@ from .runners import RUNNERS
 
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
-    "measure", "run_benchmarks", "environment_info", "progress", "launched_kernels", "widened_cases",
+    "measure", "run_benchmarks", "environment_info", "progress", "launched_kernels", "device_seconds",
+    "widened_cases",
 ]
 
 from ..errors import GpumodelError
@@ -207,11 +208,12 @@ def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
     point = {**case, "time_s": t, "reps": reps}
     if kernel_names and not dry_run:
         point["launches"] = launched_kernels(fn)
+        point.update(device_seconds(fn, flush))
     return point
 
 
-def launched_kernels(fn: Callable[[], Any]) -> list[str]:
-    """Names of the GPU kernels one call of ``fn`` launches, in order (``torch.profiler``; [] if unavailable)."""
+def _profiled_kernels(fn: Callable[[], Any]) -> list:
+    """The profiler's GPU events of one call of ``fn``, in start order ([] if the profiler is unavailable)."""
     torch = _torch()
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -221,9 +223,37 @@ def launched_kernels(fn: Callable[[], Any]) -> list[str]:
             fn()
             torch.cuda.synchronize()
         events = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
-        return [e.name[:120] for e in sorted(events, key=lambda e: e.time_range.start)][:40]
+        return sorted(events, key=lambda e: e.time_range.start)
     except Exception:  # noqa: BLE001 - the profiler is optional
         return []
+
+
+def launched_kernels(fn: Callable[[], Any]) -> list[str]:
+    """Names of the GPU kernels one call of ``fn`` launches, in order (``torch.profiler``; [] if unavailable)."""
+    return [e.name[:120] for e in _profiled_kernels(fn)][:40]
+
+
+def device_seconds(fn: Callable[[], Any], flush=None, calls: int = 3) -> dict:
+    """The GPU's own time in one call of ``fn``, from the profiler, the L2 flushed before each call.
+
+    ``kernel_s`` is the sum of the call's kernel durations (the GPU busy), ``span_s`` the time from the
+    first kernel's start to the last one's end (gaps included: the GPU waiting on the host between the
+    call's launches); each the median of ``calls`` profiled calls. A timer that brackets the call with
+    events also counts the host's time before the first launch when the GPU has nothing queued, so a
+    ``time_s`` well above ``span_s`` marks a call bound by its host. ``{}`` if the profiler is unavailable.
+    """
+    torch = _torch()
+    sums, spans = [], []
+    for _ in range(calls):
+        if flush is not None:
+            flush.zero_()
+        events = _profiled_kernels(fn)
+        if not events:
+            return {}
+        sums.append(sum(e.time_range.elapsed_us() for e in events) * 1e-6)
+        spans.append((max(e.time_range.end for e in events) - events[0].time_range.start) * 1e-6)
+    torch.cuda.synchronize()
+    return {"kernel_s": sorted(sums)[calls // 2], "span_s": sorted(spans)[calls // 2]}
 
 
 # ----------------------------------------------------------------------------- environment

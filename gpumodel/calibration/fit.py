@@ -28,7 +28,7 @@ import numpy as np
 from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
 from .parameters import GENERIC_ROW_FAMILIES
 
-__all__ = ["PointSet", "load_points", "point_set", "fit_model", "relative_errors", "accuracy_table",
+__all__ = ["PointSet", "load_points", "median_of_runs", "repeat_files", "point_set", "fit_model", "relative_errors", "accuracy_table",
            "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
 
 #: parameters that are fractions or exponents, with their upper bounds
@@ -61,6 +61,41 @@ def load_points(path: str | Path) -> tuple[dict, list[dict]]:
         elif row.get("time_s"):
             points.append(row)
     return env, points
+
+
+def repeat_files(path: str | Path) -> list[Path]:
+    """Further runs of a measurement file: ``repeat_<name>*.jsonl`` beside ``validation_<name>.jsonl``."""
+    path = Path(path)
+    name = path.stem.removeprefix("validation_")
+    return sorted(path.parent.glob(f"repeat_{name}*.jsonl")) if name != path.stem else []
+
+
+def median_of_runs(path: str | Path, repeats: Iterable[str | Path] | None = None) -> list[dict]:
+    """The points of ``path``, each timed as the median over the runs that measured it (``runs`` says how many).
+
+    ``repeats`` (default: :func:`repeat_files`) are further runs of the same plan. A kernel is the same
+    PyTorch call on the same shape; the median of an even count is the geometric mean of the middle two.
+    The median of three runs stands for the kernel where one run's host was slow (a call bound by its host
+    times the host, which moves by 2-3x between runs on the H200's machine).
+    """
+    from .plan import case_key
+
+    def key(p):
+        return (p.get("kernel"), *case_key(p))
+
+    points = load_points(path)[1]
+    runs: dict = {key(p): [p["time_s"]] for p in points}
+    for other in (repeat_files(path) if repeats is None else repeats):
+        for p in load_points(other)[1]:
+            if key(p) in runs:
+                runs[key(p)].append(p["time_s"])
+    out = []
+    for p in points:
+        logs = sorted(math.log(t) for t in runs[key(p)])
+        mid = len(logs) // 2
+        t = math.exp(logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid]))
+        out.append({**p, "time_s": t, "runs": len(logs)})
+    return out
 
 
 @dataclass(frozen=True)
@@ -195,7 +230,9 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if uses - {"matmul", "bmm", *attention}:
         free += ["vector_overlap_p"]
     if uses & {"matmul", "bmm"}:
-        free += ["overlap_p", "l2_bandwidth", "tile_overhead_s", "unaligned_flops", "sm_bandwidth",
+        free += ["overlap_p", "l2_bandwidth", "tile_overhead_s", "unaligned_flops", "unaligned_flops_wide",
+                 "unaligned_tile_overhead_s",
+                 "sm_bandwidth",
                  "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     if "elementwise" in uses:
@@ -215,7 +252,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if "reduce_sum" in uses:
         free += ["sum_block_s", "sum_warp_s", "sum_step_s", "global_reduce_s", "sum_overlap_p"]
     if attention - {"attention_naive_fwd", "attention_naive_bwd"}:
-        free += ["attn_overlap_p", "sm_bandwidth"]
+        free += ["attn_overlap_p", "attn_causal_diag", "sm_bandwidth"]
     for d in ("fwd", "bwd"):
         if f"attention_{d}" in fams or (d == "fwd" and "attention_decode" in fams):
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
@@ -319,7 +356,7 @@ def datasheet_bounds(gpu: Any) -> dict[str, float]:
         if gpu.supports(d):
             out[f"flops_{d}"] = gpu.peak_flops(d)
     bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    out.update(unaligned_flops=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"),
+    out.update(unaligned_flops=bf16, unaligned_flops_wide=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"),
                attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
     return out
 

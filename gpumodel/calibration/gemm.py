@@ -43,18 +43,42 @@ def _flops_param(params: Mapping[str, float], op: Any) -> float:
     return params[key]
 
 
-def _aligned(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
-    """Whether a GEMM's operands allow the 16-byte-load tensor-core kernels.
+def _load_alignment(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
+    """The widest load [bytes] a GEMM's operands allow: the largest of 2, 4, 8, 16 dividing ``k*e`` and ``n*e``.
 
-    Operands are aligned when ``k*e`` and ``n*e`` (the leading dimensions of row-major A, B and C,
-    in bytes) are multiples of 16; otherwise cuBLAS falls back to slower kernels whose rate is
-    capped at ``unaligned_flops`` (measured on the H200: 8-byte-aligned operands are as slow as
-    2-byte ones, for bf16, fp16 and tf32 alike). CUDA-core fp32 GEMMs load 4-byte words and are
-    never penalised.
+    ``k*e`` and ``n*e`` are the leading dimensions (in bytes) of row-major A, B and C. CUDA-core fp32
+    GEMMs load 4-byte words and count as aligned (16).
+
+    >>> from gpumodel import ops
+    >>> [int(_load_alignment(ops.matmul(8, n, 4096, "bf16"), 4096.0, float(n), 2.0)) for n in (4096, 4100, 4098, 4097)]
+    [16, 8, 4, 2]
     """
     if op.unit != "tensor" or (op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)) == "fp32":
-        return np.ones(np.broadcast(k, n).shape, dtype=bool)
-    return (np.mod(k * e, 16.0) == 0) & (np.mod(n * e, 16.0) == 0)
+        return np.full(np.broadcast(k, n).shape, 16.0)
+    kb, nb = np.rint(k * e).astype(np.int64), np.rint(n * e).astype(np.int64)
+    g = np.gcd(np.gcd(kb, nb), 16)
+    return np.maximum(g, 1).astype(float)
+
+
+def _rate(p: Mapping[str, float], op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
+    """The tensor-core rate [FLOP/s] of a GEMM's kernel generation, chosen by its operands' alignment.
+
+    On Hopper, cuBLAS runs its own (TMA, wgmma) kernels only for 16-byte-aligned operands. Otherwise the
+    profiler on the H200 shows CUTLASS kernels of older generations: ``cutlass_80_tensorop_*s16816gemm``
+    (Ampere's ``mma.m16n8k16``) when both leading dimensions are multiples of 4 or 8 bytes, and
+    ``cutlass_75_tensorop_*s1688gemm`` (Turing's ``mma.m16n8k8``) when one is only 2-byte aligned, at about
+    a third and a sixth of the aligned rate. The 16-bit rates are ``unaligned_flops_wide`` and
+    ``unaligned_flops``; tf32 data (4-byte elements, never 2-byte aligned) runs Ampere's tf32 kernels at
+    ``unaligned_flops_wide`` times the ratio of the aligned tf32 and bf16 rates (the tensor cores' rate
+    ratio of the two types).
+    """
+    full = _flops_param(p, op)
+    align = _load_alignment(op, k, n, e)
+    wide = p.get("unaligned_flops_wide", p["unaligned_flops"])
+    if e == 4.0:
+        wide = wide * p.get("flops_tf32", full) / p.get("flops_bf16", full)
+        return np.where(align >= 16, full, np.minimum(full, wide))
+    return np.where(align >= 16, full, np.minimum(full, np.where(align >= 4, wide, p["unaligned_flops"])))
 
 
 def _gemm(model: CalibrationModel, op: Any) -> Prediction:
@@ -63,7 +87,11 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
     batch = _f(s.get("batch", 1.0))
     e = _bpe(op)
-    rate = np.where(_aligned(op, k, n, e), _flops_param(p, op), np.minimum(_flops_param(p, op), p["unaligned_flops"])) / P
+    rate = _rate(p, op, k, n, e) / P
+    # the older kernels an unaligned GEMM falls back to do not overlap a tile's prologue and epilogue with
+    # the previous tile's math (no TMA, no warp specialisation): their own fixed time per tile
+    overhead = np.where(_load_alignment(op, k, n, e) >= 16, p["tile_overhead_s"],
+                        p.get("unaligned_tile_overhead_s", p["tile_overhead_s"]))
     feed = p["l2_bandwidth"] / P
     bytes_min = _f(op.bytes)
     best = best_c = best_m = best_par = None
@@ -80,7 +108,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             tiles = base_tiles * split
             waves = np.ceil(tiles / P)
             ks = np.ceil(k / split)
-            t_tile = p["tile_overhead_s"] + np.maximum(
+            t_tile = overhead + np.maximum(
                 2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
             t_c = waves * t_tile
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0

@@ -400,4 +400,4 @@ def _fused(model: CalibrationModel, op: Any) -> Prediction:
 
 from . import attention as _attention_models, composite as _composite_models  # noqa: E402,F401  (register theirs)
 from .gemm import (BMM_STREAM_MAX_EDGE, SPLITS, STREAM_MAX_EDGE, TILES, WHOLE_WAVE_DTYPES,  # noqa: E402,F401
-                   _aligned, _flops_param, _gemm)  # the GEMM model (registers matmul and bmm), re-exported
+                   _flops_param, _gemm, _load_alignment)  # the GEMM model (registers matmul and bmm), re-exported

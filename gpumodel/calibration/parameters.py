@@ -67,8 +67,14 @@ DEFAULTS: dict[str, Default] = {
     "l2_bandwidth": Default("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory",
                             _l2, "published L2 bandwidth x 0.8, else 3.5x HBM"),
     "tile_overhead_s": Default("s", "fixed time per GEMM output tile (prologue, epilogue)", _const(1.5e-6), _H200),
-    "unaligned_flops": Default("FLOP/s", "rate cap of tensor GEMMs whose k or n rows are not multiples of 16 bytes",
-                               lambda g, bw: 0.15 * _bf16(g), f"{_H200}: 100-170 TFLOP/s of 989"),
+    "unaligned_flops": Default("FLOP/s", "rate cap of 16-bit tensor GEMMs whose k or n rows are only 2-byte aligned "
+                               "(Turing-generation kernels)", lambda g, bw: 0.12 * _bf16(g),
+                               f"{_H200}: 80-140 TFLOP/s of 989"),
+    "unaligned_tile_overhead_s": Default("s", "fixed time per output tile of the kernels unaligned GEMMs fall back to",
+                                         _const(3e-6), "start value of the fit"),
+    "unaligned_flops_wide": Default("FLOP/s", "rate cap of 16-bit tensor GEMMs whose k and n rows are 4- or 8-byte "
+                                    "but not 16-byte aligned (Ampere-generation kernels)",
+                                    lambda g, bw: 0.22 * _bf16(g), f"{_H200}: 150-235 TFLOP/s of 989"),
     "overlap_p": Default("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs",
                          _const(4.0), "start value of the fit"),
     "vector_overlap_p": Default("1", "the same sharpness for memory-bound kernels (math vs traffic, host vs GPU)",
@@ -127,6 +133,8 @@ DEFAULTS: dict[str, Default] = {
                               "runs for a query block over a longer cache (chunked prefill, decode)",
                               lambda g, bw: 0.35 * _bf16(g), "J. Shah et al., FlashAttention-3 (2024): FlashAttention-2 "
                               "reaches about 35% of the H100's peak (no wgmma)"),
+    "attn_causal_diag": Default("1", "extra key blocks of a square causal attention tile for its diagonal block "
+                                "(masked element by element)", _const(0.5), "start value of the fit"),
     "attn_bwd_host_s": Default("s", "host time of one attention backward call (autograd, the backend's plan lookup "
                                "and launches): a floor the GPU waits on for short sequences", _const(50e-6),
                                "start value of the fit"),

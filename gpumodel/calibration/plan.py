@@ -12,7 +12,8 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Case", "STRIDED_KERNELS", "case_key", "fit_cases", "strided_cases", "sweep_cases", "widened_cases"]
+__all__ = ["ALIGNMENTS", "Case", "STRIDED_KERNELS", "case_key", "fit_cases", "strided_cases", "sweep_cases", "tiles_cases",
+           "widened_cases"]
 
 Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
 
@@ -342,4 +343,55 @@ def strided_cases(seed: int = 3) -> list[Case]:
                 else:
                     numel = 1024 * _loguniform(rng, 9, 2**17)
                 cases.append(strided_case(kernel, dtype, numel))
+    return cases
+
+
+#: bytes of alignment of a GEMM's leading dimensions a plan draws, and the residue of the dimension (in
+#: elements) that gives it: for 2-byte data, 16 B needs a multiple of 8 elements, 8 B an odd multiple of 4
+ALIGNMENTS = (2, 4, 8, 16)
+
+
+def _aligned_dim(rng: random.Random, lo: int, hi: int, align_bytes: int, elem_bytes: int) -> int:
+    """A log-uniform dimension whose size in bytes is a multiple of ``align_bytes`` and of no larger power of two."""
+    step = max(align_bytes // elem_bytes, 1)
+    while True:
+        v = _loguniform(rng, lo, hi, step)
+        if align_bytes == 16 or (v * elem_bytes) % (2 * align_bytes) != 0:
+            return v
+
+
+def tiles_cases(seed: int = 4, gemms: int = 96, attentions: int = 72) -> list[Case]:
+    """Cases that pin down how tiles fill the SMs, where the first plans were thin.
+
+    GEMMs whose leading dimensions (``n`` and ``k``) are aligned to 2, 4, 8 or 16 bytes, drawn apart
+    (cuBLAS's kernels differ by the widest load the operands allow), in bf16, fp16 and tf32 at
+    256..12288; square flash attention (``seq == kv_seq``) forward and backward with enough query tiles to
+    fill the GPU several times over (batch 1..32, heads 8..48, seq 256..4096, head_dim 64 and 128,
+    causal and not). One seed draws the FIT cases, another the VALIDATION cases.
+
+    Examples
+    --------
+    >>> cases = tiles_cases()
+    >>> sorted({c["op"] for c in cases}), len(cases)
+    (['attention', 'matmul'], 168)
+    >>> all(c["shape"]["seq"] * c["shape"]["batch"] * c["shape"]["heads"] >= 128 * 132
+    ...     for c in cases if c["op"] == "attention")
+    True
+    """
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    while len(cases) < gemms:
+        dtype = rng.choice(("bf16", "bf16", "fp16", "tf32"))
+        e = 4 if dtype == "tf32" else 2
+        m = _loguniform(rng, 256, 12288)
+        n, k = (_aligned_dim(rng, 256, 12288, rng.choice(ALIGNMENTS[e // 4:]), e) for _ in range(2))
+        if 2.0 * m * n * k <= 1.5e12:
+            cases.append(_case("matmul", "mm", dtype, m=m, n=n, k=k))
+    while len(cases) < gemms + attentions:
+        b, h = rng.choice((1, 2, 4, 8, 16, 32)), rng.choice((8, 12, 16, 24, 32, 40, 48))
+        seq, d = rng.choice((256, 384, 512, 640, 768, 1024, 1536, 2048, 3072, 4096)), rng.choice((64, 128))
+        if b * h * seq < 128 * 132 or 4.0 * b * h * seq * seq * d > 2e12:
+            continue
+        cases.append(_case("attention", "sdpa", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                           causal=rng.random() < 0.5, backward=rng.random() < 0.4))
     return cases
