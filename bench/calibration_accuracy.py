@@ -118,9 +118,8 @@ def main(argv=None) -> int:
 def repeatability(first: Path, *again: Path) -> dict:
     """Per family, how far each further measurement of a kernel is from the first: ``{n, median, p90, bias}``."""
     from gpumodel.calibration.fit import family_of, load_points
-    from gpumodel.calibration.plan import case_key
+    from gpumodel.calibration.plan import call_key as key
 
-    key = lambda p: (p.get("kernel"), *case_key(p))  # noqa: E731  the same call on the same shape
     base = {key(p): p["time_s"] for p in load_points(first)[1] if p.get("time_s")}
     diffs: dict[str, list[float]] = {}
     for p in (pt for path in again for pt in load_points(path)[1]):

@@ -213,9 +213,11 @@ def _fit_keys() -> set:
 
 
 def tiles_fit_cases() -> list[dict]:
-    """FIT side of the tiles plan (:func:`gpumodel.calibration.plan.tiles_cases`, seed 4), less shapes already fitted."""
-    fit = _fit_keys()
-    return [c for c in tiles_cases(4) if case_key(c) not in fit]
+    """FIT side of the tiles plan (:func:`gpumodel.calibration.plan.tiles_cases`, seed 4), less shapes other plans
+    already fitted (its own, merged into ``fit.jsonl``, stay: the plan reproduces)."""
+    plan = tiles_cases(4)
+    fit = _fit_keys() - {case_key(c) for c in plan}
+    return [c for c in plan if case_key(c) not in fit]
 
 
 def tiles_validation_cases() -> list[dict]:
@@ -242,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
                         "F.linear at 96-768 tokens around the stream edge (VALIDATION only); tiles: GEMMs by the alignment "
                         "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out)")
-    p.add_argument("--fit-out", default=None, help="with --set widened: measure the FIT cases into this file too")
+    p.add_argument("--fit-out", default=None,
+                   help="with --set widened, strided or tiles: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
                    help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
     p.add_argument("--kernel-names", action="store_true",
@@ -263,24 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         def timer(fn):
             """triton.testing.do_bench, median, L2 cleared before each rep"""
             return do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e-3
-    runs = [("validation", validation_cases(fp8), args.out)]
-    if args.set == "widened":
-        runs = [("validation", widened_validation_cases(), args.out)]
-        if args.fit_out:
-            runs.insert(0, ("fit-widened", widened_cases(), args.fit_out))
-    if args.set == "skinny":
-        runs = [("validation", skinny_validation_cases(), args.out)]
-    if args.set == "strided":
-        runs = [("validation", strided_validation_cases(), args.out)]
-        if args.fit_out:
-            runs.insert(0, ("fit-strided", strided_cases(), args.fit_out))
-    if args.set == "tiles":
-        runs = [("validation-tiles", tiles_validation_cases(), args.out)]
-        if args.fit_out:
-            runs.insert(0, ("fit-tiles", tiles_fit_cases(), args.fit_out))
+    # --set -> (VALIDATION mode, its cases, FIT mode, its cases); the mode is recorded in the file's environment
+    plans = {"base": ("validation", lambda: validation_cases(fp8), None, None),
+             "widened": ("validation", widened_validation_cases, "fit-widened", widened_cases),
+             "skinny": ("validation", skinny_validation_cases, None, None),
+             "strided": ("validation", strided_validation_cases, "fit-strided", strided_cases),
+             "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases)}
+    val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
+    runs = [(val_mode, val_cases(), args.out)]
+    if args.fit_out and fit_cases is not None:
+        runs.insert(0, (fit_mode, fit_cases(), args.fit_out))
     total = sum(len(cases) for _, cases, _ in runs)
-    names = (lambda case: True) if args.profile_all else _profiled
-    names = names if args.kernel_names else None
+    names = None if not args.kernel_names else (lambda case: True) if args.profile_all else _profiled
     for mode, cases, out in runs:
         t0 = time.perf_counter()
         budget = None if args.time_budget is None else args.time_budget * len(cases) / total

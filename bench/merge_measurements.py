@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpumodel.calibration.fit import median_time  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -49,10 +53,7 @@ def main(argv=None) -> int:
         fh.write(json.dumps({"environment": env}) + "\n")
         for key in order:
             pt, times = merged[key]
-            logs = sorted(math.log(x) for x in times)
-            mid = len(logs) // 2
-            t = math.exp(logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid]))
-            fh.write(json.dumps({**pt, "time_s": t, "runs": len(times)}) + "\n")
+            fh.write(json.dumps({**pt, "time_s": median_time(times), "runs": len(times)}) + "\n")
     print(f"{len(order)} kernels ({sum(len(v[1]) > 1 for v in merged.values())} measured more than once; "
           f"{dropped} points with a held-out shape left out) -> {args.out}", file=sys.stderr)
     return 0

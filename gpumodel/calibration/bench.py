@@ -238,11 +238,11 @@ def device_seconds(fn: Callable[[], Any], flush=None, calls: int = 3) -> dict:
 
     ``kernel_s`` is the sum of the call's kernel durations (the GPU busy), ``span_s`` the time from the
     first kernel's start to the last one's end (gaps included: the GPU waiting on the host between the
-    call's launches); each the median of ``calls`` profiled calls. A timer that brackets the call with
-    events also counts the host's time before the first launch when the GPU has nothing queued, so a
-    ``time_s`` well above ``span_s`` marks a call bound by its host. ``{}`` if the profiler is unavailable.
+    call's launches, and the profiler's own gap before the first kernel); each the median of ``calls``
+    profiled calls. A timer that brackets the call with events also counts the host's time before the
+    first launch when the GPU has nothing queued, so a ``time_s`` well above ``kernel_s`` marks a call
+    bound by its host. ``{}`` if the profiler is unavailable.
     """
-    torch = _torch()
     sums, spans = [], []
     for _ in range(calls):
         if flush is not None:
@@ -252,7 +252,6 @@ def device_seconds(fn: Callable[[], Any], flush=None, calls: int = 3) -> dict:
             return {}
         sums.append(sum(e.time_range.elapsed_us() for e in events) * 1e-6)
         spans.append((max(e.time_range.end for e in events) - events[0].time_range.start) * 1e-6)
-    torch.cuda.synchronize()
     return {"kernel_s": sorted(sums)[calls // 2], "span_s": sorted(spans)[calls // 2]}
 
 

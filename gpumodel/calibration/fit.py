@@ -28,8 +28,8 @@ import numpy as np
 from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
 from .parameters import GENERIC_ROW_FAMILIES
 
-__all__ = ["PointSet", "load_points", "median_of_runs", "repeat_files", "point_set", "fit_model", "relative_errors", "accuracy_table",
-           "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
+__all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_files", "point_set", "fit_model",
+           "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
 
 #: parameters that are fractions or exponents, with their upper bounds
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
@@ -70,6 +70,18 @@ def repeat_files(path: str | Path) -> list[Path]:
     return sorted(path.parent.glob(f"repeat_{name}*.jsonl")) if name != path.stem else []
 
 
+def median_time(times: Iterable[float]) -> float:
+    """The median of a kernel's times over several runs; of an even count, the geometric mean of the middle two
+    (of two runs, their geometric mean).
+
+    >>> median_time([1.0, 3.0, 2.0]), round(median_time([1.0, 4.0]), 12)
+    (2.0, 2.0)
+    """
+    logs = sorted(math.log(t) for t in times)
+    mid = len(logs) // 2
+    return math.exp(logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid]))
+
+
 def median_of_runs(path: str | Path, repeats: Iterable[str | Path] | None = None) -> list[dict]:
     """The points of ``path``, each timed as the median over the runs that measured it (``runs`` says how many).
 
@@ -78,24 +90,15 @@ def median_of_runs(path: str | Path, repeats: Iterable[str | Path] | None = None
     The median of three runs stands for the kernel where one run's host was slow (a call bound by its host
     times the host, which moves by 2-3x between runs on the H200's machine).
     """
-    from .plan import case_key
-
-    def key(p):
-        return (p.get("kernel"), *case_key(p))
+    from .plan import call_key
 
     points = load_points(path)[1]
-    runs: dict = {key(p): [p["time_s"]] for p in points}
+    runs: dict = {call_key(p): [p["time_s"]] for p in points}
     for other in (repeat_files(path) if repeats is None else repeats):
         for p in load_points(other)[1]:
-            if key(p) in runs:
-                runs[key(p)].append(p["time_s"])
-    out = []
-    for p in points:
-        logs = sorted(math.log(t) for t in runs[key(p)])
-        mid = len(logs) // 2
-        t = math.exp(logs[mid] if len(logs) % 2 else 0.5 * (logs[mid - 1] + logs[mid]))
-        out.append({**p, "time_s": t, "runs": len(logs)})
-    return out
+            if call_key(p) in runs:
+                runs[call_key(p)].append(p["time_s"])
+    return [{**p, "time_s": median_time(runs[call_key(p)]), "runs": len(runs[call_key(p)])} for p in points]
 
 
 @dataclass(frozen=True)
@@ -231,9 +234,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["vector_overlap_p"]
     if uses & {"matmul", "bmm"}:
         free += ["overlap_p", "l2_bandwidth", "tile_overhead_s", "unaligned_flops", "unaligned_flops_wide",
-                 "unaligned_tile_overhead_s",
-                 "sm_bandwidth",
-                 "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
+                 "unaligned_tile_overhead_s", "sm_bandwidth", "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     if "elementwise" in uses:
         free += ["vector_flops"]
@@ -356,8 +357,8 @@ def datasheet_bounds(gpu: Any) -> dict[str, float]:
         if gpu.supports(d):
             out[f"flops_{d}"] = gpu.peak_flops(d)
     bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    out.update(unaligned_flops=bf16, unaligned_flops_wide=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16, attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"),
-               attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
+    out.update(unaligned_flops=bf16, unaligned_flops_wide=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16,
+               attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"), attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
     return out
 
 

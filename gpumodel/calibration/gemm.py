@@ -60,8 +60,9 @@ def _load_alignment(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarr
     return np.maximum(g, 1).astype(float)
 
 
-def _rate(p: Mapping[str, float], op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
-    """The tensor-core rate [FLOP/s] of a GEMM's kernel generation, chosen by its operands' alignment.
+def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.ndarray:
+    """The tensor-core rate [FLOP/s] of a GEMM's kernel generation, chosen by its operands' alignment
+    (``align``: :func:`_load_alignment`, bytes; ``e``: bytes per element).
 
     On Hopper, cuBLAS runs its own (TMA, wgmma) kernels only for 16-byte-aligned operands. Otherwise the
     profiler on the H200 shows CUTLASS kernels of older generations: ``cutlass_80_tensorop_*s16816gemm``
@@ -73,7 +74,6 @@ def _rate(p: Mapping[str, float], op: Any, k: np.ndarray, n: np.ndarray, e: floa
     ratio of the two types).
     """
     full = _flops_param(p, op)
-    align = _load_alignment(op, k, n, e)
     wide = p.get("unaligned_flops_wide", p["unaligned_flops"])
     if e == 4.0:
         wide = wide * p.get("flops_tf32", full) / p.get("flops_bf16", full)
@@ -87,10 +87,11 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
     batch = _f(s.get("batch", 1.0))
     e = _bpe(op)
-    rate = _rate(p, op, k, n, e) / P
+    align = _load_alignment(op, k, n, e)
+    rate = _rate(p, op, align, e) / P
     # the older kernels an unaligned GEMM falls back to do not overlap a tile's prologue and epilogue with
     # the previous tile's math (no TMA, no warp specialisation): their own fixed time per tile
-    overhead = np.where(_load_alignment(op, k, n, e) >= 16, p["tile_overhead_s"],
+    overhead = np.where(align >= 16, p["tile_overhead_s"],
                         p.get("unaligned_tile_overhead_s", p["tile_overhead_s"]))
     feed = p["l2_bandwidth"] / P
     bytes_min = _f(op.bytes)

@@ -12,7 +12,7 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["ALIGNMENTS", "Case", "STRIDED_KERNELS", "case_key", "fit_cases", "strided_cases", "sweep_cases", "tiles_cases",
+__all__ = ["ALIGNMENTS", "Case", "STRIDED_KERNELS", "call_key", "case_key", "fit_cases", "strided_cases", "sweep_cases", "tiles_cases",
            "widened_cases"]
 
 Case = dict  # {"op": str, "kernel": str, "dtype": str, "shape": {str: number}}
@@ -31,6 +31,12 @@ def case_key(case: Case) -> tuple:
     True
     """
     return case["op"], case["dtype"], tuple(sorted(case["shape"].items()))
+
+
+def call_key(case: Case) -> tuple:
+    """What a measurement of a case repeats: the PyTorch call (``kernel``) on the op, dtype and shape of
+    :func:`case_key`. Two runs' points with one key time the same call."""
+    return (case.get("kernel"), *case_key(case))
 
 
 def _loguniform(rng: random.Random, lo: int, hi: int, multiple: int = 1) -> int:
