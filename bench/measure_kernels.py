@@ -6,8 +6,10 @@ GEMMs (``F.linear``, hidden 4096/5120/8192, FFN 11008/13824/14336/28672, vocab
 GEMMs, flash attention (causal and not, forward and backward) at sequence lengths 512..16384,
 softmax and norms over LLM row lengths, elementwise ops at odd sizes.
 
-Each kernel is timed with ``triton.testing.do_bench`` (median; do_bench clears the L2 by
-writing a 256 MB buffer before each repetition). Points are written as JSON lines in the
+Each kernel is timed with :func:`gpumodel.calibration.bench.time_events`: ``triton.testing.do_bench``'s
+schedule (median; the L2 cleared by writing a 256 MB buffer before each repetition) with the host
+kept ahead of the GPU, so the time is the GPU's alone (``--timer do_bench`` times with do_bench
+itself, as the sets measured before 2026-12-04 were). Points are written as JSON lines in the
 format of :mod:`gpumodel.calibration.bench` (``op``, ``kernel``, ``dtype``, ``shape``,
 ``time_s``), the environment first.
 
@@ -16,6 +18,7 @@ Usage (on the GPU)::
     python bench/measure_kernels.py --out validation.jsonl
     python bench/measure_kernels.py --set widened --fit-out fit_widened.jsonl --out validation_widened.jsonl \
         --budget-s 290 --kernel-names      # composite and serving ops: FIT then VALIDATION
+    python bench/measure_kernels.py --cases-from validation.jsonl --out validation_ahead.jsonl  # again
     python bench/measure_kernels.py --out /tmp/v.jsonl --dry-run     # tiny, CPU, tests the code
 """
 
@@ -226,6 +229,13 @@ def tiles_validation_cases() -> list[dict]:
     return [c for c in tiles_cases(5) if case_key(c) not in fit]
 
 
+def cases_from(path: str) -> list[dict]:
+    """The cases of a measurement file, in its order: each point's ``op``, ``kernel``, ``dtype`` and ``shape``."""
+    from gpumodel.calibration.fit import load_points
+
+    return [_case(pt["op"], pt.get("kernel", pt["op"]), pt["dtype"], **pt["shape"]) for pt in load_points(path)[1]]
+
+
 def _profiled(case: dict) -> bool:
     """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
     s = case["shape"]
@@ -244,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                         "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
                         "F.linear at 96-768 tokens around the stream edge (VALIDATION only); tiles: GEMMs by the alignment "
                         "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out)")
+    p.add_argument("--cases-from", default=None, metavar="FILE",
+                   help="measure the cases of this measurement file (its op, kernel, dtype, shape) instead of --set")
+    p.add_argument("--timer", choices=["ahead", "events", "do_bench"], default="ahead",
+                   help="ahead: CUDA events on do_bench's schedule, the host kept ahead of the GPU (the GPU's time "
+                        "alone); events: the same without the lead (host issue time shows when it exceeds the L2 "
+                        "flush); do_bench: triton.testing.do_bench (--warmup-ms, --rep-ms)")
     p.add_argument("--fit-out", default=None,
                    help="with --set widened, strided or tiles: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
@@ -259,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     fp8 = True
     if not args.dry_run:
         import torch
-        from triton.testing import do_bench
 
         fp8 = torch.cuda.get_device_capability(0) >= (8, 9)
+    if not args.dry_run and args.timer == "do_bench":
+        from triton.testing import do_bench
 
         def timer(fn):
             """triton.testing.do_bench, median, L2 cleared before each rep"""
@@ -273,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
              "strided": ("validation", strided_validation_cases, "fit-strided", strided_cases),
              "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases)}
     val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
+    if args.cases_from:
+        val_mode, val_cases, fit_cases = f"again: {Path(args.cases_from).name}", lambda: cases_from(args.cases_from), None
     runs = [(val_mode, val_cases(), args.out)]
     if args.fit_out and fit_cases is not None:
         runs.insert(0, (fit_mode, fit_cases(), args.fit_out))
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         budget = None if args.time_budget is None else args.time_budget * len(cases) / total
         env, points = run_benchmarks(cases, mode=mode, dry_run=args.dry_run, jsonl=out, time_budget_s=budget,
-                                     timer=timer, kernel_names=names)
+                                     timer=timer, kernel_names=names, ahead=args.timer == "ahead")
         bad = [pt for pt in points if pt.get("time_s") is None]
         print(f"{mode}: {len(points)} of {len(cases)} points ({len(bad)} failed) on {env.get('device_name')} "
               f"in {time.perf_counter() - t0:.1f} s -> {out}", file=sys.stderr)

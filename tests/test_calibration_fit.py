@@ -157,7 +157,7 @@ def test_fit_recovers_parameters_of_a_synthetic_gpu(h200):
 
 @pytest.mark.slow
 def test_quick_mode_points_fit_too(h200):
-    env, pts = load_points(DATA / "quick.jsonl")
+    env, pts = load_points(DATA / "do_bench" / "quick.jsonl")
     cal = fit_calibration(pts, h200, env, keep_points=False)
     assert cal.fit_error["overall"].median < 0.12
     # quick mode times each kernel for ~20 ms, before the power limit lowers the clock: its 4608^3 bf16 GEMM

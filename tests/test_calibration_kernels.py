@@ -46,7 +46,7 @@ def test_sum_configs():
 
 def test_measured_sum_switch_follows_the_plan():
     """On the H200, 64 bf16 rows of 7000 columns (a warp per row) take longer than 64 rows of 8192."""
-    pts = [json.loads(x) for x in (DATA / "fit_extra.jsonl").read_text().splitlines()[1:]]
+    pts = [json.loads(x) for x in (DATA / "do_bench" / "fit_extra.jsonl").read_text().splitlines()[1:]]
     t = {(p["shape"]["rows"], p["shape"]["cols"]): p["time_s"] for p in pts
          if p["op"] == "reduce_sum" and p["dtype"] == "bf16"}
     assert t[(64, 7000)] > 2 * t[(64, 8192)]
@@ -61,7 +61,7 @@ def test_sum_rows_of_128_load_16_bytes():
     assert k["blocks"].tolist() == [2**16, 2**15, 2**16] and k["steps"].tolist() == [1, 1, 1]
     # measured on the H200 (FIT set): 2^20 rows of 128 take half the time of rows of 64 or 256 (same steps, half
     # the blocks)
-    pts = [json.loads(x) for x in (DATA / "fit_widened.jsonl").read_text().splitlines()[1:]]
+    pts = [json.loads(x) for x in (DATA / "do_bench" / "fit_widened.jsonl").read_text().splitlines()[1:]]
     t = {p["shape"]["cols"]: p["time_s"] for p in pts
          if p["op"] == "reduce_sum" and p["dtype"] == "bf16" and p["shape"]["rows"] == 2**20}
     assert t[128] < 0.65 * min(t[64], t[256])

@@ -4,7 +4,9 @@ Every point is one PyTorch call (a GEMM, a batched GEMM, an elementwise op, a re
 softmax, a norm, flash attention forward or backward) timed the way
 ``triton.testing.do_bench`` times it: warm-up first, then for each repetition the L2 cache
 is flushed by writing a 256 MB buffer, and CUDA events bracket the call alone; the median of
-the repetitions is kept. Inputs are random normal (never zeros, which run faster than real
+the repetitions is kept. Before each repetition the GPU also spins until the host has queued the
+whole call (``ahead``, :func:`time_events`), so the events time the GPU's work, not the host's
+issue time. Inputs are random normal (never zeros, which run faster than real
 data). Nothing here needs pydantic: a point is a plain ``dict``
 ``{"op", "kernel", "dtype", "shape", "time_s", "reps"}`` whose ``op``, ``shape`` and ``dtype``
 are the arguments of the matching :mod:`gpumodel.ops` constructor, so the measurements can
@@ -34,6 +36,7 @@ from .runners import RUNNERS
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
     "measure", "run_benchmarks", "environment_info", "progress", "launched_kernels", "device_seconds",
+    "host_seconds", "spin_rate",
     "widened_cases",
 ]
 
@@ -141,21 +144,69 @@ def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
 
 
 # ----------------------------------------------------------------------------- timing
-def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: float = 0.1) -> tuple[float, int]:
+_SPIN_HZ: float | None = None
+
+
+def spin_rate(torch) -> float:
+    """Cycles per second of ``torch.cuda._sleep`` on the current GPU (its spin loop's clock), measured once."""
+    global _SPIN_HZ
+    if _SPIN_HZ is None:
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 20_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        _SPIN_HZ = cycles / max(start.elapsed_time(end) * 1e-3, 1e-6)
+    return _SPIN_HZ
+
+
+def host_seconds(fn: Callable[[], Any], calls: int = 3) -> float:
+    """The host's time to issue one call of ``fn`` [s] with nothing queued on the GPU (the longest of ``calls``)."""
+    torch = _torch()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return max(times)
+
+
+def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: float = 0.1,
+                ahead: bool = True) -> tuple[float, int]:
     """Median time of ``fn`` [s] with CUDA events, the L2 flushed (``flush.zero_()``) before each rep.
 
     The schedule is ``triton.testing.do_bench``'s, so that the GPU's clocks and temperature match
     timings taken with it: five flushed runs estimate the time per run (flush included), then
     ``warmup_s`` worth of warm-up runs, then ``rep_s`` worth of timed repetitions, each preceded
     by a flush, each bracketed by its own pair of events. Returns ``(median_seconds, reps)``.
+
+    ``ahead=True`` (the default) times the GPU's work alone: before each repetition's start event
+    the GPU spins (``torch.cuda._sleep``) for twice the host's time to issue the call
+    (:func:`host_seconds`) plus 50 us, so every launch of the call is queued before the GPU reaches
+    the start event. Without it the events also count the host's issue time whenever that exceeds
+    the flush's ~60 us of GPU work (seen on an H200 for cuDNN attention backward: 40 us of kernels
+    timed at 78-175 us), and the timing depends on the host's speed and load. ``ahead=False`` is
+    ``do_bench``'s own timing.
     """
     torch = _torch()
     fn()
     torch.cuda.synchronize()
+    cycles = int(spin_rate(torch) * (2 * host_seconds(fn) + 50e-6)) if ahead else 0
+
+    def lead():
+        if cycles:
+            torch.cuda._sleep(cycles)
+
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
         flush.zero_()
+        lead()
         fn()
     end.record()
     torch.cuda.synchronize()
@@ -167,6 +218,7 @@ def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: fl
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         flush.zero_()
+        lead()
         starts[i].record()
         fn()
         ends[i].record()
@@ -187,10 +239,12 @@ def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
 
 
 def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
-            rep_s: float = 0.1, timer: Callable | None = None, kernel_names: bool = False) -> dict:
+            rep_s: float = 0.1, timer: Callable | None = None, kernel_names: bool = False,
+            ahead: bool = True) -> dict:
     """Run one case and return the point: the case plus ``time_s`` [s] and ``reps``.
 
     ``timer(fn) -> seconds`` replaces the built-in event timer (e.g. ``triton.testing.do_bench``).
+    ``ahead`` is :func:`time_events`' (the GPU's time alone; ``False``: host issue time included).
     ``kernel_names=True`` adds ``launches``: the GPU kernels one call launched (from the profiler).
     """
     if dry_run:
@@ -204,7 +258,7 @@ def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
     elif timer is not None:
         t, reps = float(timer(fn)), -1
     else:
-        t, reps = time_events(fn, flush, warmup_s=rep_s / 4, rep_s=rep_s)
+        t, reps = time_events(fn, flush, warmup_s=rep_s / 4, rep_s=rep_s, ahead=ahead)
     point = {**case, "time_s": t, "reps": reps}
     if kernel_names and not dry_run:
         point["launches"] = launched_kernels(fn)
@@ -320,13 +374,13 @@ class progress:
 def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run: bool = False,
                    jsonl: str | os.PathLike | None = None, show_progress: bool = True,
                    time_budget_s: float | None = None, timer: Callable | None = None,
-                   kernel_names: Callable[[Case], bool] | None = None) -> tuple[dict, list[dict]]:
+                   kernel_names: Callable[[Case], bool] | None = None, ahead: bool = True) -> tuple[dict, list[dict]]:
     """Measure ``cases`` (default :func:`fit_cases(mode) <fit_cases>`); returns ``(environment, points)``.
 
     Points are appended to ``jsonl`` as they are measured (one JSON object a line, the
     environment first), so an interrupted run keeps what it measured. A case that fails
     (e.g. an unsupported dtype) is recorded with ``"error"`` and no time. ``kernel_names(case)``
-    says for which cases to record the launched kernels (see :func:`measure`).
+    says for which cases to record the launched kernels, ``ahead`` how to time them (see :func:`measure`).
     """
     torch = _torch()
     device = "cpu" if dry_run else "cuda"
@@ -337,7 +391,9 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
     env = environment_info(device)
     env["mode"] = mode
     env["timer"] = "dry-run wall clock" if dry_run else (
-        getattr(timer, "__doc__", None) or "custom") if timer else "cuda events, do_bench schedule (warm-up, L2 flushed by a 256 MB write before each rep), median"
+        getattr(timer, "__doc__", None) or "custom") if timer else (
+        "cuda events, do_bench schedule (warm-up, L2 flushed by a 256 MB write before each rep), median"
+        + (", host ahead (GPU spin before each rep: the GPU's time alone)" if ahead else ""))
     flush = None if dry_run else torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     if not dry_run:  # bring the clocks up before the first timed case
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
@@ -359,7 +415,7 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
                 break
             try:
                 point = measure(case, device, flush, dry_run=dry_run, rep_s=rep_s, timer=timer,
-                                kernel_names=bool(kernel_names and kernel_names(case)))
+                                kernel_names=bool(kernel_names and kernel_names(case)), ahead=ahead)
             except Exception as exc:  # noqa: BLE001 - record and go on
                 point = {**case, "time_s": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
                 if not dry_run:
