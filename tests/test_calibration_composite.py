@@ -70,12 +70,13 @@ def test_naive_attention_is_the_sum_of_its_kernels(model):
     assert t(model, gm.ops.attention(b, h, s, d, impl="naive", causal=True, backward=True)) > t(model, fwd)
 
 
-def test_naive_attention_backward_has_a_host_floor(model):
+def test_naive_attention_backward_is_its_kernels_alone(model):
+    """No host floor: a tiny backward costs its ~10 kernels' launches, not autograd's ~0.1-0.5 ms walk."""
     p = model.params
     tiny = gm.ops.attention(1, 1, 64, 64, impl="naive", backward=True)
-    assert t(model, tiny) == p["naive_bwd_host_s"]                  # the autograd walk, not the kernels
+    assert 8 * p["launch_s"] < t(model, tiny) < 20 * p["launch_s"]
     big = gm.ops.attention(1, 32, 4096, 128, impl="naive", backward=True)
-    assert t(model, big) > 10 * p["naive_bwd_host_s"]
+    assert t(model, big) > 10 * t(model, tiny)
 
 
 def test_bmm_with_a_128_edge_streams(model):
@@ -128,10 +129,11 @@ def test_cross_entropy_is_cast_log_softmax_and_one_block_nll(model):
     assert t(model, gm.ops.cross_entropy(tokens, vocab, "bf16", upcast=False, backward=True)) > t(model, no_cast)
 
 
-def test_cross_entropy_backward_of_few_tokens_is_host_bound(model):
+def test_cross_entropy_backward_of_few_tokens_is_its_launches(model):
+    """No host floor: 8000 logits take the four kernels' launches (zero, NLL, log-softmax, cast back) and little more."""
     p = model.params
-    small = gm.ops.cross_entropy(8, 1000, "bf16", backward=True)     # 8000 logits: microseconds of kernels
-    assert t(model, small) == pytest.approx(p["loss_bwd_host_s"], rel=1e-12)
+    small = gm.ops.cross_entropy(8, 1000, "bf16", backward=True)
+    assert 4 * p["launch_s"] < t(model, small) < 4 * p["launch_s"] + 10e-6
 
 
 def test_embedding_backward_writes_the_whole_table(model):

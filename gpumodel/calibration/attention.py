@@ -9,9 +9,9 @@ splits whose wave efficiency is within 85% of the best, none when the tiles alre
 the SMs. For grouped-query decode the query heads that share a KV head are packed into the rows
 of one tile (``seqlenq_ngroups_swapped``), so the KV cache is read once per KV head. The backward
 pass runs three kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main
-kernel (a block per tile of keys, looping over the queries) and the dQ conversion; timed as one
-``torch.autograd.grad`` call, its host work (about 0.1 ms on the H200's host) is a floor the GPU
-waits on at short sequences (``attn_bwd_host_s``).
+kernel (a block per tile of keys, looping over the queries) and the dQ conversion. The model prices
+the GPU's work alone: the host's time to issue the call (autograd, the backend's plan lookup, about
+0.1 ms on the H200's host) is :mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
 
 The kernels behind ``scaled_dot_product_attention`` depend on the shapes: on the H200 with torch 2.11
 the profiler shows cuDNN's sm90 (wgmma) kernels for a square attention (``seq == kv_seq``) and
@@ -152,8 +152,4 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = p["launch_s"] * kernels * np.ones_like(body)
     total = launch + body + combine
-    if bwd:  # a backward call's host work (autograd, plan lookup, four launches) is a floor for short sequences
-        host = p.get("attn_bwd_host_s", 0.0)
-        launch = np.where(host > total, host, launch)
-        total = np.maximum(total, host)
     return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})

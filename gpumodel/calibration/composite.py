@@ -5,8 +5,9 @@ checked against the kernel names the profiler records in the measurements) and p
 the calibrated model of its kind: a batched GEMM, an elementwise pass, a softmax, a reduction.
 Only the mechanisms no other kernel shows get parameters of their own (see
 :data:`~gpumodel.calibration.parameters.PARAMETERS`): NLL's one-block loop over the tokens,
-log-softmax's three-pass stream, the unvectorised dtype cast, a loss backward's host time, the
-embedding backward's sort and segment rate, the optimizer step's element rate and host time.
+log-softmax's three-pass stream, the unvectorised dtype cast, the embedding backward's sort and
+segment rate, the optimizer step's element rate. Every time is the GPU's work alone: the host's
+time to issue a call (autograd's graph walk, an optimizer's Python) is :mod:`gpumodel.hostcost`'s.
 
 * **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``
   (out of place: a copy of the scores, then a non-vectorised kernel over the broadcast mask, priced
@@ -14,16 +15,13 @@ embedding backward's sort and segment rate, the optimizer step's element rate an
   one-byte mask), ``P V`` (bmm). Backward: ``dP = dO V^T`` and ``dV = P^T dO``, a binary pass over
   the scores, dropout's and the mask's backward (the same copy and masked fill), softmax backward
   (the warp kernel up to 1024 columns, one more score read than the forward's; longer rows a
-  streaming kernel, ``cunn_SoftMaxBackwardSmem``), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``;
-  timed as one ``torch.autograd.grad`` call, the host's walk of its autograd nodes is a floor
-  (``naive_bwd_host_s``).
+  streaming kernel, ``cunn_SoftMaxBackwardSmem``), the scale's backward, ``dQ = dS K`` and ``dK = dS^T Q``.
 * **cross-entropy**: with ``upcast``, a cast of the 16-bit logits to fp32 (a dtype-converting copy,
   ``unrolled_elementwise_kernel``: no vectorised loads, its own rate); log-softmax, which over rows of
   a vocabulary runs ``cunn_SoftMaxForward`` (three row reads and a write; not ``torch.softmax``'s
   one-pass kernel); ``nll_loss``, whose reducing kernel is one block of 32 threads walking the
   tokens (``NLL_LOSS_THREADS``). Backward: zero the logits' gradient, NLL's one-block scatter,
-  ``cunn_SoftMaxBackward`` (again three reads and a write), and the cast back; one
-  ``torch.autograd.grad`` call takes at least its host time.
+  ``cunn_SoftMaxBackward`` (again three reads and a write), and the cast back.
 * **embedding** backward (``embedding_dense_backward``): zero the dense gradient; up to 3072
   tokens one kernel over feature columns walks all tokens (1024-thread blocks, two resident per SM),
   more tokens are sorted (a radix sort of the ids) and reduced by segments, whose kernels gather one
@@ -31,7 +29,7 @@ embedding backward's sort and segment rate, the optimizer step's element rate an
 * **fused AdamW** (``torch.optim.AdamW(fused=True).step()``): ``_foreach_add_`` on the step
   counters and the fused kernel, launched per group of at most 36 tensors or 320 chunks of 65536
   elements (``multi_tensor_apply`` at depth 4), bound by its bytes or, for 16-bit parameters, by an
-  element rate (4 elements a thread and step: 8-byte loads), and the step's host time.
+  element rate (4 elements a thread and step: 8-byte loads).
 * **KV-cache write**: two ``index_copy_`` kernels (keys, values), each at the element rate of an
   indexing kernel.
 * **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them (kernel time only: the
@@ -155,10 +153,6 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     sm = _attention_softmax_backward(model, bh * seq, skv, dt)
     total, compute, memory, launch = _sum(model, parts)
     total, launch = total + sm + extra, launch + p["launch_s"] + extra_launch
-    # one torch.autograd.grad call through ~10 autograd nodes: its host work is a floor for small shapes
-    host = p.get("naive_bwd_host_s", 0.0)
-    launch = np.where(host > total, host, launch)
-    total = np.maximum(total, host)
     memory = np.maximum(total - launch - compute, 0.0)
     return Prediction(total, compute, memory, launch, 1.0, {})
 
@@ -277,11 +271,7 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
     back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast back (vectorised)
     zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
     total, compute, memory, kl = _sum(model, [zero, *back])
-    # one ``torch.autograd.grad`` call: below a few hundred microseconds of kernels the host (autograd's
-    # graph walk, four launches) sets the time, as for attention's backward
-    gpu = total + ls + _nll(model, t)
-    host = p["loss_bwd_host_s"] * np.ones_like(gpu)
-    return _pred(0.0, compute, 0.0, kl, np.maximum(gpu, host), 2 * launch, host_s=host)
+    return _pred(0.0, compute, 0.0, kl, total + ls + _nll(model, t), 2 * launch)
 
 
 @predictor(OpName.EMBEDDING)
@@ -318,10 +308,8 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
     # the fused kernel works through kILP = 4 elements a thread and step whatever their width: 16-bit
     # parameters and states load 8 bytes a step, so a bf16 step is bound by an element rate, not the bytes
     body = np.maximum(_f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"]), numel / p["adamw_elem_rate"])
-    gpu = launches * p["launch_s"] + body
-    host = p["adamw_host_s"] + tensors * p["adamw_host_tensor_s"]
-    total = _soft_max(gpu, host, p["vector_overlap_p"])
-    return _pred(total, 0.0 * total, total - launches * p["launch_s"], launches * p["launch_s"], host_s=host)
+    total = launches * p["launch_s"] + body
+    return _pred(total, 0.0 * total, body, launches * p["launch_s"])
 
 
 @predictor(OpName.KV_CACHE_WRITE)

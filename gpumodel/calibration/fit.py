@@ -257,8 +257,6 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     for d in ("fwd", "bwd"):
         if f"attention_{d}" in fams or (d == "fwd" and "attention_decode" in fams):
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
-    if "attention_bwd" in fams:
-        free += ["attn_bwd_host_s"]
     if "attention_decode" in fams:
         free += ["bw_eff_attention", "attn_flops_fa2"]
     strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
@@ -266,16 +264,12 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["strided_elem_rate"]
     if strided:
         free += ["strided_launch_s"]
-    if "attention_naive_bwd" in fams:
-        free += ["naive_bwd_host_s"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
         free += ["nll_step_s", "bw_eff_log_softmax", "bw_eff_cast_copy"]
-    if "cross_entropy_bwd" in fams:
-        free += ["loss_bwd_host_s"]
     if "embedding_bwd" in fams:
         free += ["embedding_token_s", "embedding_sort_s", "embedding_segment_rate"]
     if "adamw_step" in fams:
-        free += ["adamw_host_s", "adamw_host_tensor_s", "adamw_elem_rate"]
+        free += ["adamw_elem_rate"]
     if "kv_cache_write" in fams:
         free += ["index_copy_rate"]
     for w in sorted(x for x in weights if x and WEIGHT_ONLY_PATH[x] not in ("dequant_linear", "scaled_mm_dynamic")):

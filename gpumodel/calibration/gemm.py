@@ -115,12 +115,16 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0
             bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
             t_m = (bytes_min + extra) / bw
-            t = _soft_max(t_c, t_m, p["overlap_p"]) + (p["split_overhead_s"] if split > 1 else 0.0)
+            # split-K: the partial sums' fix-up; the CUTLASS kernels of unaligned operands reduce them in a
+            # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
+            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, p["launch_s"]) if split > 1 else 0.0
+            t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]
             if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+                # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
-                t2 = _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"]
+                t2 = np.where(align >= 16, _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
                 cands.append((t2, t_c2, t_m, np.ones_like(t2)))
             for t, t_c, t_m, par in cands:
                 if best is None:

@@ -77,7 +77,7 @@ DEFAULTS: dict[str, Default] = {
                                     lambda g, bw: 0.22 * _bf16(g), f"{_H200}: 150-235 TFLOP/s of 989"),
     "overlap_p": Default("1", "sharpness p of the compute/memory overlap (t_c^p + t_m^p)^(1/p) of GEMMs",
                          _const(4.0), "start value of the fit"),
-    "vector_overlap_p": Default("1", "the same sharpness for memory-bound kernels (math vs traffic, host vs GPU)",
+    "vector_overlap_p": Default("1", "the same sharpness for memory-bound kernels (math vs traffic)",
                                 _const(3.0), "start value of the fit"),
     "attn_overlap_p": Default("1", "the same sharpness for flash attention (tensor-core math vs softmax)",
                               _const(3.0), "start value of the fit"),
@@ -135,9 +135,6 @@ DEFAULTS: dict[str, Default] = {
                               "reaches about 35% of the H100's peak (no wgmma)"),
     "attn_causal_diag": Default("1", "extra key blocks of a square causal attention tile for its diagonal block "
                                 "(masked element by element)", _const(0.5), "start value of the fit"),
-    "attn_bwd_host_s": Default("s", "host time of one attention backward call (autograd, the backend's plan lookup "
-                               "and launches): a floor the GPU waits on for short sequences", _const(50e-6),
-                               "start value of the fit"),
     "attn_score_rate_fwd": Default("1/s", "score elements (softmax, masking) per second, forward",
                                    lambda g, bw: g.peak_flops("fp32") / 4, "about 4 FP32 operations a score"),
     "attn_score_rate_bwd": Default("1/s", "score elements per second, backward",
@@ -155,8 +152,6 @@ DEFAULTS: dict[str, Default] = {
                                   _const(0.9), "start value of the fit"),
     "bw_eff_cast_copy": Default("1", "device-memory rate of a dtype-converting copy (unrolled_elementwise_kernel: "
                                 "no vectorised loads), e.g. logits.float()", _const(0.5), "start value of the fit"),
-    "loss_bwd_host_s": Default("s", "host time of a cross-entropy backward called as one torch.autograd.grad "
-                               "(autograd's graph walk and launches)", _const(80e-6), "start value of the fit"),
     "embedding_token_s": Default("s", "time per token of the embedding backward's feature kernel (< 3072 tokens)",
                                  _const(0.05e-6), "start value of the fit"),
     "embedding_sort_s": Default("s", "fixed time of the embedding backward's sort and segment kernels",
@@ -168,18 +163,11 @@ DEFAULTS: dict[str, Default] = {
     "adamw_elem_rate": Default("elements/s", "parameters per second the fused AdamW kernel updates when its "
                                "4-element steps, not its bytes, bound it (16-bit parameters and states)",
                                lambda g, bw: bw / 24.0, "start value of the fit"),
-    "adamw_host_s": Default("s", "host time of a fused optimizer step (Python, grouping, launches)",
-                            _const(40e-6), "start value of the fit"),
-    "adamw_host_tensor_s": Default("s", "host time per parameter tensor of that step", _const(1e-6),
-                                   "start value of the fit"),
     "strided_elem_rate": Default("elements/s", "element rate of PyTorch's generic (non-vectorised) elementwise "
                                  "kernel over strided or broadcast operands (slices, head-transposed views, masks "
                                  "broadcast over batch and heads)",
                                  lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
                                  "vectorised copy rate (start value of the fit)"),
-    "naive_bwd_host_s": Default("s", "host time of one naive-attention backward call (autograd over its ~10 nodes "
-                                "and their launches): a floor the GPU waits on for small shapes", _const(100e-6),
-                                "start value of the fit"),
     "strided_launch_s": Default("s", "extra fixed time of a generic strided elementwise kernel over the "
                                 "vectorised one's launch (its parameter block carries an offset calculator per "
                                 "operand)", _const(1e-6), "start value of the fit"),

@@ -22,6 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..specs import Catalog, SpecError, load_records
 from .model import PARAMETERS, CalibrationModel, default_parameters
 
+#: parameters of records fitted to timings that counted the host's issue time (before 2026-12-04): host-time
+#: floors of one ``torch.autograd.grad`` or optimizer call. The kernel-time model prices the GPU's work alone
+#: (the host's cost is :mod:`gpumodel.hostcost`'s), so a record's values of these are dropped on loading.
+RETIRED_PARAMETERS = frozenset({"attn_bwd_host_s", "naive_bwd_host_s", "loss_bwd_host_s", "adamw_host_s",
+                                "adamw_host_tensor_s"})
+
 __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "calibration_for",
            "list_calibrations", "CALIBRATIONS"]
 
@@ -110,6 +116,7 @@ class Calibration(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _known_parameters(cls, value: dict[str, float]) -> dict[str, float]:
+        value = {k: v for k, v in value.items() if k not in RETIRED_PARAMETERS}
         unknown = sorted(set(value) - set(PARAMETERS) - {"flops_fp64", "flops_int8"})
         if unknown:
             raise ValueError(f"unknown model parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
