@@ -193,7 +193,8 @@ def _scalar(x: Any) -> Any:
     return float(arr) if arr.ndim == 0 else arr
 
 
-def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> TimeEstimate:
+def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,
+             sustained: bool = False) -> TimeEstimate:
     """Estimate the time of ``op`` on ``gpu`` and say what decided it.
 
     Parameters
@@ -207,6 +208,11 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
         default efficiencies.
     calibration : Calibration or path, optional
         A calibration to use instead of the shipped one (must be for this GPU).
+    sustained : bool
+        Price the op inside seconds of back-to-back work (a training step), where the power limit lowers
+        the SM clock: compute rates divided by the calibration's measured ``sustained_slowdown``
+        (:meth:`CalibrationModel.sustained <gpumodel.calibration.model.CalibrationModel.sustained>`).
+        Default False: the op timed on its own, as the calibration measured it.
 
     Returns
     -------
@@ -224,6 +230,8 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     op = resolve_op(op)
     g = resolve_gpu(gpu)
     model, label, detail, record = _resolve(g, flag(calibrated, "calibrated"), calibration)
+    if flag(sustained, "sustained"):
+        model = model.sustained()
     pred = _predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
@@ -234,7 +242,8 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
                         op.name, g.name, detail, _expected_error(record, op))
 
 
-def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> Any:
+def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,
+                  sustained: bool = False) -> Any:
     """Estimated time of ``op`` on ``gpu`` [s]: a float, or an array broadcast like the op's sizes.
 
     See :func:`estimate` for the parameters and the result that explains the number.
@@ -250,6 +259,8 @@ def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: An
     """
     op = resolve_op(op)
     model, _ = model_for(gpu, calibrated=calibrated, calibration=calibration)
+    if flag(sustained, "sustained"):
+        model = model.sustained()
     return _scalar(_predict(model, op).time_s)
 
 

@@ -276,7 +276,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         if op is None:
             return 0.0, False
         if id(op) not in cache:
-            est = _estimate(op, g, calibrated=calibrated, calibration=calibration)
+            est = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
             cache[id(op)] = (float(est.time_s), bool(est.calibrated))
         return cache[id(op)]
 

@@ -103,7 +103,7 @@ def test_cli_calibrate_from_points_needs_no_gpu(tmp_path, capsys):
     from gpumodel.calibration.record import load_calibration
     from gpumodel.cli import main
 
-    data = Path(__file__).parent / "data" / "calibration" / "quick.jsonl"
+    data = Path(__file__).parent / "data" / "calibration" / "do_bench" / "quick.jsonl"
     out = tmp_path / "mine.yaml"
     assert main(["calibrate", "--from-points", str(data), "--out", str(out)]) == 0
     cal = load_calibration(out)

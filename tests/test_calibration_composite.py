@@ -8,7 +8,7 @@ import pytest
 import gpumodel as gm
 from gpumodel.calibration.attention import flash_tiles, num_splits
 from gpumodel.calibration.composite import MTA_CHUNK
-from gpumodel.calibration.model import CalibrationModel, default_parameters, predict, predicted_ops
+from gpumodel.calibration.model import CalibrationModel, default_parameters, predict, predicted_ops, queued
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,20 @@ def model():
 
 def t(model, op):
     return float(predict(model, op).time_s)
+
+
+def queued_saving(p, kernels):
+    """What ``kernels`` kernels of one call save over as many lone launches: the later ones start after
+    ``kernel_gap_s``, not ``launch_s``."""
+    return (kernels - 1) * (p["launch_s"] - p["kernel_gap_s"])
+
+
+def test_queued_kernels_cost_a_launch_then_gaps(model):
+    p = model.params
+    assert p["kernel_gap_s"] < p["launch_s"]                          # the defaults: 1.5 us after a 4 us launch
+    assert float(queued(p, 1)) == p["launch_s"]
+    assert float(queued(p, 4)) == pytest.approx(p["launch_s"] + 3 * p["kernel_gap_s"], rel=1e-12)
+    assert float(queued({"launch_s": 4e-6}, 3)) == pytest.approx(12e-6)   # a record without the gap: lone launches
 
 
 def test_every_op_has_a_time_model():
@@ -62,9 +76,9 @@ def test_naive_attention_is_the_sum_of_its_kernels(model):
     fill_s = t(model, gm.ops.elementwise(n, strided=True))           # a strided kernel: its traffic or its rate
     launch = p["launch_s"] + p["strided_launch_s"]
     assert fill_s == pytest.approx(launch + max(t(model, fill) - p["launch_s"], n / p["strided_elem_rate"]))
-    assert t(model, fwd) == pytest.approx(sum(t(model, x) for x in parts) + fill_s, rel=1e-12)
+    assert t(model, fwd) == pytest.approx(sum(t(model, x) for x in parts) + fill_s - queued_saving(p, 6), rel=1e-12)
     plain = gm.ops.attention(b, h, s, d, impl="naive")
-    assert t(model, fwd) - t(model, plain) == pytest.approx(t(model, parts[-1]) + fill_s, rel=1e-9)
+    assert t(model, fwd) - t(model, plain) == pytest.approx(t(model, parts[-1]) + fill_s - queued_saving(p, 3), rel=1e-9)
     drop = gm.ops.attention(b, h, s, d, impl="naive", causal=True, dropout=0.1)
     assert t(model, drop) > t(model, fwd)
     assert t(model, gm.ops.attention(b, h, s, d, impl="naive", causal=True, backward=True)) > t(model, fwd)
@@ -74,7 +88,7 @@ def test_naive_attention_backward_is_its_kernels_alone(model):
     """No host floor: a tiny backward costs its ~10 kernels' launches, not autograd's ~0.1-0.5 ms walk."""
     p = model.params
     tiny = gm.ops.attention(1, 1, 64, 64, impl="naive", backward=True)
-    assert 8 * p["launch_s"] < t(model, tiny) < 20 * p["launch_s"]
+    assert float(queued(p, 8)) < t(model, tiny) < float(queued(p, 20))
     big = gm.ops.attention(1, 32, 4096, 128, impl="naive", backward=True)
     assert t(model, big) > 10 * t(model, tiny)
 
@@ -119,7 +133,7 @@ def test_cross_entropy_is_cast_log_softmax_and_one_block_nll(model):
     stream = 4 * n * 4 / (bw * p["bw_eff_log_softmax"])
     lat = 16 * (p["block_sync_s"] + 3 * 8 * p["mem_latency_s"])
     nll = p["launch_s"] + tokens / 32 * p["nll_step_s"]              # 32 threads walk 4096 targets: 128 steps
-    want = cast + p["launch_s"] + max(stream, lat) + nll
+    want = cast + p["launch_s"] + max(stream, lat) + nll - queued_saving(p, 3)    # three kernels, queued
     assert t(model, fwd) == pytest.approx(want, rel=1e-12)
     no_cast = gm.ops.cross_entropy(tokens, vocab, "bf16", upcast=False)
     assert t(model, no_cast) < t(model, fwd)
@@ -133,7 +147,7 @@ def test_cross_entropy_backward_of_few_tokens_is_its_launches(model):
     """No host floor: 8000 logits take the four kernels' launches (zero, NLL, log-softmax, cast back) and little more."""
     p = model.params
     small = gm.ops.cross_entropy(8, 1000, "bf16", backward=True)
-    assert 4 * p["launch_s"] < t(model, small) < 4 * p["launch_s"] + 10e-6
+    assert float(queued(p, 4)) < t(model, small) < float(queued(p, 4)) + 10e-6
 
 
 def test_embedding_backward_writes_the_whole_table(model):
@@ -163,9 +177,9 @@ def test_adamw_launches_one_kernel_per_320_chunks(model):
     op = gm.ops.adamw_step(10**9, "fp32", tensors=290)
     chunks = np.ceil(1e9 / MTA_CHUNK) + 289                           # 15259 + a chunk start per extra tensor
     launches = np.ceil(chunks / 320) + np.ceil(290 / 110)              # 49 fused launches + 3 step-counter ones
-    assert float(predict(model, op).overhead_s) == pytest.approx(launches * p["launch_s"])
+    assert float(predict(model, op).overhead_s) == pytest.approx(p["launch_s"] + (launches - 1) * p["kernel_gap_s"])
     stream = 28e9 / (p["bandwidth"] * p["bw_eff_adamw_step"])         # 7 fp32 words a parameter
-    assert t(model, op) == pytest.approx(stream + launches * p["launch_s"], rel=0.05)
+    assert t(model, op) == pytest.approx(stream + float(queued(p, launches)), rel=0.05)
 
 
 def test_bf16_adamw_is_bound_by_its_element_rate(model):
@@ -182,9 +196,9 @@ def test_kv_cache_write_is_two_index_copies(model):
     half = gm.ops.elementwise(n, "bf16")
     # each index_copy_ is a copy of n elements, unless its element rate (index arithmetic, no vector loads) is slower
     body = max(t(model, half) - p["launch_s"], n / p["index_copy_rate"])
-    assert t(model, small) == pytest.approx(2 * (p["launch_s"] + body))
+    assert t(model, small) == pytest.approx(2 * (p["launch_s"] + body) - queued_saving(p, 2))
     big = gm.ops.kv_cache_write(64, 8, 4096, 128)                     # 268M elements each
-    assert t(model, big) == pytest.approx(2 * (p["launch_s"] + 64 * 8 * 4096 * 128 / p["index_copy_rate"]))
+    assert t(model, big) == pytest.approx(float(queued(p, 2)) + 2 * 64 * 8 * 4096 * 128 / p["index_copy_rate"])
 
 
 @pytest.mark.parametrize("w", ["int8", "int4", "fp8"])
@@ -206,5 +220,5 @@ def test_int8_weight_only_is_casts_and_the_int8pack_kernel(model):
     math = 2 * m * n * k / p["flops_int8_mm"]
     q = p["overlap_p"]
     kernel = p["launch_s"] + max(stream, math) * ((min(stream, math) / max(stream, math)) ** q + 1) ** (1 / q)
-    assert t(model, op) == pytest.approx(sum(t(model, c) for c in casts) + kernel)
-    assert float(predict(model, op).overhead_s) == pytest.approx(4 * p["launch_s"])   # four kernels, as profiled
+    assert t(model, op) == pytest.approx(sum(t(model, c) for c in casts) + kernel - queued_saving(p, 4))
+    assert float(predict(model, op).overhead_s) == pytest.approx(float(queued(p, 4)))  # four kernels, as profiled

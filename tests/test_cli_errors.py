@@ -85,7 +85,7 @@ def test_plot_into_a_missing_folder(tmp_path, argv, capsys):
 
 
 def test_calibrate_out_into_a_missing_folder_is_refused_before_the_fit(tmp_path, capsys):
-    refused(["calibrate", "--from-points", DATA / "quick.jsonl", "--out", tmp_path / "nope" / "c.yaml"], capsys,
+    refused(["calibrate", "--from-points", DATA / "do_bench" / "quick.jsonl", "--out", tmp_path / "nope" / "c.yaml"], capsys,
             "--out", "does not exist")
 
 
@@ -213,7 +213,7 @@ BATTERY = [
 def test_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text("gpu: h200-sxm\n")
-    (tmp_path / "p.jsonl").write_text((DATA / "quick.jsonl").read_text())
+    (tmp_path / "p.jsonl").write_text((DATA / "do_bench" / "quick.jsonl").read_text())
     refused(argv, capsys, needle)
 
 

@@ -121,7 +121,7 @@ def test_calibrate_json_is_strict_and_documented(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(fit, "fit_calibration", lambda points, g, env, **kw: calibration_for("h200"))
     out = tmp_path / "c.yaml"
-    data = json_of(["calibrate", "--from-points", DATA / "quick.jsonl", "--out", out, "--json"], capsys)
+    data = json_of(["calibrate", "--from-points", DATA / "do_bench" / "quick.jsonl", "--out", out, "--json"], capsys)
     assert data["file"] == str(out) and out.exists() and data["gpu"] == "h200-sxm"
     documented = help_of("calibrate", capsys)
     assert all(k in documented for k in data)

@@ -43,7 +43,7 @@ import numpy as np
 
 from gpumodel.opcost import OpName
 
-from .model import CalibrationModel, Prediction, _f, _soft_max, predictor
+from .model import CalibrationModel, Prediction, _f, _soft_max, predictor, queued
 
 __all__ = ["num_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
 
@@ -143,13 +143,20 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         block = np.where(splits > 1, SPLIT_BLOCK_M, BLOCK_M)
         pad = np.where(seq > 1, np.ceil(k["rows"] / block) * block / np.maximum(k["rows"], 1.0), 1.0)
     per_sm = pad * _soft_max(_f(op.flops) * (frac / op_frac) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
-    t_c = per_sm * waves * P / np.maximum(tiles, 1.0) + waves * p[f"attn_tile_overhead_{d}_s"]
+    per_tile = per_sm * P / np.maximum(tiles, 1.0)
+    if not bwd and "attn_kv_block_s" in p:
+        # a forward tile walks its key blocks one after another (load K, scores, softmax, load V, P V): with few
+        # rows a tile (decode, a short chunk) each block's latency, not its math, sets the pace
+        kv_block = np.where(splits > 1, _kv_block(_f(s["head_dim"])), float(BLOCK_M))
+        blocks = np.ceil(np.ceil(skv * frac / kv_block) / splits)
+        per_tile = _soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
+    t_c = per_tile * waves + waves * p[f"attn_tile_overhead_{d}_s"]
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
                                     np.minimum(tiles, P) * p["sm_bandwidth"])
     body = np.maximum(t_c, t_m)
     kernels = BWD_KERNELS if bwd else 1.0 + (splits > 1)       # split-KV: + the combine kernel
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
-    launch = p["launch_s"] * kernels * np.ones_like(body)
+    launch = queued(p, kernels) * np.ones_like(body)
     total = launch + body + combine
     return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})

@@ -29,7 +29,8 @@ time to issue a call (autograd's graph walk, an optimizer's Python) is :mod:`gpu
 * **fused AdamW** (``torch.optim.AdamW(fused=True).step()``): ``_foreach_add_`` on the step
   counters and the fused kernel, launched per group of at most 36 tensors or 320 chunks of 65536
   elements (``multi_tensor_apply`` at depth 4), bound by its bytes or, for 16-bit parameters, by an
-  element rate (4 elements a thread and step: 8-byte loads).
+  element rate (4 elements a thread and step: 8-byte loads), or by its waves of chunks: a block per
+  chunk of up to 65536 elements, which one SM works through at its share of those rates.
 * **KV-cache write**: two ``index_copy_`` kernels (keys, values), each at the element rate of an
   indexing kernel.
 * **weight-only GEMMs**: as :data:`WEIGHT_ONLY_PATH` says PyTorch runs them (kernel time only: the
@@ -55,7 +56,7 @@ from gpumodel.dtypes import bytes_per_element
 from gpumodel.opcost import OpName
 
 from .kernels import softmax_plan
-from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
+from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor, queued
 
 __all__ = ["naive_attention", "math_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
 
@@ -85,11 +86,20 @@ def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(x, dtype=float) for x in (total, compute, memory, launch))
 
 
-def _pred(total: Any, compute: Any, memory: Any, launch: Any, extra_s: Any = 0.0, extra_launch_s: Any = 0.0,
+def _pred(model: CalibrationModel, total: Any, compute: Any, memory: Any, launch: Any, extra_s: Any = 0.0, extra_launch_s: Any = 0.0,
           **extra: Any) -> Prediction:
-    """A composite's prediction: its kernels' totals plus ``extra_s`` of kernels priced on their own."""
+    """A composite's prediction: its kernels' totals plus ``extra_s`` of kernels priced on their own.
+
+    Each kernel is priced as if launched alone (``launch_s``); the kernels of one call run queued, so
+    every launch after the first costs ``kernel_gap_s`` instead (:func:`queued`).
+    """
     total = np.asarray(total + extra_s, dtype=float)
-    launch = np.broadcast_to(np.asarray(launch + extra_launch_s, dtype=float), total.shape)
+    launch = np.asarray(launch + extra_launch_s, dtype=float)
+    p = model.params
+    # each kernel's launch is priced launch_s (a strided kernel's a fraction more: rounded off)
+    kernels = np.floor(launch / p["launch_s"] + 1e-9)
+    saved = np.maximum(kernels - 1.0, 0.0) * p["launch_s"] - (queued(p, kernels) - p["launch_s"])
+    total, launch = total - saved, np.broadcast_to(launch - saved, total.shape)
     memory = np.broadcast_to(np.asarray(memory + extra_s - extra_launch_s, dtype=float), total.shape)
     if not total.shape:
         launch, memory = float(launch), float(memory)
@@ -141,7 +151,7 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
             parts.append(copy)
         if drop:
             parts.append(ops.elementwise(n, dt, inputs=1, outputs=1 + mask_bytes))
-        return _pred(*_sum(model, parts), extra, extra_launch)
+        return _pred(model, *_sum(model, parts), extra, extra_launch)
     parts = [ops.bmm(bh, seq, skv, d, dt), ops.bmm(bh, skv, d, seq, dt),       # dP = dO V^T, dV = P^T dO
              ops.elementwise(n, dt, inputs=2, outputs=1),                      # the binary pass before softmax's
              score_pass,                                                        # the scale's backward
@@ -151,10 +161,7 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     if drop:
         parts.append(ops.elementwise(n, dt, inputs=1 + mask_bytes, outputs=1))
     sm = _attention_softmax_backward(model, bh * seq, skv, dt)
-    total, compute, memory, launch = _sum(model, parts)
-    total, launch = total + sm + extra, launch + p["launch_s"] + extra_launch
-    memory = np.maximum(total - launch - compute, 0.0)
-    return Prediction(total, compute, memory, launch, 1.0, {})
+    return _pred(model, *_sum(model, parts), sm + extra, p["launch_s"] + extra_launch)
 
 
 def math_attention(model: CalibrationModel, op: Any) -> Prediction:
@@ -199,13 +206,13 @@ def math_attention(model: CalibrationModel, op: Any) -> Prediction:
                     ops.elementwise(n, f32, inputs=2.25, outputs=1, strided=True)]
             extra = sum(_t(model, x) for x in adds)
             launch = 2 * model.params["launch_s"]
-        return _pred(*_sum(model, parts), extra, launch)
+        return _pred(model, *_sum(model, parts), extra, launch)
     parts = [up(nq), ops.bmm(bh, seq, skv, d, f32), ops.bmm(bh, skv, d, seq, f32),
              ops.elementwise(n, f32, inputs=2, outputs=1),
              ops.bmm(bh, seq, d, skv, f32), ops.bmm(bh, skv, d, seq, f32),
              ops.elementwise(nq, f32), ops.elementwise(nkv, f32), down(nq), down(nkv), down(nkv)]
     sm = _attention_softmax_backward(model, bh * seq, skv, f32)
-    return _pred(*_sum(model, parts), sm, model.params["launch_s"])
+    return _pred(model, *_sum(model, parts), sm, model.params["launch_s"])
 
 
 def _nll(model: CalibrationModel, tokens: np.ndarray) -> np.ndarray:
@@ -267,11 +274,11 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
     ls = _log_softmax(model, t, v, work)
     if not s.get("backward", False):
         cast = _cast_copy(model, n, dt, "fp32") if up else 0.0
-        return _pred(*_sum(model, []), cast + ls + _nll(model, t), (2 + up) * launch)
+        return _pred(model, *_sum(model, []), cast + ls + _nll(model, t), (2 + up) * launch)
     back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast back (vectorised)
     zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
     total, compute, memory, kl = _sum(model, [zero, *back])
-    return _pred(0.0, compute, 0.0, kl, total + ls + _nll(model, t), 2 * launch)
+    return _pred(model, 0.0, compute, 0.0, kl, total + ls + _nll(model, t), 2 * launch)
 
 
 @predictor(OpName.EMBEDDING)
@@ -295,7 +302,7 @@ def _embedding(model: CalibrationModel, op: Any) -> Prediction:
     sort = p["embedding_sort_s"] + np.maximum(rows / (p["bandwidth"] * p["bw_eff_embedding"]),
                                               t * h / p["embedding_segment_rate"])
     body = np.where(t <= EMBEDDING_SORT_MIN_TOKENS, feature, sort)
-    return _pred(zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
+    return _pred(model, zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
 
 
 @predictor(OpName.ADAMW_STEP)
@@ -308,8 +315,15 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
     # the fused kernel works through kILP = 4 elements a thread and step whatever their width: 16-bit
     # parameters and states load 8 bytes a step, so a bf16 step is bound by an element rate, not the bytes
     body = np.maximum(_f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"]), numel / p["adamw_elem_rate"])
+    # one block a chunk, on one SM: each wave of chunks lasts as long as its largest chunk takes one SM, at
+    # the SM's share of the element rate or its own byte rate (the profiler on the H200: one fp32 tensor of
+    # 65536 parameters, one chunk, is 36 us of kernels; eight tensors of 8192, 8 us)
+    chunk = np.minimum(numel / np.maximum(tensors, 1.0), MTA_CHUNK)
+    per_chunk = np.maximum(chunk * _f(op.bytes) / numel / p["sm_bandwidth"],
+                           chunk / (p["adamw_elem_rate"] / model.sm_count))
+    body = np.maximum(body, np.ceil(chunks / model.sm_count) * per_chunk)
     total = launches * p["launch_s"] + body
-    return _pred(total, 0.0 * total, body, launches * p["launch_s"])
+    return _pred(model, total, 0.0 * total, body, launches * p["launch_s"])
 
 
 @predictor(OpName.KV_CACHE_WRITE)
@@ -324,7 +338,7 @@ def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
     launch = _f(half.overhead_s)
     body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"])
     total = 2.0 * (launch + body)
-    return _pred(total, 0.0 * total, total - 2.0 * launch, 2.0 * launch)
+    return _pred(model, total, 0.0 * total, total - 2.0 * launch, 2.0 * launch)
 
 
 def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
@@ -344,19 +358,19 @@ def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
                  ops.matmul(m, n, k, "fp8")]
         # (the recipe is eight Python-level calls: for small products the GPU waits on the host, which this
         # kernel model leaves out; the H200 runs measured that host floor at ~90 us in one run, ~280 us in another)
-        return _pred(*_sum(model, parts))
+        return _pred(model, *_sum(model, parts))
     if path == "weight_int8pack_mm":  # x and the scales to fp32, the fp32 kernel, the output to dtype
         casts = [ops.elementwise(m * k, "fp32", inputs=e / 4.0, outputs=1), ops.elementwise(n, "fp32", inputs=0.5),
                  ops.elementwise(m * n, dt, inputs=4.0 / e, outputs=1)]
         total, compute, memory, launch = _sum(model, casts)
         body = _weight_stream(model, op, wdt)
-        return _pred(total, compute, memory, launch, p["launch_s"] + body, p["launch_s"])
+        return _pred(model, total, compute, memory, launch, p["launch_s"] + body, p["launch_s"])
     if path == "dequant_linear":       # w.to(dtype) * scale, then the GEMM
         nk = n * k
         wb = 0.5 if wdt == "int4" else 1.0      # packed bytes per weight
         parts = [ops.elementwise(nk, dt, inputs=wb / e, outputs=1), ops.elementwise(nk, dt, inputs=1, outputs=1),
                  linear]
-        return _pred(*_sum(model, parts))
+        return _pred(model, *_sum(model, parts))
     # a weight-streaming kernel (tinygemm): the packed weight read once, its math on tensor cores
     body = _weight_stream(model, op, wdt)
     return Prediction(p["launch_s"] + body, 0.0 * body, body, p["launch_s"] + 0.0 * body, 1.0, {})

@@ -35,7 +35,7 @@ __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_f
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
                 "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "norm_overlap_p": 16.0,
                 "attn_overlap_p": 16.0,
-                "row_latency_s": 1e-4,
+                "row_latency_s": 1e-4, "kernel_gap_s": 1e-5,
                 # `bandwidth` is the copy rate; read-only streams (a sum, a skinny GEMM's big operand) have no
                 # read/write bus turnarounds and may pass it, up to about the datasheet (4.8 / 4.2 TB/s on the H200)
                 "bw_eff_reduce_sum": 1.15, "bw_eff_stream": 1.15, "bw_eff_gemm": 1.0, "bw_eff_attention": 1.15,
@@ -230,6 +230,9 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if "matmul_weight_only" in fams:
         uses |= {"elementwise", "matmul", "reduce_sum"}
     free = ["launch_s", "bandwidth"]
+    if fams & {*attention, "cross_entropy", "cross_entropy_bwd", "embedding_bwd", "adamw_step", "kv_cache_write",
+               "matmul_weight_only"}:
+        free += ["kernel_gap_s"]
     if uses - {"matmul", "bmm", *attention}:
         free += ["vector_overlap_p"]
     if uses & {"matmul", "bmm"}:
@@ -257,6 +260,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     for d in ("fwd", "bwd"):
         if f"attention_{d}" in fams or (d == "fwd" and "attention_decode" in fams):
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
+            free += ["attn_kv_block_s"] if d == "fwd" else []
     if "attention_decode" in fams:
         free += ["bw_eff_attention", "attn_flops_fa2"]
     strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
@@ -371,10 +375,13 @@ def accuracy_table(model: CalibrationModel, ps: PointSet) -> dict[str, dict[str,
 
 
 def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any] | None = None,
-                    keep_points: bool = True, validation: list[dict] | None = None, source: str = ""):
+                    keep_points: bool = True, validation: list[dict] | None = None, source: str = "",
+                    sustained_slowdown: float | None = None):
     """Fit a :class:`~gpumodel.calibration.record.Calibration` for ``gpu`` to measured ``points``.
 
-    ``validation`` (points not used for the fit) fills the record's ``validation_error``.
+    ``validation`` (points not used for the fit) fills the record's ``validation_error``;
+    ``sustained_slowdown`` (measured: :func:`gpumodel.calibration.sustained.sustained_slowdown`) is kept as
+    that parameter, which no fit touches.
     """
     from gpumodel.gpus import gpu as _gpu
 
@@ -390,6 +397,8 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     kept = [MeasuredPoint.from_point(p) for p in ps.points] if keep_points else []
     val = accuracy_table(model, point_set(validation)) if validation else {}
     params = {k: float(f"{v:.6g}") for k, v in model.params.items()}
+    if sustained_slowdown is not None:
+        params["sustained_slowdown"] = float(f"{sustained_slowdown:.4g}")
     return Calibration.from_environment(
         g.name, env, params, sm, kept, fit_error=acc, validation_error=val, source=source,
         notes=(f"fitted by least squares in log-time to {len(ps.points)} kernels; free parameters: "

@@ -11,7 +11,7 @@ import numpy as np
 
 from gpumodel.opcost import OpName
 
-from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor
+from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor, queued
 
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -117,7 +117,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             t_m = (bytes_min + extra) / bw
             # split-K: the partial sums' fix-up; the CUTLASS kernels of unaligned operands reduce them in a
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
-            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, p["launch_s"]) if split > 1 else 0.0
+            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, queued(p, 2) - p["launch_s"]) if split > 1 else 0.0
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]

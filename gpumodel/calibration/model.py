@@ -176,6 +176,25 @@ class CalibrationModel:
         return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured,
                                 self.gpu)
 
+    def sustained(self) -> "CalibrationModel":
+        """The model of work that keeps the GPU busy for seconds (a training step): every compute rate
+        (:data:`~gpumodel.calibration.sustained.COMPUTE_RATE_PREFIXES`) divided by ``sustained_slowdown``,
+        the power limit's toll on the SM clock; memory rates unchanged. A model without it is returned as is.
+
+        >>> m = CalibrationModel({"launch_s": 4e-6, "bandwidth": 4e12, "flops_bf16": 7e14,
+        ...                       "sustained_slowdown": 1.25}, 132)
+        >>> s = m.sustained().params
+        >>> s["flops_bf16"] / 1e12, s["bandwidth"] / 1e12, s["sustained_slowdown"]
+        (560.0, 4.0, 1.0)
+        """
+        from .sustained import COMPUTE_RATE_PREFIXES
+
+        slow = float(self.params.get("sustained_slowdown", 1.0))
+        if slow == 1.0:
+            return self
+        rates = {k: v / slow for k, v in self.params.items() if k.startswith(COMPUTE_RATE_PREFIXES)}
+        return self.replace(**rates, sustained_slowdown=1.0)
+
     @property
     def threads_per_sm(self) -> int:
         """Resident threads per SM (the GPU record's ``max_threads_per_sm``)."""
@@ -227,6 +246,17 @@ def _bpe(op: Any) -> float:
     from gpumodel.dtypes import bytes_per_element
 
     return float(bytes_per_element(op.dtype))
+
+
+def queued(p: Mapping[str, float], kernels: Any) -> Any:
+    """Launch time [s] of ``kernels`` kernels of one call queued back to back: ``launch_s`` for the first,
+    ``kernel_gap_s`` for each other (records fitted without the gap: ``launch_s`` each).
+
+    >>> round(float(queued({"launch_s": 4e-6, "kernel_gap_s": 1e-6}, 3)) * 1e6, 9)
+    6.0
+    """
+    kernels = np.asarray(kernels, dtype=float)
+    return p["launch_s"] + np.maximum(kernels - 1.0, 0.0) * p.get("kernel_gap_s", p["launch_s"])
 
 
 def _soft_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:

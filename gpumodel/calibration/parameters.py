@@ -62,6 +62,13 @@ _E = DEFAULT_EFFICIENCY
 #: name -> :class:`Default`. Per-dtype ``flops_<dtype>`` and per-family entries are generated below.
 DEFAULTS: dict[str, Default] = {
     "launch_s": Default("s", "fixed time of one kernel launch, as CUDA events see it", _const(_E["launch_s"]), _H200),
+    "sustained_slowdown": Default("1", "time of a compute-bound kernel after seconds of back-to-back work over its "
+                                  "calibration timing (the power limit lowers the SM clock); measured, not fitted "
+                                  "(bench/measure_sustained.py, gpumodel.calibration.sustained)", _const(1.0),
+                                  "1 unless measured"),
+    "kernel_gap_s": Default("s", "time between two kernels of one call queued back to back (the GPU's front end "
+                            "starting the next grid): each launch of a multi-kernel op after its first costs this, "
+                            "not launch_s", _const(1.5e-6), "start value of the fit"),
     "bandwidth": Default("bytes/s", "achievable device-memory bandwidth of a streaming kernel",
                          lambda g, bw: bw, f"datasheet x {_E['bandwidth']} ({_H200}: copy at 88-91%)"),
     "l2_bandwidth": Default("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory",
@@ -141,6 +148,9 @@ DEFAULTS: dict[str, Default] = {
                                    lambda g, bw: g.peak_flops("fp32") / 8, "about 8 FP32 operations a score"),
     "attn_tile_overhead_fwd_s": Default("s", "fixed time per tile of flash attention forward (load Q, write O)",
                                         _const(1e-6), "start value of the fit"),
+    "attn_kv_block_s": Default("s", "latency of one key block in a flash-attention forward tile (its loads and "
+                               "dependent steps): the pace of a tile with few query rows", _const(0.5e-6),
+                               "start value of the fit"),
     "attn_tile_overhead_bwd_s": Default("s", "fixed time per tile of flash attention backward", _const(3e-6),
                                         "start value of the fit"),
     "bw_eff_attention": Default("1", "device-memory rate of flash attention's traffic (decode: the KV cache)",

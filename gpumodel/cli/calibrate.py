@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validation", metavar="JSONL", nargs="+",
                    help="separate measurements to report the error on (not fitted); several files are pooled")
     p.add_argument("--source", default="", help="text for the record's source field")
+    p.add_argument("--sustained", metavar="JSONL",
+                   help="isolated vs sustained timings (bench/measure_sustained.py): keep their median slowdown of "
+                        "compute-bound kernels as the record's sustained_slowdown (used for training steps)")
     p.add_argument("--out", required=True, metavar="FILE", help="calibration YAML to write")
     p.add_argument("--gpu", help="GPU spec name (default: from the device name torch reports)")
     p.add_argument("--points", metavar="JSONL", help="also keep the raw measurements as JSON lines")
@@ -107,7 +110,17 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     from gpumodel.calibration.fit import fit_calibration, gpu_for_device
 
     g = g or gpu_for_device(str(env.get("device_name", "")))
-    cal = fit_calibration(points, g, env, validation=validation, source=args.source)
+    slow = None
+    if getattr(args, "sustained", None):
+        from gpumodel.calibration.sustained import sustained_slowdown
+        from gpumodel.errors import ArgumentError
+
+        input_path(args.sustained, "--sustained")
+        try:
+            slow = sustained_slowdown(args.sustained)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ArgumentError(f"--sustained {args.sustained}: {exc}") from None
+    cal = fit_calibration(points, g, env, validation=validation, source=args.source, sustained_slowdown=slow)
     path = cal.save(args.out)
     if args.json:
         print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error,

@@ -96,7 +96,7 @@ def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16"
     for op, n, is_attn in ((o, n * k, op.name == "attention") for op, n in kernels for o, k in _with_impl(op, impl, dtype)):
         key = repr(op)  # the same kernel recurs across phases and layer counts
         if key not in memo:
-            memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration)
+            memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
         est = memo[key]
         t = n * float(est.time_s)
         used = used or bool(est.calibrated)
