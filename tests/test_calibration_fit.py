@@ -1,7 +1,7 @@
 """The fitted model against measured ground truth (tests/data/calibration, measured on an H200).
 
-The fit set and the validation set are disjoint (different shapes, different timer: the
-validation set was timed with triton's do_bench); see tests/data/calibration/README.md.
+The fit set and the validation set are disjoint (different shapes); both are timed with the host kept
+ahead of the GPU (the GPU's work alone); see tests/data/calibration/README.md.
 """
 
 from __future__ import annotations
@@ -26,24 +26,14 @@ BAR_MEDIAN, BAR_P90 = 0.08, 0.25
 #: table), each with the mechanism the kernel names and shapes point to; an entry that starts to pass fails
 #: (strict xfail), so the list shrinks as the model improves
 KNOWN_MISSES: dict[str, str] = {
-    "attention_fwd": "short SDPA calls are bound by the host on the measuring machine: the profiler's kernel time "
-                     "of a 1-4 x 16-48 head prefill is 12-26 us where do_bench times 40-75 us in some runs and "
-                     "not in others (validation_tiles.jsonl, repeat_widened_run3.jsonl: time_s vs kernel_s)",
-    "attention_bwd": "short backward calls are host-bound (autograd + cuDNN plan lookup): 40 us of kernels timed "
-                     "at 78, 125 and 175 us in three runs (1 x 32 x 512)",
-    "attention_decode": "decode calls are 7-10 us of kernels; do_bench times them at 11, 24 or 39-50 us depending on "
-                        "the run (the host's call time against the L2 flush's)",
-    "attention_naive_bwd": "the backward's host floor (one autograd.grad over ~10 nodes) varies between runs: "
-                           "2 x 12 x 768 is 106 us of kernels timed at 223, 290 and 342 us",
-    "bmm": "12 kernels; the refit on the alignment-controlled GEMMs moved the shared tile parameters and the "
-           "median sits on kernels at +10..12% (64 x 512 x 512 x 128, 128 x 512 x 512 x 128); p90 within the bar",
-    "matmul_weight_only": "the dynamic fp8 recipe is host-bound at small m (24-40 us of kernels timed at 80-220 us, "
-                          "by run): kernel time only is modelled",
+    "attention_decode": "split-KV decode over few rows a tile: large decodes stream the cache at 4.3-4.6 TB/s while "
+                        "20-35 us decodes of many short tiles take a third longer than the per-tile fixed times say "
+                        "(FA2's CTAs per SM are not modelled); the shared bandwidth settles between (+18% / -30%)",
+    "attention_naive_bwd": "the composite's kernels sum 10-25% above the measured backward at 120-540 us (every row "
+                           "over: a kernel priced twice or a pass that overlaps); right at 1-1.5 ms",
+    "bmm": "12 kernels; batched GEMMs whose output dominates (k = 64, 16 x 3000 x 3000) write at 2 TB/s where the "
+           "stream candidate assumes the read rate (-43%); the median is 0.4 points over the bar's 8%",
 }
-#: the same VALIDATION kernels measured again in two more runs (repeat_widened*.jsonl; bench/calibration_accuracy.py
-#: prints the table): these families repeat to worse than the bar themselves (median / p90 of |run k / run 1 - 1|)
-REPEATABILITY = {"attention_fwd": (0.326, 1.625), "attention_bwd": (0.287, 1.069), "attention_decode": (0.008, 1.81),
-                 "adamw_step": (0.119, 0.878), "matmul_weight_only": (0.004, 0.32), "attention_naive_bwd": (0.003, 0.278)}
 #: the overall bar (median 5%, p90 15%) misses with the families above
 OVERALL_MISS = "the families in KNOWN_MISSES lift the overall p90 above 15%"
 
@@ -213,15 +203,15 @@ def test_records_fitted_before_the_new_mechanisms_still_load(h200):
         assert np.isfinite(float(predict(m, op).time_s))
 
 
-def test_the_missing_families_do_not_repeat_within_the_bar():
-    """The host-bound families miss because the measurement itself moves that much from run to run."""
+def test_the_timer_repeats_far_within_the_bar():
+    """A second run of the widened VALIDATION kernels (repeat_widened.jsonl) repeats every family to at most 2.0%
+    median and 9.3% p90 (kv_cache_write; the rest 0.0-0.4% / 0.1-7.4%): the misses are the model's. Timed by do_bench
+    instead (do_bench/), the host's issue time made short attention calls repeat to 29-33% median, 107-181% p90."""
     from benchscript import load_bench
 
-    table = load_bench("calibration_accuracy").repeatability(DATA / "validation_widened.jsonl",
-                                                              *repeat_files(DATA / "validation_widened.jsonl"))
-    for fam, (median, p90) in REPEATABILITY.items():
-        assert table[fam]["median"] == pytest.approx(median, abs=0.01)
-        assert table[fam]["p90"] == pytest.approx(p90, abs=0.02)
-        assert table[fam]["median"] > BAR_MEDIAN or table[fam]["p90"] > BAR_P90
-    steady = [f for f in table if f not in REPEATABILITY]
-    assert all(table[f]["median"] < 0.02 and table[f]["p90"] < 0.2 for f in steady)
+    rep = load_bench("calibration_accuracy").repeatability
+    ahead = rep(DATA / "validation_widened.jsonl", *repeat_files(DATA / "validation_widened.jsonl"))
+    assert len(ahead) == 18 and all(r["median"] < 0.025 and r["p90"] < 0.10 for r in ahead.values()), ahead
+    old = DATA / "do_bench" / "validation_widened.jsonl"
+    do_bench = rep(old, *repeat_files(old))
+    assert do_bench["attention_fwd"]["median"] > 0.25 and do_bench["attention_bwd"]["p90"] > 1.0

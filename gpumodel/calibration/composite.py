@@ -331,12 +331,13 @@ def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
     """Two ``index_copy_`` kernels (keys, values). Each is an indexing kernel: one element per thread
     and step with its index arithmetic, no vectorised loads, so it moves elements at a rate of its
     own (``index_copy_rate``; about 0.3 G elements/us, 1.2 TB/s of bf16 read and write, on the H200)
-    unless the traffic takes longer."""
+    unless the traffic takes longer; and every thread first loads its index, then the element it
+    addresses: two dependent memory latencies (``mem_latency_s``) before anything streams."""
     s, p = op.shape, model.params
     numel = _f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"])
     half = predict(model, ops.elementwise(numel, op.dtype))
     launch = _f(half.overhead_s)
-    body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"])
+    body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"]) + 2.0 * p["mem_latency_s"]
     total = 2.0 * (launch + body)
     return _pred(model, total, 0.0 * total, total - 2.0 * launch, 2.0 * launch)
 

@@ -248,6 +248,16 @@ def _bpe(op: Any) -> float:
     return float(bytes_per_element(op.dtype))
 
 
+def kernels_in(p: Mapping[str, float], overhead_s: Any) -> Any:
+    """How many queued kernels a launch time [s] of :func:`queued` stands for (at least one).
+
+    >>> int(kernels_in({"launch_s": 4e-6, "kernel_gap_s": 1e-6}, 6e-6))
+    3
+    """
+    gap = p.get("kernel_gap_s", p["launch_s"])
+    return np.maximum(1.0 + np.round((np.asarray(overhead_s, dtype=float) - p["launch_s"]) / gap), 1.0)
+
+
 def queued(p: Mapping[str, float], kernels: Any) -> Any:
     """Launch time [s] of ``kernels`` kernels of one call queued back to back: ``launch_s`` for the first,
     ``kernel_gap_s`` for each other (records fitted without the gap: ``launch_s`` each).
