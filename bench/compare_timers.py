@@ -7,7 +7,8 @@ call's kernel durations from ``torch.profiler`` (:func:`gpumodel.calibration.ben
 which no host time enters; it leaves out the GPU's gaps between a call's kernels, so a timer of
 the GPU's work reads a few microseconds above it.
 
-The cases come from the committed measurements that recorded ``kernel_s``: every call whose
+The cases come from the committed do_bench runs that recorded ``kernel_s`` (``tests/data/calibration/do_bench``):
+every call whose
 ``do_bench`` time exceeded 1.5 x its kernel time + 10 us (host-exposed in that run), up to
 ``--suspects`` of them, and as many calls whose time matched their kernel time (controls).
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpumodel.calibration.fit import load_points  # noqa: E402
 from gpumodel.calibration.plan import call_key  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration" / "do_bench"
 TIMERS = ("do_bench", "events", "ahead")
 
 

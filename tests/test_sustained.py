@@ -1,0 +1,93 @@
+"""Sustained load: the measured slowdown of compute-bound kernels after seconds of work, and where it is applied.
+
+Ground truth: ``tests/data/calibration/sustained.jsonl`` (``bench/measure_sustained.py`` on an H200 SXM, 700 W).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+import gpumodel as gm
+from gpumodel.calibration.model import CalibrationModel
+from gpumodel.calibration.record import calibration_for
+from gpumodel.calibration.sustained import sustained_slowdown
+
+DATA = Path(__file__).parent / "data" / "calibration"
+SUSTAINED = DATA / "sustained.jsonl"
+
+
+def _rows():
+    return [json.loads(x) for x in SUSTAINED.read_text().splitlines()[1:] if x.strip()]
+
+
+def _ratio(row):
+    return statistics.median(w["per_call_s"] for w in row["sustained"][-8:]) / row["isolated_s"]
+
+
+def test_the_power_limit_slows_compute_not_memory():
+    rows = {(r["op"], r["dtype"], json.dumps(r["shape"], sort_keys=True)): r for r in _rows() if "sustained" in r}
+    gemm = rows[("matmul", "bf16", json.dumps({"k": 8192, "m": 8192, "n": 8192}))]
+    copy = next(r for k, r in rows.items() if k[0] == "elementwise")
+    # 8192^3 bf16: 1392 us isolated (790 TFLOP/s), 1656 us after 8 s of back-to-back calls (664 TFLOP/s)
+    assert 1.15 < _ratio(gemm) < 1.25
+    assert abs(_ratio(copy) - 1) < 0.03                               # a 512 MiB copy: 0.99
+    # the SM clock nvidia-smi reports at the end of the GEMM run is below the 1980 MHz maximum
+    assert int(gemm["sustained"][-1]["smi"].split(",")[0]) < 1600
+
+
+def test_shipped_slowdown_is_the_median_of_the_measured_compute_kernels():
+    compute = sorted(_ratio(r) for r in _rows() if r.get("op") in ("matmul", "attention") and "sustained" in r)
+    assert len(compute) == 4                                          # 2 bf16 GEMMs, an fp8 GEMM, attention backward
+    assert sustained_slowdown(SUSTAINED) == pytest.approx(statistics.median(compute), rel=1e-12)
+    assert calibration_for("h200").parameters["sustained_slowdown"] == pytest.approx(sustained_slowdown(SUSTAINED),
+                                                                                    rel=1e-3)
+
+
+def test_sustained_estimates_slow_compute_by_the_factor():
+    slow = calibration_for("h200").parameters["sustained_slowdown"]
+    big = gm.ops.matmul(8192, 8192, 8192, "bf16")
+    iso, sus = gm.estimate(big, "h200"), gm.estimate(big, "h200", sustained=True)
+    # its math slows by the factor; the tiles' fixed times (a few us of 1.4 ms) do not
+    assert iso.compute_s * (1 + 0.95 * (slow - 1)) < sus.compute_s <= iso.compute_s * slow
+    assert sus.memory_s == pytest.approx(iso.memory_s, rel=1e-12)
+    copy = gm.ops.elementwise(2**28, "bf16")
+    assert gm.estimate_time(copy, "h200", sustained=True) == pytest.approx(gm.estimate_time(copy, "h200"), rel=1e-12)
+    # datasheet estimates carry no measured slowdown: sustained changes nothing
+    assert gm.estimate_time(big, "h200", calibrated=False, sustained=True) == gm.estimate_time(big, "h200",
+                                                                                              calibrated=False)
+
+
+def test_a_model_without_the_measurement_is_unchanged():
+    m = CalibrationModel({"launch_s": 4e-6, "bandwidth": 4e12, "flops_bf16": 7e14}, 132)
+    assert m.sustained() is m
+
+
+def test_sustained_flag_is_checked():
+    with pytest.raises(gm.errors.ArgumentError, match="sustained must be True or False"):
+        gm.estimate(gm.ops.matmul(64, 64, 64), "h200", sustained="yes")
+
+
+def test_training_steps_are_priced_under_sustained_load():
+    """A step's GEMM time is the sustained one: a GPU-bound step (8 x 2048 tokens of a 1B model) is slower than its
+    kernels timed in isolation would make it, by less than the factor (its memory-bound kernels keep their time)."""
+    st = gm.training_step_time("llama-3.2-1b", "h200", 8, 2048)
+    cal = calibration_for("h200")
+    plain = cal.model_copy(update={"parameters": {**cal.parameters, "sustained_slowdown": 1.0}})
+    iso = gm.training_step_time("llama-3.2-1b", "h200", 8, 2048, calibration=plain)
+    assert not st.host_bound
+    assert 1.03 < st.seconds / iso.seconds < cal.parameters["sustained_slowdown"]
+
+
+def test_calibrate_keeps_the_measured_slowdown(tmp_path):
+    from gpumodel.calibration.record import load_calibration
+    from gpumodel.cli import main
+
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", "--from-points", str(DATA / "do_bench" / "quick.jsonl"), "--gpu", "h200",
+                 "--sustained", str(SUSTAINED), "--out", str(out)]) == 0
+    assert load_calibration(out).parameters["sustained_slowdown"] == pytest.approx(sustained_slowdown(SUSTAINED),
+                                                                                  rel=1e-3)
