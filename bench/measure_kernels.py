@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, strided_case, strided_cases,  # noqa: E402
-                                      tiles_cases, widened_cases)
+from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, gaps_cases, strided_case,  # noqa: E402
+                                      strided_cases, tiles_cases, widened_cases)
 
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
@@ -236,6 +236,29 @@ def cases_from(path: str) -> list[dict]:
     return [_case(pt["op"], pt.get("kernel", pt["op"]), pt["dtype"], **pt["shape"]) for pt in load_points(path)[1]]
 
 
+def _other_validation_keys() -> set:
+    """Shapes of the committed VALIDATION sets other than the gaps set's own."""
+    from gpumodel.calibration.fit import load_points
+
+    data = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration"
+    return {case_key(pt) for path in data.glob("validation*.jsonl") if path.name != "validation_gaps.jsonl"
+            for pt in load_points(path)[1]}
+
+
+def gaps_fit_cases() -> list[dict]:
+    """FIT side of the gaps plan (:func:`gpumodel.calibration.plan.gaps_cases`, seed 6), less every VALIDATION
+    shape (a shape another FIT plan has is measured again: one more run of it)."""
+    taken = _other_validation_keys() | {case_key(c) for c in gaps_cases(7)}
+    return [c for c in gaps_cases(6) if case_key(c) not in taken]
+
+
+def gaps_validation_cases() -> list[dict]:
+    """VALIDATION side of the gaps plan (seed 7), less every FIT shape and every shape of the other VALIDATION
+    sets."""
+    taken = _fit_keys() | {case_key(c) for c in gaps_cases(6)} | _other_validation_keys()
+    return [c for c in gaps_cases(7) if case_key(c) not in taken]
+
+
 def _profiled(case: dict) -> bool:
     """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
     s = case["shape"]
@@ -248,12 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--set", choices=["base", "widened", "strided", "skinny", "tiles"], default="base",
+    p.add_argument("--set", choices=["base", "widened", "strided", "skinny", "tiles", "gaps"], default="base",
                    help="base: the first validation set; widened: the composite/serving validation set, and with "
                         "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first; strided: "
                         "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
                         "F.linear at 96-768 tokens around the stream edge (VALIDATION only); tiles: GEMMs by the alignment "
-                        "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out)")
+                        "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out); gaps: "
+                        "short strided kernels, unaligned mid-size GEMMs, decode, short causal attention, naive "
+                        "backward, output-bound bmm (FIT: --fit-out)")
     p.add_argument("--cases-from", default=None, metavar="FILE",
                    help="measure the cases of this measurement file (its op, kernel, dtype, shape) instead of --set")
     p.add_argument("--timer", choices=["ahead", "events", "do_bench"], default="ahead",
@@ -288,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
              "widened": ("validation", widened_validation_cases, "fit-widened", widened_cases),
              "skinny": ("validation", skinny_validation_cases, None, None),
              "strided": ("validation", strided_validation_cases, "fit-strided", strided_cases),
-             "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases)}
+             "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases),
+             "gaps": ("validation-gaps", gaps_validation_cases, "fit-gaps", gaps_fit_cases)}
     val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
     if args.cases_from:
         val_mode, val_cases, fit_cases = f"again: {Path(args.cases_from).name}", lambda: cases_from(args.cases_from), None
