@@ -107,9 +107,14 @@ def _pred(model: CalibrationModel, total: Any, compute: Any, memory: Any, launch
 
 
 def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
-    """Softmax backward: the forward's kernel with one more row read (dY and Y in, dX out: 3/2 the traffic)."""
-    pred = predict(model, ops.softmax(rows, cols, dtype))
-    return _f(pred.overhead_s) + 1.5 * (_f(pred.time_s) - _f(pred.overhead_s))
+    """Softmax backward: the forward's kernel with one more row read (dY and Y in, dX out: 3/2 the traffic).
+
+    The row stays in registers, so the extra read costs time only where the traffic sets it: the larger of the
+    forward's time (its passes over each row) and 3/2 of its bytes at the softmax's bandwidth."""
+    op = ops.softmax(rows, cols, dtype)
+    pred, p = predict(model, op), model.params
+    traffic = 1.5 * _f(op.bytes) / (p["bandwidth"] * p.get("bw_eff_softmax", 1.0))
+    return _f(pred.overhead_s) + np.maximum(_f(pred.time_s) - _f(pred.overhead_s), traffic)
 
 
 def _attention_softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:

@@ -138,7 +138,10 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # at its own rate, or its math at the full rate, plus a fixed time (cuBLAS's GEMV and small-k kernels)
     if "stream_overhead_s" in p:  # (records fitted before this candidate existed lack its parameters)
         edge = BMM_STREAM_MAX_EDGE if op.name == "bmm" else STREAM_MAX_EDGE
-        t_v = np.where(np.minimum(np.minimum(m, n), k) <= edge,
+        # the streaming kernels are Hopper's own (16-byte loads); unaligned operands get the CUTLASS tiles, except a
+        # GEMV (m or n of 1), whose kernel reads element by element anyway
+        streams = (np.minimum(np.minimum(m, n), k) <= edge) & ((align >= 16) | (np.minimum(m, n) <= 1))
+        t_v = np.where(streams,
                        p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
                                                            _f(op.flops) / (rate * P)), np.inf)
     else:
