@@ -150,11 +150,22 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         kv_block = np.where(splits > 1, _kv_block(_f(s["head_dim"])), float(BLOCK_M))
         blocks = np.ceil(np.ceil(skv * frac / kv_block) / splits)
         per_tile = _soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
-    t_c = per_tile * waves + waves * p[f"attn_tile_overhead_{d}_s"]
+    overhead = p[f"attn_tile_overhead_{d}_s"]
+    if not bwd and "attn_tile_overhead_fa2_s" in p:  # FlashAttention-2's kernels: their own fixed time a tile
+        overhead = np.where(seq < skv, p["attn_tile_overhead_fa2_s"], overhead)
+    t_c = per_tile * waves
+    if causal:  # square causal: the tiles are uneven (1 .. N key blocks); a wave lasts as long as its longest tile
+        longest = np.where(seq == skv, (n_blocks + p.get("attn_causal_diag", 0.0)) / (frac * n_blocks), 1.0)
+        t_c = np.maximum(t_c, per_tile * longest)
+    t_c = t_c + waves * overhead
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
                                     np.minimum(tiles, P) * p["sm_bandwidth"])
-    body = np.maximum(t_c, t_m)
+    # FlashAttention-2's kernels over a longer cache (decode, chunks) stream a tile's keys only once its fixed work
+    # is done (no warp specialisation): their tile time and the cache stream add; cuDNN's square-attention kernels
+    # overlap them (the larger of the two)
+    fa2 = seq < skv
+    body = np.where(fa2 & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
     kernels = BWD_KERNELS if bwd else 1.0 + (splits > 1)       # split-KV: + the combine kernel
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)

@@ -262,7 +262,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
             free += ["attn_kv_block_s"] if d == "fwd" else []
     if "attention_decode" in fams:
-        free += ["bw_eff_attention", "attn_flops_fa2"]
+        free += ["bw_eff_attention", "attn_flops_fa2", "attn_tile_overhead_fa2_s"]
     strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
     if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]
