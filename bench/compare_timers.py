@@ -2,8 +2,8 @@
 
 The timers: ``triton.testing.do_bench`` (median, L2 cleared before each rep), CUDA events on its
 schedule (``ahead=False``) and the same with the host kept ahead of the GPU (``ahead=True``,
-:func:`gpumodel.calibration.bench.time_events`). The reference is ``kernel_s``, the sum of the
-call's kernel durations from ``torch.profiler`` (:func:`gpumodel.calibration.bench.device_seconds`),
+:func:`gpumodel.calibration.timing.time_events`). The reference is ``kernel_s``, the sum of the
+call's kernel durations from ``torch.profiler`` (:func:`gpumodel.calibration.timing.device_seconds`),
 which no host time enters; it leaves out the GPU's gaps between a call's kernels, so a timer of
 the GPU's work reads a few microseconds above it.
 

@@ -6,7 +6,7 @@ GEMMs (``F.linear``, hidden 4096/5120/8192, FFN 11008/13824/14336/28672, vocab
 GEMMs, flash attention (causal and not, forward and backward) at sequence lengths 512..16384,
 softmax and norms over LLM row lengths, elementwise ops at odd sizes.
 
-Each kernel is timed with :func:`gpumodel.calibration.bench.time_events`: ``triton.testing.do_bench``'s
+Each kernel is timed with :func:`gpumodel.calibration.timing.time_events`: ``triton.testing.do_bench``'s
 schedule (median; the L2 cleared by writing a 256 MB buffer before each repetition) with the host
 kept ahead of the GPU, so the time is the GPU's alone (``--timer do_bench`` times with do_bench
 itself, as the sets measured before 2026-12-04 were). Points are written as JSON lines in the

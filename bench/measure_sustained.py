@@ -1,6 +1,6 @@
 """Isolated vs sustained kernel time: how much slower a kernel runs after seconds of back-to-back work.
 
-A calibration times each kernel for about 0.1 s (:func:`gpumodel.calibration.bench.time_events`); a
+A calibration times each kernel for about 0.1 s (:func:`gpumodel.calibration.timing.time_events`); a
 training step keeps the GPU busy for seconds, long enough for the power limit to lower the SM clock.
 For each kernel this script measures (1) the calibration's timing, then (2) the kernel launched back to
 back for ``--seconds``, timed by CUDA events over windows of 0.25 s, with the SM clock and power that
