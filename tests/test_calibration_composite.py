@@ -56,6 +56,16 @@ def test_split_kv_heuristic_by_hand():
     assert (float(k["rows"]), float(k["splits"]), float(k["tiles"])) == (4.0, 2.0, 128.0)
 
 
+def test_square_forward_is_a_memset_and_cudnns_kernel_without_splits(model):
+    """The profiler on the H200: a square SDPA forward launches a Memset and cuDNN's fprop kernel, whatever its
+    tiles; only queries over a longer cache (FlashAttention-2) split the keys."""
+    few = gm.ops.attention(1, 8, 1024, 128)                          # 8 heads x 8 query tiles: half a wave
+    assert float(flash_tiles(few, 132)["splits"]) == 1 and float(flash_tiles(few, 132)["tiles"]) == 64
+    assert float(predict(model, few).overhead_s) == pytest.approx(float(queued(model.params, 2)), rel=1e-12)
+    chunk = gm.ops.attention(1, 8, 64, 128, kv_seq=4096, causal=True)   # 8 tiles of 64 rows: split
+    assert float(flash_tiles(chunk, 132)["splits"]) > 1
+
+
 def test_decode_is_bound_by_the_kv_cache_and_the_busy_sms(model):
     p = model.params
     op = gm.ops.attention(1, 32, 1, 128, kv_heads=8, kv_seq=32768)   # 8 tiles, 128 splits max -> all SMs

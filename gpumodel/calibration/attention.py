@@ -17,11 +17,10 @@ The kernels behind ``scaled_dot_product_attention`` depend on the shapes: on the
 the profiler shows cuDNN's sm90 (wgmma) kernels for a square attention (``seq == kv_seq``) and
 FlashAttention-2's ``flash_fwd_kernel`` / ``flash_fwd_splitkv_kernel`` for queries over a longer cache
 (chunked prefill, decode), about half as fast per FLOP on Hopper (``attn_flops_fa2``).
-The profiler shows no split-KV combine kernel for a square attention (cuDNN's kernels do not split the
-keys), yet the model keeps FlashAttention-2's split count for every forward: pricing square attention
-without splits, refitted on the FIT set, lost accuracy on the FIT and the VALIDATION sets alike
-(attention forward 16.4% -> 19.3% and 8.8% -> 10.0% median), so the split term also stands for
-cuDNN's own cost at few tiles, which no measured mechanism yet explains.
+For a square attention the profiler shows a ``Memset`` and cuDNN's fprop kernel, no split of the keys
+and no combine kernel: the model prices those two queued kernels over the query tiles alone. (Before the
+Memset was counted, keeping FlashAttention-2's split count for square attention fitted better: it stood in
+for the missing kernel's time.)
 
 The naive form and SDPA's math backend are the compositions of their kernels
 (:mod:`gpumodel.calibration.composite`).
@@ -51,6 +50,7 @@ BLOCK_M = 128        # query rows per tile of the forward kernel (head_dim <= 12
 SPLIT_BLOCK_M = 64   # query rows per tile of the split-KV kernel
 MAX_SPLITS = 128     # the heuristic's cap on splits
 BWD_KERNELS = 3      # dot(dO, O) + clear dQ accumulator, the main kernel, the dQ conversion
+SQUARE_FWD_KERNELS = 2  # cuDNN's square forward (the profiler on the H200): a Memset, then the fprop kernel
 
 
 def _kv_block(head_dim: np.ndarray) -> np.ndarray:
@@ -101,7 +101,7 @@ def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
     packed = (seq == 1) & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
     rows, heads = np.where(packed, h / kvh, seq), np.where(packed, kvh, h)
     split_tiles = b * heads * np.ceil(rows / SPLIT_BLOCK_M)
-    splits = num_splits(split_tiles, sm_count, np.ceil(skv / _kv_block(d)))
+    splits = np.where(seq < skv, num_splits(split_tiles, sm_count, np.ceil(skv / _kv_block(d))), 1.0)
     tiles = np.where(splits > 1, split_tiles * splits, b * heads * np.ceil(rows / BLOCK_M))
     return {"tiles": tiles, "splits": splits, "rows": rows}
 
@@ -166,7 +166,8 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # overlap them (the larger of the two)
     fa2 = seq < skv
     body = np.where(fa2 & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
-    kernels = BWD_KERNELS if bwd else 1.0 + (splits > 1)       # split-KV: + the combine kernel
+    # split-KV: + the combine kernel; cuDNN's square forward: a Memset of its statistics, then the fprop kernel
+    kernels = BWD_KERNELS if bwd else np.where(fa2, 1.0 + (splits > 1), np.maximum(1.0 + (splits > 1), SQUARE_FWD_KERNELS))
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     total = launch + body + combine
