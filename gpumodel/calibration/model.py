@@ -249,13 +249,16 @@ def _bpe(op: Any) -> float:
 
 
 def kernels_in(p: Mapping[str, float], overhead_s: Any) -> Any:
-    """How many queued kernels a launch time [s] of :func:`queued` stands for (at least one).
+    """How many queued kernels a launch time [s] of :func:`queued` stands for (at least one); a fixed time a
+    kernel adds to its own launch (a strided kernel's ``strided_launch_s``, under a gap) does not count.
 
-    >>> int(kernels_in({"launch_s": 4e-6, "kernel_gap_s": 1e-6}, 6e-6))
-    3
+    >>> p = {"launch_s": 4e-6, "kernel_gap_s": 3e-6}
+    >>> [int(kernels_in(p, t)) for t in (4e-6, 5.5e-6, 7e-6, 10e-6)]
+    [1, 1, 2, 3]
     """
     gap = p.get("kernel_gap_s", p["launch_s"])
-    return np.maximum(1.0 + np.round((np.asarray(overhead_s, dtype=float) - p["launch_s"]) / gap), 1.0)
+    extra = (np.asarray(overhead_s, dtype=float) - p["launch_s"]) / gap
+    return np.maximum(1.0 + np.floor(extra + 1e-6), 1.0)
 
 
 def queued(p: Mapping[str, float], kernels: Any) -> Any:
