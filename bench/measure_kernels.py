@@ -35,6 +35,8 @@ from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
 from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, gaps_cases, strided_case,  # noqa: E402
                                       strided_cases, tiles_cases, widened_cases)
 
+#: the committed measurements (plans leave out the shapes these already hold)
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration"
 #: (hidden, ffn, vocab, kv_hidden) of Llama-2-7B, Llama-3-8B, Llama-2-13B, Llama-3-70B
 LLMS = [(4096, 11008, 32000, 4096), (4096, 14336, 128256, 1024), (5120, 13824, 32000, 5120),
         (8192, 28672, 128256, 1024)]
@@ -208,11 +210,15 @@ def skinny_validation_cases() -> list[dict]:
     return [c for c in cases if case_key(c) not in fit]
 
 
-def _fit_keys() -> set:
+def _keys(paths) -> set:
+    """The shapes (:func:`~gpumodel.calibration.plan.case_key`) of the points of measurement files."""
     from gpumodel.calibration.fit import load_points
 
-    fit_path = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration" / "fit.jsonl"
-    return {case_key(pt) for pt in load_points(fit_path)[1]} if fit_path.exists() else set()
+    return {case_key(pt) for path in paths for pt in load_points(path)[1]}
+
+
+def _fit_keys() -> set:
+    return _keys([DATA / "fit.jsonl"]) if (DATA / "fit.jsonl").exists() else set()
 
 
 def tiles_fit_cases() -> list[dict]:
@@ -238,11 +244,7 @@ def cases_from(path: str) -> list[dict]:
 
 def _other_validation_keys() -> set:
     """Shapes of the committed VALIDATION sets other than the gaps set's own."""
-    from gpumodel.calibration.fit import load_points
-
-    data = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration"
-    return {case_key(pt) for path in data.glob("validation*.jsonl") if path.name != "validation_gaps.jsonl"
-            for pt in load_points(path)[1]}
+    return _keys(path for path in DATA.glob("validation*.jsonl") if path.name != "validation_gaps.jsonl")
 
 
 def gaps_fit_cases() -> list[dict]:
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                         "alone); events: the same without the lead (host issue time shows when it exceeds the L2 "
                         "flush); do_bench: triton.testing.do_bench (--warmup-ms, --rep-ms)")
     p.add_argument("--fit-out", default=None,
-                   help="with --set widened, strided or tiles: measure the FIT cases into this file too")
+                   help="with --set widened, strided, tiles or gaps: measure the FIT cases into this file too")
     p.add_argument("--time-budget", "--budget-s", dest="time_budget", type=float, default=None,
                    help="stop after this many seconds (split between FIT and VALIDATION in proportion to their size)")
     p.add_argument("--kernel-names", action="store_true",

@@ -119,6 +119,10 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     skv = _f(s.get("kv_seq", s["seq"]))
     causal = bool(s.get("causal", False))
     bwd = bool(s.get("backward", False))
+    # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
+    # FlashAttention-2's kernels (flash_fwd_kernel, flash_fwd_splitkv_kernel); a square attention runs cuDNN's
+    # sm90 wgmma kernels on the H200 with torch 2.11 (the backend attn_flops_fwd was fitted to)
+    fa2 = seq < skv
     frac = op_frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
     if causal:  # square causal: tile i of N walks i + 1 key blocks, the diagonal one masked element by element
         n_blocks = np.ceil(skv / BLOCK_M)
@@ -132,10 +136,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         k = flash_tiles(op, model.sm_count)
         tiles, splits = k["tiles"], k["splits"]
     waves = np.ceil(tiles / P)
-    # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
-    # FlashAttention-2's kernels (flash_fwd_kernel, flash_fwd_splitkv_kernel); a square attention runs the
-    # backend the rate attn_flops_fwd was fitted to (cuDNN's sm90 wgmma kernels on the H200 with torch 2.11)
-    rate = p[f"attn_flops_{d}"] if bwd else np.where(seq < skv, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
+    rate = p[f"attn_flops_{d}"] if bwd else np.where(fa2, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
                                                        p["attn_flops_fwd"])
     if bwd:
         pad = np.ones_like(scores)
@@ -152,7 +153,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         per_tile = _soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
     overhead = p[f"attn_tile_overhead_{d}_s"]
     if not bwd and "attn_tile_overhead_fa2_s" in p:  # FlashAttention-2's kernels: their own fixed time a tile
-        overhead = np.where(seq < skv, p["attn_tile_overhead_fa2_s"], overhead)
+        overhead = np.where(fa2, p["attn_tile_overhead_fa2_s"], overhead)
     t_c = per_tile * waves
     if causal:  # square causal: the tiles are uneven (1 .. N key blocks); a wave lasts as long as its longest tile
         longest = np.where(seq == skv, (n_blocks + p.get("attn_causal_diag", 0.0)) / (frac * n_blocks), 1.0)
@@ -164,10 +165,9 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # FlashAttention-2's kernels over a longer cache (decode, chunks) stream a tile's keys only once its fixed work
     # is done (no warp specialisation): their tile time and the cache stream add; cuDNN's square-attention kernels
     # overlap them (the larger of the two)
-    fa2 = seq < skv
     body = np.where(fa2 & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
-    # split-KV: + the combine kernel; cuDNN's square forward: a Memset of its statistics, then the fprop kernel
-    kernels = BWD_KERNELS if bwd else np.where(fa2, 1.0 + (splits > 1), np.maximum(1.0 + (splits > 1), SQUARE_FWD_KERNELS))
+    # split-KV: + the combine kernel; cuDNN's square forward (never split): a Memset, then the fprop kernel
+    kernels = BWD_KERNELS if bwd else np.where(fa2, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     total = launch + body + combine

@@ -131,7 +131,7 @@ def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
     raise ValueError(f"unknown benchmark op {op!r}")
 
 
-# ----------------------------------------------------------------------------- timing
+# ----------------------------------------------------------------------------- measuring
 def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
             rep_s: float = 0.1, timer: Callable | None = None, kernel_names: bool = False,
             ahead: bool = True) -> dict:
