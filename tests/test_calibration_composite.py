@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 import gpumodel as gm
 from gpumodel.calibration.attention import flash_tiles, num_splits
@@ -51,9 +52,41 @@ def test_split_kv_heuristic_by_hand():
     assert float(num_splits(64, 132, 32)) == 2
     assert float(num_splits(106, 132, 32)) == 1          # >= 0.8 * 132 tiles: no split
     assert float(num_splits(8, 132, 4)) == 4             # never more splits than key blocks
-    # GQA decode packs the 4 query heads of a KV head into one tile: 8 * 8 tiles of 64 rows, then split
+    # GQA decode packs the 4 query heads of a KV head into one tile of cuDNN's decode kernel: 8 * 8 tiles,
+    # each split in 4 (the largest power of two with 64 * s <= 2 blocks x 132 SMs; 32 key blocks allow it)
     k = flash_tiles(gm.ops.attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096), 132)
-    assert (float(k["rows"]), float(k["splits"]), float(k["tiles"])) == (4.0, 2.0, 128.0)
+    assert (float(k["rows"]), float(k["splits"]), float(k["tiles"])) == (4.0, 4.0, 256.0)
+    # a chunk of 64 queries runs FlashAttention-2, whose heuristic counts 2 x 132 slots: 8 tiles of 64 rows
+    # over 32 key blocks -> 32 splits fill 256 of 264 (97%), the first within 85% of that
+    chunk = flash_tiles(gm.ops.attention(1, 8, 64, 128, kv_seq=4096, causal=True), 132)
+    assert float(chunk["splits"]) == 32 and not bool(chunk["decode"])
+
+
+def test_split_counts_match_the_profiled_grids():
+    """Every decode and chunk forward profiled on the H200 (tests/data/calibration/profile.jsonl): the model's
+    split count is the grid's (cuDNN's decode kernel: grid x; FlashAttention-2's split-KV kernel: grid y)."""
+    import json
+
+    path = Path(__file__).parent / "data" / "calibration" / "profile.jsonl"
+    checked = 0
+    for line in path.read_text().splitlines()[1:]:
+        pt = json.loads(line)
+        s = pt["shape"]
+        if pt["op"] != "attention" or s.get("backward") or s.get("impl", "flash") != "flash" or \
+                s.get("kv_seq", s["seq"]) <= s["seq"]:
+            continue
+        main = next(k for k in pt["kernels"] if "fprop" in k["name"] or "flash_fwd" in k["name"])
+        if "splitkv" in main["name"]:
+            profiled = main["grid"][1]
+        elif "fprop" in main["name"]:
+            profiled = main["grid"][0]
+        else:
+            profiled = 1
+        op = gm.ops.attention(s["batch"], s["heads"], s["seq"], s["head_dim"], kv_heads=s["kv_heads"],
+                              kv_seq=s["kv_seq"], causal=s["causal"])
+        assert float(flash_tiles(op, 132)["splits"]) == profiled, s
+        checked += 1
+    assert checked >= 100
 
 
 def test_square_forward_is_a_memset_and_cudnns_kernel_without_splits(model):

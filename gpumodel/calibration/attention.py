@@ -1,26 +1,27 @@
-"""Time model of attention: flash attention (prefill, chunked prefill, split-KV decode) and the naive form.
+"""Time model of attention: flash attention (prefill, chunked prefill, decode) and the naive form.
 
 Flash attention forward runs one thread block per tile of query rows of one head; each block
-walks the keys in blocks, keeping the scores on chip. With too few tiles to fill the GPU (decode:
-one query a sequence; short prefills of few heads) FlashAttention-2 splits the keys of each tile
-over several blocks and merges their partial results in a second kernel (*split-KV*, the
-"flash-decoding" scheme); the number of splits follows its ``num_splits_heuristic``: the fewest
-splits whose wave efficiency is within 85% of the best, none when the tiles already fill 80% of
-the SMs. For grouped-query decode the query heads that share a KV head are packed into the rows
-of one tile (``seqlenq_ngroups_swapped``), so the KV cache is read once per KV head. The backward
-pass runs three kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main
-kernel (a block per tile of keys, looping over the queries) and the dQ conversion. The model prices
-the GPU's work alone: the host's time to issue the call (autograd, the backend's plan lookup, about
-0.1 ms on the H200's host) is :mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
+walks the keys in blocks, keeping the scores on chip. The kernels behind ``scaled_dot_product_attention``
+depend on the shapes; on the H200 with torch 2.11 the profiler (``tests/data/calibration/profile.jsonl``,
+``bench/profile_kernels.py``) shows three:
 
-The kernels behind ``scaled_dot_product_attention`` depend on the shapes: on the H200 with torch 2.11
-the profiler shows cuDNN's sm90 (wgmma) kernels for a square attention (``seq == kv_seq``) and
-FlashAttention-2's ``flash_fwd_kernel`` / ``flash_fwd_splitkv_kernel`` for queries over a longer cache
-(chunked prefill, decode), about half as fast per FLOP on Hopper (``attn_flops_fa2``).
-For a square attention the profiler shows a ``Memset`` and cuDNN's fprop kernel, no split of the keys
-and no combine kernel: the model prices those two queued kernels over the query tiles alone. (Before the
-Memset was counted, keeping FlashAttention-2's split count for square attention fitted better: it stood in
-for the missing kernel's time.)
+* a square attention (``seq == kv_seq``): a ``Memset`` and cuDNN's sm90 (wgmma) fprop kernel over the
+  query tiles, the keys never split;
+* decode (one query a sequence over a cache): cuDNN's sm90 decode kernel, 16 query rows a tile (the query
+  heads that share a KV head packed into one tile), 128 keys a block, two blocks an SM. With few tiles it
+  splits each tile's keys (:func:`decode_splits`) and a ``lean_reduction_kernel`` merges the parts;
+* a chunk of queries over a longer cache (``1 < seq < kv_seq``): FlashAttention-2's ``flash_fwd_kernel``, or
+  with few tiles ``flash_fwd_splitkv_kernel`` and its combine kernel (*split-KV*, the "flash-decoding"
+  scheme), about half as fast per FLOP on Hopper (``attn_flops_fa2``); the split count follows its
+  ``num_splits_heuristic`` (:func:`num_splits`: the fewest splits whose wave efficiency is within 85% of the
+  best, none when the tiles fill 80% of the slots), where PyTorch counts two slots an SM.
+
+The FlashAttention-2 and decode kernels stream a tile's keys after its fixed work (no warp
+specialisation over the cache): their tile time and the cache stream add. The backward pass runs three
+kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main kernel (a block per tile of
+keys, looping over the queries) and the dQ conversion. The model prices the GPU's work alone: the host's
+time to issue the call (autograd, the backend's plan lookup, about 0.1 ms on the H200's host) is
+:mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
 
 The naive form and SDPA's math backend are the compositions of their kernels
 (:mod:`gpumodel.calibration.composite`).
@@ -44,18 +45,31 @@ from gpumodel.opcost import OpName
 
 from .model import CalibrationModel, Prediction, _f, _soft_max, predictor, queued
 
-__all__ = ["num_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
+__all__ = ["num_splits", "decode_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
 
 BLOCK_M = 128        # query rows per tile of the forward kernel (head_dim <= 128)
 SPLIT_BLOCK_M = 64   # query rows per tile of the split-KV kernel
 MAX_SPLITS = 128     # the heuristic's cap on splits
 BWD_KERNELS = 3      # dot(dO, O) + clear dQ accumulator, the main kernel, the dQ conversion
 SQUARE_FWD_KERNELS = 2  # cuDNN's square forward (the profiler on the H200): a Memset, then the fprop kernel
+#: cuDNN's sm90 decode kernel (one query a sequence; ``..._16x128x128_...`` in the profiler on the H200): query
+#: rows a tile, keys a block, blocks resident an SM (86 KB of shared memory each), and the longest cache it
+#: leaves unsplit
+DECODE_BLOCK_M, DECODE_BLOCK_N, DECODE_CTAS_PER_SM, DECODE_SPLIT_MIN_KEYS = 16, 128, 2, 512
+#: FlashAttention-2's forward blocks (128 threads) resident on one SM at once; its split heuristic counts
+#: ``2 x multiProcessorCount`` slots for that reason (``set_params_splitkv``)
+FA2_CTAS_PER_SM = 2
 
 
 def _kv_block(head_dim: np.ndarray) -> np.ndarray:
     """Keys per block of the split-KV kernel: 256 up to head_dim 64, 128 up to 128, else 64."""
     return np.where(head_dim <= 64, 256.0, np.where(head_dim <= 128, 128.0, 64.0))
+
+
+def _fa2_kv_block(head_dim: np.ndarray) -> np.ndarray:
+    """Keys per block of FlashAttention-2's unsplit forward kernel on sm80/sm90: 128 up to head_dim 64, else 64
+    (``run_mha_fwd_hdim*`` in ``flash_fwd_launch_template.h``)."""
+    return np.where(head_dim <= 64, 128.0, 64.0)
 
 
 def num_splits(tiles: Any, sm_count: int, kv_blocks: Any, max_splits: int = MAX_SPLITS) -> np.ndarray:
@@ -93,17 +107,42 @@ def num_splits(tiles: Any, sm_count: int, kv_blocks: Any, max_splits: int = MAX_
     return np.where(tiles >= 0.8 * sm_count, 1.0, first)
 
 
+def decode_splits(tiles: Any, sm_count: int, kv_seq: Any) -> np.ndarray:
+    """How many parts cuDNN's sm90 decode kernel splits the keys of each tile into, as the profiler shows it.
+
+    None up to :data:`DECODE_SPLIT_MIN_KEYS` keys or when the tiles already take half the SMs; otherwise the
+    largest power of two that keeps ``tiles x splits`` within two blocks an SM and gives each part at least one
+    whole block of keys (the lean reduction kernel then merges the parts).
+
+    >>> [int(decode_splits(t, 132, 32768)) for t in (8, 16, 40, 64, 128)]
+    [32, 16, 4, 4, 1]
+    >>> int(decode_splits(8, 132, 512)), int(decode_splits(8, 132, 558))
+    (1, 4)
+    """
+    tiles, kv_seq = np.broadcast_arrays(_f(tiles), _f(kv_seq))
+    cap = np.minimum(DECODE_CTAS_PER_SM * sm_count / np.maximum(tiles, 1.0), np.floor(kv_seq / DECODE_BLOCK_N))
+    pow2 = 2.0 ** np.floor(np.log2(np.maximum(cap, 1.0)))
+    return np.where((kv_seq > DECODE_SPLIT_MIN_KEYS) & (tiles <= sm_count / 2), pow2, 1.0)
+
+
 def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
     """Tiles, splits and rows per tile of a flash-attention forward (see the module notes)."""
     s = op.shape
     b, h, seq, d = _f(s["batch"]), _f(s["heads"]), _f(s["seq"]), _f(s["head_dim"])
     kvh, skv = _f(s.get("kv_heads", s["heads"])), _f(s.get("kv_seq", s["seq"]))
-    packed = (seq == 1) & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
+    decode = (seq == 1) & (skv > 1)
+    packed = decode & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
     rows, heads = np.where(packed, h / kvh, seq), np.where(packed, kvh, h)
     split_tiles = b * heads * np.ceil(rows / SPLIT_BLOCK_M)
-    splits = np.where(seq < skv, num_splits(split_tiles, sm_count, np.ceil(skv / _kv_block(d))), 1.0)
+    slots = FA2_CTAS_PER_SM * sm_count
+    splits = np.where(seq < skv, num_splits(split_tiles, slots, np.ceil(skv / _kv_block(d))), 1.0)
     tiles = np.where(splits > 1, split_tiles * splits, b * heads * np.ceil(rows / BLOCK_M))
-    return {"tiles": tiles, "splits": splits, "rows": rows}
+    # decode: cuDNN's kernel, 16 query rows a tile, its own split of the keys
+    decode_tiles = b * heads * np.ceil(rows / DECODE_BLOCK_M)
+    dsplits = decode_splits(decode_tiles, sm_count, skv)
+    splits = np.where(decode, dsplits, splits)
+    tiles = np.where(decode, decode_tiles * dsplits, tiles)
+    return {"tiles": tiles, "splits": splits, "rows": rows, "decode": decode}
 
 
 @predictor(OpName.ATTENTION)
@@ -122,7 +161,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
     # FlashAttention-2's kernels (flash_fwd_kernel, flash_fwd_splitkv_kernel); a square attention runs cuDNN's
     # sm90 wgmma kernels on the H200 with torch 2.11 (the backend attn_flops_fwd was fitted to)
-    fa2 = seq < skv
+    fa2 = (seq < skv) & (seq > 1)
     frac = op_frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
     if causal:  # square causal: tile i of N walks i + 1 key blocks, the diagonal one masked element by element
         n_blocks = np.ceil(skv / BLOCK_M)
@@ -135,7 +174,12 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     else:
         k = flash_tiles(op, model.sm_count)
         tiles, splits = k["tiles"], k["splits"]
-    waves = np.ceil(tiles / P)
+    decode = (seq == 1) & (skv > 1) & (not bwd)
+    # FlashAttention-2's forward holds two tiles an SM at once (they share its tensor cores and overlap their
+    # latencies); cuDNN's kernels and the backward one
+    resident = np.clip(np.ceil(tiles / P), 1.0, FA2_CTAS_PER_SM) if not bwd else 1.0
+    resident = np.where(fa2 | decode, resident, 1.0)
+    waves = np.ceil(tiles / (resident * P))
     rate = p[f"attn_flops_{d}"] if bwd else np.where(fa2, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
                                                        p["attn_flops_fwd"])
     if bwd:
@@ -144,16 +188,19 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         block = np.where(splits > 1, SPLIT_BLOCK_M, BLOCK_M)
         pad = np.where(seq > 1, np.ceil(k["rows"] / block) * block / np.maximum(k["rows"], 1.0), 1.0)
     per_sm = pad * _soft_max(_f(op.flops) * (frac / op_frac) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
-    per_tile = per_sm * P / np.maximum(tiles, 1.0)
+    per_tile = resident * per_sm * P / np.maximum(tiles, 1.0)
     if not bwd and "attn_kv_block_s" in p:
         # a forward tile walks its key blocks one after another (load K, scores, softmax, load V, P V): with few
         # rows a tile (decode, a short chunk) each block's latency, not its math, sets the pace
-        kv_block = np.where(splits > 1, _kv_block(_f(s["head_dim"])), float(BLOCK_M))
+        hd = _f(s["head_dim"])
+        kv_block = np.where(decode, float(DECODE_BLOCK_N),
+                            np.where(splits > 1, _kv_block(hd), np.where(fa2, _fa2_kv_block(hd), float(BLOCK_M))))
         blocks = np.ceil(np.ceil(skv * frac / kv_block) / splits)
         per_tile = _soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
     overhead = p[f"attn_tile_overhead_{d}_s"]
     if not bwd and "attn_tile_overhead_fa2_s" in p:  # FlashAttention-2's kernels: their own fixed time a tile
         overhead = np.where(fa2, p["attn_tile_overhead_fa2_s"], overhead)
+        overhead = np.where(decode, p.get("attn_tile_overhead_decode_s", p["attn_tile_overhead_fa2_s"]), overhead)
     t_c = per_tile * waves
     if causal:  # square causal: the tiles are uneven (1 .. N key blocks); a wave lasts as long as its longest tile
         longest = np.where(seq == skv, (n_blocks + p.get("attn_causal_diag", 0.0)) / (frac * n_blocks), 1.0)
@@ -165,9 +212,9 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # FlashAttention-2's kernels over a longer cache (decode, chunks) stream a tile's keys only once its fixed work
     # is done (no warp specialisation): their tile time and the cache stream add; cuDNN's square-attention kernels
     # overlap them (the larger of the two)
-    body = np.where(fa2 & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
+    body = np.where((fa2 | decode) & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
     # split-KV: + the combine kernel; cuDNN's square forward (never split): a Memset, then the fprop kernel
-    kernels = BWD_KERNELS if bwd else np.where(fa2, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
+    kernels = BWD_KERNELS if bwd else np.where(fa2 | decode, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     total = launch + body + combine

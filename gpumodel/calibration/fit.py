@@ -181,9 +181,21 @@ def op_family(op: Any) -> str:
     return family_of({"op": op.name, "shape": shape})
 
 
+def _as_run(point: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A measured point as PyTorch ran it: a strided case whose views were contiguous is a contiguous kernel
+    (:func:`gpumodel.calibration.runners.strided_layout`)."""
+    s = point["shape"]
+    if point["op"] == "elementwise" and s.get("strided") and point.get("kernel"):
+        from .runners import strided_layout
+
+        if not strided_layout(point["kernel"], s["numel"]):
+            return {**point, "shape": {**s, "strided": False}}
+    return point
+
+
 def point_set(points: Iterable[Mapping[str, Any]]) -> PointSet:
     """Group points into broadcast ops (one per op, dtype, flags and set of arguments)."""
-    points = tuple(p for p in points if p.get("time_s"))
+    points = tuple(_as_run(p) for p in points if p.get("time_s"))
     buckets: dict[tuple, list[int]] = {}
     for i, pt in enumerate(points):
         shape = pt["shape"]
@@ -262,7 +274,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
             free += ["attn_kv_block_s"] if d == "fwd" else []
     if "attention_decode" in fams:
-        free += ["bw_eff_attention", "attn_flops_fa2", "attn_tile_overhead_fa2_s"]
+        free += ["bw_eff_attention", "attn_flops_fa2", "attn_tile_overhead_fa2_s", "attn_tile_overhead_decode_s"]
     strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
     if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]

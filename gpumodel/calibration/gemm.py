@@ -117,7 +117,9 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             t_m = (bytes_min + extra) / bw
             # split-K: the partial sums' fix-up; the CUTLASS kernels of unaligned operands reduce them in a
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
-            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, queued(p, 2) - p["launch_s"]) if split > 1 else 0.0
+            # (that kernel reads the fp32 partials and writes the output after the GEMM: its traffic adds)
+            reduce_s = queued(p, 2) - p["launch_s"] + batch * m * n * (4.0 * split + e) / p["bandwidth"]
+            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, reduce_s) if split > 1 else 0.0
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]

@@ -154,6 +154,9 @@ DEFAULTS: dict[str, Default] = {
     "attn_tile_overhead_fa2_s": Default("s", "fixed time per tile of FlashAttention-2's forward kernels over a longer "
                                         "cache (decode, chunked prefill), before the tile streams its keys",
                                         _const(2e-6), "start value of the fit"),
+    "attn_tile_overhead_decode_s": Default("s", "fixed time per wave of tiles of the decode kernel (one query a "
+                                           "sequence over a cache), before its tiles stream their keys",
+                                           _const(2e-6), "start value of the fit"),
     "attn_tile_overhead_bwd_s": Default("s", "fixed time per tile of flash attention backward", _const(3e-6),
                                         "start value of the fit"),
     "bw_eff_attention": Default("1", "device-memory rate of flash attention's traffic (decode: the KV cache)",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-__all__ = ["RUNNERS"]
+__all__ = ["RUNNERS", "strided_layout"]
 
 
 def _grad_runner(torch, out, inputs, dout=None):
@@ -222,14 +222,42 @@ _WIDTHS = (14336, 11008, 4096, 2048, 1024, 128, 2)
 _HEADS, _HEAD_DIM = 8, 128
 
 
+def _strided_views(n: int) -> tuple[int, int, int, int]:
+    """Row width ``w``, heads, head width ``d`` and tokens ``t`` of a strided case over ``n`` elements."""
+    w = next(x for x in _WIDTHS if n % x == 0) if n % 2 == 0 else 1
+    heads, d = (_HEADS, _HEAD_DIM) if n % (_HEADS * _HEAD_DIM) == 0 else (1, max(w, 1))
+    return w, heads, d, n // (heads * d)
+
+
+def strided_layout(kernel: str, numel: int) -> bool:
+    """Whether :func:`run_strided_elementwise`'s operands for ``kernel`` over ``numel`` elements are really strided.
+
+    A slice of a single row, or a head transpose with one head or one token, is contiguous: PyTorch runs the
+    vectorised kernel for it (``vectorized_elementwise_kernel`` in the profiler on the H200), not the generic
+    one. ``cat_halves`` always runs its own concatenation kernel.
+
+    >>> [strided_layout("slice_neg", n) for n in (1024, 512, 3584)]
+    [False, True, True]
+    >>> [strided_layout("permuted_add", n) for n in (512, 1024, 4096)], strided_layout("bcast_mul", 1024)
+    ([False, False, True], True)
+    """
+    w, heads, _, t = _strided_views(int(numel))
+    rows = int(numel) // max(w, 1)
+    if kernel in ("slice_neg", "chunk_silu", "chunk_mul"):
+        return rows > 1
+    if kernel == "permuted_add":
+        return heads > 1 and t > 1
+    if kernel in ("bcast_mul", "strided_copy"):
+        return heads > 1
+    return True
+
+
 def run_strided_elementwise(torch, s: dict, tdt, randn, device: str) -> Callable[[], Any]:
     """One generic (non-vectorised) elementwise kernel over ``numel`` elements, by ``kernel`` (module notes)."""
     import torch.nn.functional as F
 
     n, kernel = int(s["numel"]), s["kernel"]
-    w = next(x for x in _WIDTHS if n % x == 0) if n % 2 == 0 else 1
-    heads, d = (_HEADS, _HEAD_DIM) if n % (_HEADS * _HEAD_DIM) == 0 else (1, max(w, 1))
-    t = n // (heads * d)
+    w, heads, d, t = _strided_views(n)
 
     def heads_view():  # [1, t, heads, d] seen as [1, heads, t, d], as q.view(...).transpose(1, 2)
         return randn(1, t, heads, d).transpose(1, 2)
