@@ -16,6 +16,10 @@ from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor,
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
+#: the output tiles (rows x cols of C) of the Turing-generation CUTLASS kernels cuBLAS falls back to when an
+#: operand is only 2-byte aligned (``cutlass_75_tensorop_*_s1688gemm_*_{128x128,256x128,64x64}_nn_align1`` in the
+#: profiler on the H200; cuBLAS's column-major 256 x 128 tile spans 256 columns of PyTorch's row-major C)
+TURING_TILES = ((128, 128), (128, 256), (64, 64))
 #: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
 WHOLE_WAVE_DTYPES = ("tf32", "fp32")
 #: a GEMM with m, n or k within the largest tile's edge covers that edge with one row (or column) of tiles, so it
@@ -121,6 +125,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             reduce_s = queued(p, 2) - p["launch_s"] + batch * m * n * (4.0 * split + e) / p["bandwidth"]
             fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, reduce_s) if split > 1 else 0.0
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
+            t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
             par = tiles / (waves * P)
             cands = [(t, t_c, t_m, par)]
             if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
