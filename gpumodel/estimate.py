@@ -136,6 +136,9 @@ class TimeEstimate(ResultRecord):
         Expected median relative error of ``time_s`` [1]: the calibration's validation error for
         this op family, or for a transferred estimate that combined with its priors' uncertainty;
         ``None`` where nothing measured backs it (datasheet).
+    kernels : float or ndarray
+        GPU kernels one call launches (a split-K GEMM's reduce kernel, split-KV attention's merge, a
+        composite's parts); ``overhead_s`` is their launches, queued back to back.
     """
 
     time_s: Any
@@ -150,6 +153,7 @@ class TimeEstimate(ResultRecord):
     gpu: str
     detail: str = ""
     expected_error: Any = None
+    kernels: Any = 1.0
 
     def __float__(self) -> float:
         """Seconds (scalar results only)."""
@@ -239,7 +243,7 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
         detail += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
     return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
                         _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, label,
-                        op.name, g.name, detail, _expected_error(record, op))
+                        op.name, g.name, detail, _expected_error(record, op), _scalar(pred.kernels))
 
 
 def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,

@@ -17,9 +17,9 @@ depend on the shapes; on the H200 with torch 2.11 the profiler (``tests/data/cal
   best, none when the tiles fill 80% of the slots), where PyTorch counts two slots an SM.
 
 The FlashAttention-2 and decode kernels stream a tile's keys after its fixed work (no warp
-specialisation over the cache): their tile time and the cache stream add. The backward pass runs three
-kernels: ``dot(dO, O)`` (which also clears the fp32 dQ accumulator), the main kernel (a block per tile of
-keys, looping over the queries) and the dQ conversion. The model prices the GPU's work alone: the host's
+specialisation over the cache): their tile time and the cache stream add. The backward pass (cuDNN's, on the
+H200) runs four kernels: a ``Memset``, ``dot(dO, O)``, the main kernel (a block per tile of keys, looping
+over the queries) and the dQ conversion. The model prices the GPU's work alone: the host's
 time to issue the call (autograd, the backend's plan lookup, about 0.1 ms on the H200's host) is
 :mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
 
@@ -50,7 +50,7 @@ __all__ = ["num_splits", "decode_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK
 BLOCK_M = 128        # query rows per tile of the forward kernel (head_dim <= 128)
 SPLIT_BLOCK_M = 64   # query rows per tile of the split-KV kernel
 MAX_SPLITS = 128     # the heuristic's cap on splits
-BWD_KERNELS = 3      # dot(dO, O) + clear dQ accumulator, the main kernel, the dQ conversion
+BWD_KERNELS = 4      # cuDNN's (the profiler on the H200): a Memset, dot(dO, O), the main kernel, the dQ conversion
 SQUARE_FWD_KERNELS = 2  # cuDNN's square forward (the profiler on the H200): a Memset, then the fprop kernel
 #: cuDNN's sm90 decode kernel (one query a sequence; ``..._16x128x128_...`` in the profiler on the H200): query
 #: rows a tile, keys a block, blocks resident an SM (86 KB of shared memory each), and the longest cache it
@@ -218,4 +218,4 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     total = launch + body + combine
-    return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits})
+    return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits}, kernels * np.ones_like(body))

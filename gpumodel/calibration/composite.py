@@ -56,7 +56,7 @@ from gpumodel.dtypes import bytes_per_element
 from gpumodel.opcost import OpName
 
 from .kernels import softmax_plan
-from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor, queued
+from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
 
 __all__ = ["naive_attention", "math_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
 
@@ -77,33 +77,37 @@ def _t(model: CalibrationModel, op: Any) -> np.ndarray:
 
 
 def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
-    """Total time of a list of ops and its compute, memory and launch parts [s]."""
-    total = compute = memory = launch = 0.0
+    """Total time of a list of ops, its compute, memory and launch parts [s], and the ops' kernels: each op's
+    pieces (one a part, each priced as launched alone) and the GPU kernels they launch."""
+    total = compute = memory = launch = kernels = 0.0
     for part in parts:
         pred = predict(model, part)
         total, launch = total + _f(pred.time_s), launch + _f(pred.overhead_s)
         compute, memory = compute + _f(pred.compute_s), memory + _f(pred.memory_s)
-    return tuple(np.asarray(x, dtype=float) for x in (total, compute, memory, launch))
+        kernels = kernels + _f(pred.kernels)
+    return (*(np.asarray(x, dtype=float) for x in (total, compute, memory, launch)), float(len(parts)),
+            np.asarray(kernels, dtype=float))
 
 
-def _pred(model: CalibrationModel, total: Any, compute: Any, memory: Any, launch: Any, extra_s: Any = 0.0, extra_launch_s: Any = 0.0,
-          **extra: Any) -> Prediction:
-    """A composite's prediction: its kernels' totals plus ``extra_s`` of kernels priced on their own.
+def _pred(model: CalibrationModel, total: Any, compute: Any, memory: Any, launch: Any, pieces: Any, kernels: Any,
+          extra_s: Any = 0.0, extra_launch_s: Any = 0.0, extra_kernels: Any = 0.0, **extra: Any) -> Prediction:
+    """A composite's prediction: its parts' totals (``pieces`` ops launching ``kernels`` kernels) plus ``extra_s``
+    of ``extra_kernels`` kernels priced on their own (``extra_launch_s`` of it their launches).
 
-    Each kernel is priced as if launched alone (``launch_s``); the kernels of one call run queued, so
-    every launch after the first costs ``kernel_gap_s`` instead (:func:`queued`).
+    Each piece is priced as if launched alone (``launch_s`` for its first kernel); the kernels of one call run
+    queued, so every piece after the first starts after ``kernel_gap_s`` instead (:func:`queued`):
+    ``(pieces - 1) x (launch_s - kernel_gap_s)`` comes off.
     """
-    total = np.asarray(total + extra_s, dtype=float)
-    launch = np.asarray(launch + extra_launch_s, dtype=float)
     p = model.params
-    # each kernel's launch is priced launch_s (a strided kernel's a fraction more: rounded off)
-    kernels = np.floor(launch / p["launch_s"] + 1e-9)
-    saved = np.maximum(kernels - 1.0, 0.0) * p["launch_s"] - (queued(p, kernels) - p["launch_s"])
-    total, launch = total - saved, np.broadcast_to(launch - saved, total.shape)
+    pieces, kernels = _f(pieces) + _f(extra_kernels), _f(kernels) + _f(extra_kernels)
+    saved = np.maximum(pieces - 1.0, 0.0) * (p["launch_s"] - p.get("kernel_gap_s", p["launch_s"]))
+    total = np.asarray(total + extra_s, dtype=float) - saved
+    launch = np.broadcast_to(np.asarray(launch + extra_launch_s, dtype=float) - saved, total.shape)
     memory = np.broadcast_to(np.asarray(memory + extra_s - extra_launch_s, dtype=float), total.shape)
+    kernels = np.broadcast_to(kernels, total.shape)
     if not total.shape:
-        launch, memory = float(launch), float(memory)
-    return Prediction(total, compute, memory, launch, 1.0, extra)
+        launch, memory, kernels = float(launch), float(memory), float(kernels)
+    return Prediction(total, compute, memory, launch, 1.0, extra, kernels)
 
 
 def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
@@ -156,7 +160,7 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
             parts.append(copy)
         if drop:
             parts.append(ops.elementwise(n, dt, inputs=1, outputs=1 + mask_bytes))
-        return _pred(model, *_sum(model, parts), extra, extra_launch)
+        return _pred(model, *_sum(model, parts), extra, extra_launch, float(causal))
     parts = [ops.bmm(bh, seq, skv, d, dt), ops.bmm(bh, skv, d, seq, dt),       # dP = dO V^T, dV = P^T dO
              ops.elementwise(n, dt, inputs=2, outputs=1),                      # the binary pass before softmax's
              score_pass,                                                        # the scale's backward
@@ -166,7 +170,7 @@ def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     if drop:
         parts.append(ops.elementwise(n, dt, inputs=1 + mask_bytes, outputs=1))
     sm = _attention_softmax_backward(model, bh * seq, skv, dt)
-    return _pred(model, *_sum(model, parts), sm + extra, p["launch_s"] + extra_launch)
+    return _pred(model, *_sum(model, parts), sm + extra, p["launch_s"] + extra_launch, 1.0 + causal)
 
 
 def math_attention(model: CalibrationModel, op: Any) -> Prediction:
@@ -211,13 +215,13 @@ def math_attention(model: CalibrationModel, op: Any) -> Prediction:
                     ops.elementwise(n, f32, inputs=2.25, outputs=1, strided=True)]
             extra = sum(_t(model, x) for x in adds)
             launch = 2 * model.params["launch_s"]
-        return _pred(model, *_sum(model, parts), extra, launch)
+        return _pred(model, *_sum(model, parts), extra, launch, 2.0 * causal)
     parts = [up(nq), ops.bmm(bh, seq, skv, d, f32), ops.bmm(bh, skv, d, seq, f32),
              ops.elementwise(n, f32, inputs=2, outputs=1),
              ops.bmm(bh, seq, d, skv, f32), ops.bmm(bh, skv, d, seq, f32),
              ops.elementwise(nq, f32), ops.elementwise(nkv, f32), down(nq), down(nkv), down(nkv)]
     sm = _attention_softmax_backward(model, bh * seq, skv, f32)
-    return _pred(model, *_sum(model, parts), sm, model.params["launch_s"])
+    return _pred(model, *_sum(model, parts), sm, model.params["launch_s"], 1.0)
 
 
 def _nll(model: CalibrationModel, tokens: np.ndarray) -> np.ndarray:
@@ -279,11 +283,11 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
     ls = _log_softmax(model, t, v, work)
     if not s.get("backward", False):
         cast = _cast_copy(model, n, dt, "fp32") if up else 0.0
-        return _pred(model, *_sum(model, []), cast + ls + _nll(model, t), (2 + up) * launch)
+        return _pred(model, *_sum(model, []), cast + ls + _nll(model, t), (2 + up) * launch, 2.0 + up)
     back = [ops.elementwise(n, dt, inputs=4.0 / e, outputs=1)] if up else []     # the cast back (vectorised)
     zero = ops.elementwise(n, work, inputs=0, outputs=1, flops_per_element=0)
-    total, compute, memory, kl = _sum(model, [zero, *back])
-    return _pred(model, 0.0, compute, 0.0, kl, total + ls + _nll(model, t), 2 * launch)
+    total, compute, memory, kl, pieces, kernels = _sum(model, [zero, *back])
+    return _pred(model, 0.0, compute, 0.0, kl, pieces, kernels, total + ls + _nll(model, t), 2 * launch, 2.0)
 
 
 @predictor(OpName.EMBEDDING)
@@ -307,7 +311,7 @@ def _embedding(model: CalibrationModel, op: Any) -> Prediction:
     sort = p["embedding_sort_s"] + np.maximum(rows / (p["bandwidth"] * p["bw_eff_embedding"]),
                                               t * h / p["embedding_segment_rate"])
     body = np.where(t <= EMBEDDING_SORT_MIN_TOKENS, feature, sort)
-    return _pred(model, zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"])
+    return _pred(model, zero + body, 0.0 * body, zero + body - 2 * p["launch_s"], 2 * p["launch_s"], 2.0, 2.0)
 
 
 @predictor(OpName.ADAMW_STEP)
@@ -328,7 +332,7 @@ def _adamw(model: CalibrationModel, op: Any) -> Prediction:
                            chunk / (p["adamw_elem_rate"] / model.sm_count))
     body = np.maximum(body, np.ceil(chunks / model.sm_count) * per_chunk)
     total = launches * p["launch_s"] + body
-    return _pred(model, total, 0.0 * total, body, launches * p["launch_s"])
+    return _pred(model, total, 0.0 * total, body, launches * p["launch_s"], launches, launches)
 
 
 @predictor(OpName.KV_CACHE_WRITE)
@@ -344,7 +348,7 @@ def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
     launch = _f(half.overhead_s)
     body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"]) + 2.0 * p["mem_latency_s"]
     total = 2.0 * (launch + body)
-    return _pred(model, total, 0.0 * total, total - 2.0 * launch, 2.0 * launch)
+    return _pred(model, total, 0.0 * total, total - 2.0 * launch, 2.0 * launch, 2.0, 2.0)
 
 
 def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
@@ -368,9 +372,8 @@ def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
     if path == "weight_int8pack_mm":  # x and the scales to fp32, the fp32 kernel, the output to dtype
         casts = [ops.elementwise(m * k, "fp32", inputs=e / 4.0, outputs=1), ops.elementwise(n, "fp32", inputs=0.5),
                  ops.elementwise(m * n, dt, inputs=4.0 / e, outputs=1)]
-        total, compute, memory, launch = _sum(model, casts)
         body = _weight_stream(model, op, wdt)
-        return _pred(model, total, compute, memory, launch, p["launch_s"] + body, p["launch_s"])
+        return _pred(model, *_sum(model, casts), p["launch_s"] + body, p["launch_s"], 1.0)
     if path == "dequant_linear":       # w.to(dtype) * scale, then the GEMM
         nk = n * k
         wb = 0.5 if wdt == "int4" else 1.0      # packed bytes per weight

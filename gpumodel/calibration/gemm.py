@@ -122,25 +122,28 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             # split-K: the partial sums' fix-up; the CUTLASS kernels of unaligned operands reduce them in a
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
             # (that kernel reads the fp32 partials and writes the output after the GEMM: its traffic adds)
-            reduce_s = queued(p, 2) - p["launch_s"] + batch * m * n * (4.0 * split + e) / p["bandwidth"]
+            reduce_s = batch * m * n * (4.0 * split + e) / p["bandwidth"]
             fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, reduce_s) if split > 1 else 0.0
+            kernels = np.where(align >= 16, 1.0, 2.0) if split > 1 else np.ones_like(align)
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
             par = tiles / (waves * P)
-            cands = [(t, t_c, t_m, par)]
+            # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
+            t = t + (queued(p, kernels) - p["launch_s"])
+            cands = [(t, t_c, t_m, par, kernels)]
             if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
                 # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
                 t2 = np.where(align >= 16, _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
-                cands.append((t2, t_c2, t_m, np.ones_like(t2)))
-            for t, t_c, t_m, par in cands:
+                cands.append((t2, t_c2, t_m, np.ones_like(t2), np.ones_like(t2)))
+            for t, t_c, t_m, par, kern in cands:
                 if best is None:
-                    best, best_c, best_m, best_par = t, t_c, t_m, par
+                    best, best_c, best_m, best_par, best_k = t, t_c, t_m, par, kern
                 else:
                     take = t < best
                     best = np.where(take, t, best)
                     best_c, best_m = np.where(take, t_c, best_c), np.where(take, t_m, best_m)
-                    best_par = np.where(take, par, best_par)
+                    best_par, best_k = np.where(take, par, best_par), np.where(take, kern, best_k)
     # a skinny product (m, n or k within one tile edge) reads its big operand (or writes its output) once: a stream
     # at its own rate, or its math at the full rate, plus a fixed time (cuBLAS's GEMV and small-k kernels)
     if "stream_overhead_s" in p:  # (records fitted before this candidate existed lack its parameters)
@@ -156,8 +159,9 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     take = t_v < best
     best, best_m = np.where(take, t_v, best), np.where(take, t_v, best_m)
     best_c, best_par = np.where(take, 0.0, best_c), np.where(take, 1.0, best_par)
-    launch = p["launch_s"] * np.ones_like(best)
-    return Prediction(launch + best, best_c, best_m, launch, best_par)
+    best_k = np.where(take, 1.0, best_k)
+    launch = queued(p, best_k) * np.ones_like(best)
+    return Prediction(p["launch_s"] + best, best_c, best_m, launch, best_par, kernels=best_k)
 
 
 @predictor(OpName.MATMUL, OpName.BMM)

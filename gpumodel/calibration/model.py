@@ -236,6 +236,7 @@ class Prediction:
     overhead_s: Any
     parallelism: Any = 1.0  # fraction of the SMs' tile slots doing useful work (wave efficiency)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    kernels: Any = 1.0      # GPU kernels one call launches (queued back to back: :func:`queued`)
 
 
 def _f(x: Any) -> np.ndarray:
@@ -246,19 +247,6 @@ def _bpe(op: Any) -> float:
     from gpumodel.dtypes import bytes_per_element
 
     return float(bytes_per_element(op.dtype))
-
-
-def kernels_in(p: Mapping[str, float], overhead_s: Any) -> Any:
-    """How many queued kernels a launch time [s] of :func:`queued` stands for (at least one); a fixed time a
-    kernel adds to its own launch (a strided kernel's ``strided_launch_s``, under a gap) does not count.
-
-    >>> p = {"launch_s": 4e-6, "kernel_gap_s": 3e-6}
-    >>> [int(kernels_in(p, t)) for t in (4e-6, 5.5e-6, 7e-6, 10e-6)]
-    [1, 1, 2, 3]
-    """
-    gap = p.get("kernel_gap_s", p["launch_s"])
-    extra = (np.asarray(overhead_s, dtype=float) - p["launch_s"]) / gap
-    return np.maximum(1.0 + np.floor(extra + 1e-6), 1.0)
 
 
 def queued(p: Mapping[str, float], kernels: Any) -> Any:

@@ -20,8 +20,7 @@ from .._strenum import StrEnum
 from .._repr import html_table
 from ..errors import ArgumentError
 from ..numeric import broadcastable
-from ..calibration.model import kernels_in
-from ..estimate import estimate as _estimate, model_for
+from ..estimate import estimate as _estimate
 from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
                           weight_dtype, within_positions)
 from . import kernels as K
@@ -201,13 +200,12 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
     count, calibrated, wbytes = 0, False, 0.0
-    params = model_for(g)[0].params
     for fam, op, n in kerns:
         est = _estimate(op, g)
         t = np.asarray(est.time_s, dtype=float)
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
-        per_op = kernels_in(params, est.overhead_s)
+        per_op = np.asarray(est.kernels, dtype=float)
         if eng != Engine.HF:                # a replayed graph: its own fixed time per kernel
             t = t - np.asarray(est.overhead_s, dtype=float) + per_op * K.GRAPH_LAUNCH_S
         t = n * t + zeros
