@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, gaps_cases, strided_case,  # noqa: E402
-                                      strided_cases, tiles_cases, widened_cases)
+from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, fit_cases, gaps_cases,  # noqa: E402
+                                      strided_case, strided_cases, tiles_cases, widened_cases)
 
 #: the committed measurements (plans leave out the shapes these already hold)
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration"
@@ -261,6 +261,26 @@ def gaps_validation_cases() -> list[dict]:
     return [c for c in gaps_cases(7) if case_key(c) not in taken]
 
 
+#: the seeds of the fresh VALIDATION set: new draws of every plan (base FIT, widened, strided, tiles, gaps)
+FRESH_SEEDS = {"fit": 20, "widened": 22, "strided": 23, "tiles": 24, "gaps": 26}
+
+
+def fresh_validation_cases() -> list[dict]:
+    """A VALIDATION set drawn fresh from every plan (:data:`FRESH_SEEDS`), less every shape any committed
+    measurement file (FIT or VALIDATION, earlier runs included) already holds: kernels no fit has seen, in the
+    proportions the plans draw them."""
+    taken = _keys(sorted(DATA.glob("*.jsonl")) + sorted((DATA / "do_bench").glob("*.jsonl")))
+    plans = [fit_cases("full", seed=FRESH_SEEDS["fit"]), widened_cases(FRESH_SEEDS["widened"]),
+             strided_cases(FRESH_SEEDS["strided"]), tiles_cases(FRESH_SEEDS["tiles"]), gaps_cases(FRESH_SEEDS["gaps"])]
+    out = []
+    for case in (c for plan in plans for c in plan):
+        key = case_key(case)
+        if key not in taken:
+            taken.add(key)
+            out.append(case)
+    return out
+
+
 def _profiled(case: dict) -> bool:
     """Cases whose launched kernels are recorded: the ones PyTorch may run through several kernels or backends."""
     s = case["shape"]
@@ -273,14 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON-lines output file (appended)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, wall clock (tests the code)")
-    p.add_argument("--set", choices=["base", "widened", "strided", "skinny", "tiles", "gaps"], default="base",
+    p.add_argument("--set", choices=["base", "widened", "strided", "skinny", "tiles", "gaps", "fresh"], default="base",
                    help="base: the first validation set; widened: the composite/serving validation set, and with "
                         "--fit-out the matching FIT set (gpumodel.calibration.plan.widened_cases) first; strided: "
                         "the generic (strided / broadcast) elementwise kernels (FIT: plan.strided_cases); skinny: "
                         "F.linear at 96-768 tokens around the stream edge (VALIDATION only); tiles: GEMMs by the alignment "
                         "of their leading dimensions and square flash attention over many tiles (FIT: --fit-out); gaps: "
                         "short strided kernels, unaligned mid-size GEMMs, decode, short causal attention, naive "
-                        "backward, output-bound bmm (FIT: --fit-out)")
+                        "backward, output-bound bmm (FIT: --fit-out); fresh: new draws of every plan, shapes no "
+                        "committed file holds (VALIDATION only)")
     p.add_argument("--cases-from", default=None, metavar="FILE",
                    help="measure the cases of this measurement file (its op, kernel, dtype, shape) instead of --set")
     p.add_argument("--timer", choices=["ahead", "events", "do_bench"], default="ahead",
@@ -316,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
              "skinny": ("validation", skinny_validation_cases, None, None),
              "strided": ("validation", strided_validation_cases, "fit-strided", strided_cases),
              "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases),
-             "gaps": ("validation-gaps", gaps_validation_cases, "fit-gaps", gaps_fit_cases)}
+             "gaps": ("validation-gaps", gaps_validation_cases, "fit-gaps", gaps_fit_cases),
+             "fresh": ("validation-fresh", fresh_validation_cases, None, None)}
     val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
     if args.cases_from:
         val_mode, val_cases, fit_cases = f"again: {Path(args.cases_from).name}", lambda: cases_from(args.cases_from), None
