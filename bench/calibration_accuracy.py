@@ -105,9 +105,10 @@ def main(argv=None) -> int:
     misses = bar_misses(res["calibrated"])
     print("\nbar (overall median <= 5%, p90 <= 15%; every family median <= 8%, p90 <= 25%): "
           + ("met" if not misses else "missed by " + ", ".join(misses)))
-    first = DATA / "validation_widened.jsonl"
-    again = repeat_files(first)
-    if first.exists() and again:
+    for first in sorted(DATA.glob("validation*.jsonl")):
+        again = repeat_files(first)
+        if not again:
+            continue
         print(f"\nrun to run: the same kernels measured again ({', '.join(x.name for x in again)} over {first.name})")
         for fam, r in repeatability(first, *again).items():
             print(f"  {fam:22s} n={r['n']:4d}  median |diff| {r['median']:6.1%}  p90 {r['p90']:6.1%}  "

@@ -27,7 +27,9 @@ BAR_MEDIAN, BAR_P90 = 0.08, 0.25
 #: (strict xfail), so the list shrinks as the model improves
 KNOWN_MISSES: dict[str, str] = {}
 #: the overall bar (median 5%, p90 15%) misses with the families above
-OVERALL_MISS = ""  # the overall bar holds (median 4.7%, p90 14.9% on 1177 kernels)
+OVERALL_MISS = ("overall median 5.1%, p90 16.3% on 1830 kernels: the first 1177 are within the bar (4.7% / 15.0%), the "
+                "fresh draw of every plan is not (6.1% / 18.3%): GEMMs that cuBLAS splits over K with a reduce kernel "
+                "(any split count, its own choice) and tf32 on Hopper's own kernels, which the model prices too fast")
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,8 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
     # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no split-K or stream-K evening them out
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
-    splits, stream_k = ((1,), False) if dt in WHOLE_WAVE_DTYPES else (SPLITS, True)
+    cutlass_only = dt in WHOLE_WAVE_DTYPES
+    splits, stream_k = (SPLITS, not cutlass_only)
     for tm, tn in TILES:
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         for split in splits:
@@ -123,8 +124,9 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
             # (that kernel reads the fp32 partials and writes the output after the GEMM: its traffic adds)
             reduce_s = batch * m * n * (4.0 * split + e) / p["bandwidth"]
-            fixup = p["split_overhead_s"] + np.where(align >= 16, 0.0, reduce_s) if split > 1 else 0.0
-            kernels = np.where(align >= 16, 1.0, 2.0) if split > 1 else np.ones_like(align)
+            own_reduce = (align < 16) | cutlass_only
+            fixup = p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0) if split > 1 else 0.0
+            kernels = np.where(own_reduce, 2.0, 1.0) if split > 1 else np.ones_like(align)
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
             par = tiles / (waves * P)

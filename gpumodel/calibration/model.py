@@ -333,9 +333,12 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
             body = _pipeline(_soft_max(t_m, t_rate, q), t_lat, q, waves)
         launch = p["launch_s"] * np.ones_like(body)
         return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
-    eff = p[f"bw_eff_{fam}"]
-    if "rows" in op.shape and "cols" in op.shape and f"unaligned_eff_{fam}" in p:  # 16-byte rows load vectorized
-        eff = eff * np.where(np.mod(_f(op.shape["cols"]) * _bpe(op), 16.0) == 0, 1.0, p[f"unaligned_eff_{fam}"])
+    eff, kernels = p[f"bw_eff_{fam}"], 1.0
+    if "rows" in op.shape and "cols" in op.shape and f"unaligned_eff_{fam}" in p:
+        # PyTorch's norms load rows of a multiple of NORM_VEC_SIZE elements as vectors in one kernel; other rows
+        # take RowwiseMomentsCUDAKernel, then LayerNormForwardCUDAKernel (the profiler on the H200): two kernels
+        vec = np.mod(_f(op.shape["cols"]), NORM_VEC_SIZE) == 0
+        eff, kernels = eff * np.where(vec, 1.0, p[f"unaligned_eff_{fam}"]), np.where(vec, 1.0, 2.0)
     t_m = _f(op.bytes) / (p["bandwidth"] * eff)
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
     q = p["vector_overlap_p"]
@@ -355,9 +358,14 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         # operand's offset computed from the index; an element rate bounds it unless the traffic does
         t_rows = _f(op.shape["numel"]) / p["strided_elem_rate"] + 0.0 * t_m
         body, extra_launch = np.maximum(body, t_rows), p.get("strided_launch_s", 0.0)
-    launch = (p["launch_s"] + extra_launch) * np.ones_like(body)
-    return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows})
+    launch = (queued(p, kernels) + extra_launch) * np.ones_like(body)
+    return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows},
+                      kernels * np.ones_like(body))
 
+
+#: elements a row of a layer or RMS norm must be a multiple of for PyTorch's vectorised kernel
+#: (``vec_size`` in aten/src/ATen/native/cuda/layer_norm_kernel.cu)
+NORM_VEC_SIZE = 4
 
 #: op name -> the function that predicts its time (see :func:`predictor`)
 _PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}
