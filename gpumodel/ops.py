@@ -62,6 +62,11 @@ class AttentionImpl(str, enum.Enum):
         return self.value
 
 
+#: bytes of an fp8 GEMM's output element (bf16: ``torch._scaled_mm``'s ``out_dtype`` in fp8 training and serving)
+FP8_OUTPUT_BYTES = 2.0
+_FP8 = (DType.FP8, DType.FP8_E4M3, DType.FP8_E5M2)
+
+
 # ---------------------------------------------------------------------------- ops
 @register(OpName.MATMUL.value)
 def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype: DType | str | None = None) -> OpCost:
@@ -73,6 +78,8 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
         Matrix sizes [element].
     dtype : str
         Number format of A, B and C ("bf16", "fp16", "tf32" = fp32 data on tensor cores, "fp8", ...).
+        An fp8 GEMM writes C in bf16, as ``torch._scaled_mm(..., out_dtype=torch.bfloat16)`` and the fp8
+        recipes built on it (Transformer Engine's linear layers, vLLM's fp8 checkpoints) run it.
     weight_dtype : {"int8", "int4", "fp8"}, optional
         Weight-only quantisation: B (the ``k x n`` weight) is stored in this format and dequantised
         on the fly, A and C stay in ``dtype``. int8 has a scale per output channel, int4 a scale and
@@ -87,7 +94,7 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     -----
     .. math:: F = 2mnk, \\quad R = mk\\,s + kn\\,s_w, \\quad W = mn\\,s
 
-    with :math:`s` the bytes per element and :math:`s_w` those of the weight. The 4096^3 fp16 matmul of
+    with :math:`s` the bytes per element (C's: 2 for fp8) and :math:`s_w` those of the weight. The 4096^3 fp16 matmul of
     M. Brenndoerfer, "GPU Architecture: Memory Hierarchy, CUDA and Tensor Cores" (2026):
     ``F/R`` = 2048 FLOP/byte.
 
@@ -98,12 +105,14 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     2048.0
     >>> matmul(1, 4096, 4096, weight_dtype="int4").breakdown["b"] / 2**20   # 4096**2/2 + 2*2*4096*32 bytes
     8.5
+    >>> matmul(4096, 4096, 64, "fp8").breakdown["out"] / 2**20   # 4096**2 bf16 outputs
+    32.0
     """
     m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
     _together(m=m, n=n, k=k)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
-    a, c = m * k * s, m * n * s
+    a, c = m * k * s, m * n * (FP8_OUTPUT_BYTES if dt in _FP8 else s)
     shape: dict[str, Any] = {"m": m, "n": n, "k": k}
     if weight_dtype is None:
         b = k * n * s

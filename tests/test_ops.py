@@ -36,6 +36,13 @@ def test_tf32_matmul_moves_fp32_data():
     assert op.bytes_read == (100 + 100) * 4  # tf32 is stored as fp32: 4 bytes
 
 
+def test_fp8_matmul_reads_one_byte_and_writes_bf16():
+    # torch._scaled_mm(a_fp8, b_fp8, out_dtype=torch.bfloat16): the output is 2 bytes an element
+    op = ops.matmul(1024, 512, 64, "fp8")
+    assert op.bytes_read == 1024 * 64 * 1 + 64 * 512 * 1
+    assert op.bytes_written == 1024 * 512 * 2
+
+
 def test_int4_matmul_has_no_integer_division_bug():
     op = ops.matmul(8, 8, 8, "int4")
     assert op.bytes_read == (64 + 64) * 0.5  # half a byte per element, never 0

@@ -29,7 +29,8 @@ from .model import GEMM_DTYPES, CalibrationModel, default_parameters, predict
 from .parameters import GENERIC_ROW_FAMILIES
 
 __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_files", "point_set", "fit_model",
-           "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS"]
+           "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
+           "tied_rates"]
 
 #: parameters that are fractions or exponents, with their upper bounds
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
@@ -293,13 +294,27 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     return list(dict.fromkeys(k for k in free if k in params))
 
 
+def tied_rates(gpu: Any) -> dict[str, str]:
+    """Rates the fit moves together, ``{follower: leader}``: fp16 GEMMs follow bf16 where the datasheet gives
+    the two the same dense tensor-core peak (every NVIDIA GPU since Ampere: the same ``mma`` throughput for
+    either 16-bit input with fp32 accumulation, which is what PyTorch runs). Left apart, the points cannot
+    tell ``flops_fp16`` from the shared GEMM parameters, and refits of nearly the same points wander by 20%.
+    """
+    both = gpu.supports("fp16") and gpu.supports("bf16")
+    return {"flops_fp16": "flops_bf16"} if both and gpu.peak_flops("fp16") == gpu.peak_flops("bf16") else {}
+
+
 def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free: list[str] | None = None,
-              upper: Mapping[str, float] | None = None) -> tuple[CalibrationModel, dict]:
+              upper: Mapping[str, float] | None = None,
+              tied: Mapping[str, str] | None = None) -> tuple[CalibrationModel, dict]:
     """Levenberg-Marquardt fit of ``start``'s parameters to the points; returns ``(model, report)``.
 
-    ``upper`` adds upper bounds (e.g. the datasheet peaks for the ``flops_*`` rates).
+    ``upper`` adds upper bounds (e.g. the datasheet peaks for the ``flops_*`` rates); ``tied`` maps a
+    parameter to the one whose fitted value it takes (:func:`tied_rates`).
     """
     free = free or _free_parameters(ps, start.params)
+    tied = {k: v for k, v in (tied or {}).items() if v in free and k in start.params}
+    free = [k for k in free if k not in tied]
     start = start.replace(**{k: min(v, {**UPPER_BOUNDS, **(upper or {})}.get(k, v)) for k, v in start.params.items()})
     bounds_hi = {**UPPER_BOUNDS, **(upper or {})}
     logt = np.log(ps.times)
@@ -307,7 +322,8 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
     hi = np.array([math.log(bounds_hi.get(k, 1e30)) for k in free])
 
     def model_at(x: np.ndarray) -> CalibrationModel:
-        return start.replace(**{k: float(math.exp(v)) for k, v in zip(free, x)})
+        values = {k: float(math.exp(v)) for k, v in zip(free, x)}
+        return start.replace(**values, **{k: values[v] for k, v in tied.items()})
 
     def residual(x: np.ndarray) -> np.ndarray:
         r = np.log(_predict_all(model_at(x), ps)) - logt
@@ -357,7 +373,7 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
         if not improved:
             break
     model = model_at(x)
-    return model, {"free": free, "iterations": it + 1, "cost": cost}
+    return model, {"free": free, "tied": dict(tied), "iterations": it + 1, "cost": cost}
 
 
 def datasheet_bounds(gpu: Any) -> dict[str, float]:
@@ -404,7 +420,7 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     sm = int(env.get("sm_count") or g.sm_count)
     start = CalibrationModel(default_parameters(g), sm, calibrated=False, name=g.name)
     ps = point_set(points)
-    model, report = fit_model(ps, start, upper=datasheet_bounds(g))
+    model, report = fit_model(ps, start, upper=datasheet_bounds(g), tied=tied_rates(g))
     acc = accuracy_table(model, ps)
     kept = [MeasuredPoint.from_point(p) for p in ps.points] if keep_points else []
     val = accuracy_table(model, point_set(validation)) if validation else {}
@@ -414,7 +430,9 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     return Calibration.from_environment(
         g.name, env, params, sm, kept, fit_error=acc, validation_error=val, source=source,
         notes=(f"fitted by least squares in log-time to {len(ps.points)} kernels; free parameters: "
-               f"{', '.join(report['free'])}; the others keep their datasheet defaults"))
+               f"{', '.join(report['free'])}"
+               + "".join(f"; {k} = {v}" for k, v in report["tied"].items())
+               + "; the others keep their datasheet defaults"))
 
 
 def gpu_for_device(device_name: str):
