@@ -265,13 +265,16 @@ def gaps_validation_cases() -> list[dict]:
 FRESH_SEEDS = {"fit": 20, "widened": 22, "strided": 23, "tiles": 24, "gaps": 26}
 
 
-def fresh_validation_cases() -> list[dict]:
-    """A VALIDATION set drawn fresh from every plan (:data:`FRESH_SEEDS`), less every shape any committed
-    measurement file (FIT or VALIDATION, earlier runs included) already holds: kernels no fit has seen, in the
-    proportions the plans draw them."""
+def fresh_validation_cases(round_: int = 1) -> list[dict]:
+    """A VALIDATION set drawn fresh from every plan (:data:`FRESH_SEEDS`, each plus ``10 * (round_ - 1)`` for a
+    later round), less every shape any committed measurement file (FIT or VALIDATION, earlier runs and rounds
+    included) already holds: kernels no fit has seen, in the proportions the plans draw them."""
+    if round_ < 1:
+        raise ValueError(f"round_ must be 1 or more, got {round_}")
+    seed = {name: base + 10 * (round_ - 1) for name, base in FRESH_SEEDS.items()}
     taken = _keys(sorted(DATA.glob("*.jsonl")) + sorted((DATA / "do_bench").glob("*.jsonl")))
-    plans = [fit_cases("full", seed=FRESH_SEEDS["fit"]), widened_cases(FRESH_SEEDS["widened"]),
-             strided_cases(FRESH_SEEDS["strided"]), tiles_cases(FRESH_SEEDS["tiles"]), gaps_cases(FRESH_SEEDS["gaps"])]
+    plans = [fit_cases("full", seed=seed["fit"]), widened_cases(seed["widened"]),
+             strided_cases(seed["strided"]), tiles_cases(seed["tiles"]), gaps_cases(seed["gaps"])]
     out = []
     for case in (c for plan in plans for c in plan):
         key = case_key(case)
@@ -302,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                         "short strided kernels, unaligned mid-size GEMMs, decode, short causal attention, naive "
                         "backward, output-bound bmm (FIT: --fit-out); fresh: new draws of every plan, shapes no "
                         "committed file holds (VALIDATION only)")
+    p.add_argument("--round", type=int, default=1,
+                   help="with --set fresh: which draw (round 2 takes seeds 30-36, and skips round 1's shapes once "
+                        "they are committed)")
     p.add_argument("--cases-from", default=None, metavar="FILE",
                    help="measure the cases of this measurement file (its op, kernel, dtype, shape) instead of --set")
     p.add_argument("--timer", choices=["ahead", "events", "do_bench"], default="ahead",
@@ -338,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
              "strided": ("validation", strided_validation_cases, "fit-strided", strided_cases),
              "tiles": ("validation-tiles", tiles_validation_cases, "fit-tiles", tiles_fit_cases),
              "gaps": ("validation-gaps", gaps_validation_cases, "fit-gaps", gaps_fit_cases),
-             "fresh": ("validation-fresh", fresh_validation_cases, None, None)}
+             "fresh": ("validation-fresh" + (f"-{args.round}" if args.round > 1 else ""),
+                       lambda: fresh_validation_cases(args.round), None, None)}
     val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
     if args.cases_from:
         val_mode, val_cases, fit_cases = f"again: {Path(args.cases_from).name}", lambda: cases_from(args.cases_from), None

@@ -39,9 +39,9 @@ def test_targets_are_met_and_cost_throughput():
     c = slo.curve
     assert np.all(np.diff(c["concurrency"]) > 0)
     # throughput rises with concurrency, up to the small steps of the GEMMs' tile quantisation (from 243 to
-    # 277 sequences a decode GEMM needs a third row of 128-row tiles)
+    # 277 sequences a decode GEMM needs a third row of 128-row tiles: 2.1% less throughput)
     rps = np.asarray(c["requests_per_s"])
-    assert rps[-1] > 2 * rps[0] and np.all(np.diff(rps) > -0.02 * rps[:-1])
+    assert rps[-1] > 2 * rps[0] and np.all(np.diff(rps) > -0.03 * rps[:-1])
     # TPOT grows with concurrency, up to the split-KV heuristic's steps (19 sequences can get fewer splits and
     # run a hair faster than 17)
     tpot = np.asarray(c["tpot_s"])

@@ -45,7 +45,7 @@ UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "ro
                                                 "embedding", "adamw_step")},
                 **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}
 LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "row_overlap_p": 1.0, "norm_overlap_p": 1.0,
-                "attn_overlap_p": 1.0}
+                "attn_overlap_p": 1.0, "unaligned_sm_fill": 1.0}
 _HUBER = 0.02  # soft-L1 scale in log-time (2 %): close to least absolute deviations, i.e. to the median
 
 
@@ -249,7 +249,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if uses - {"matmul", "bmm", *attention}:
         free += ["vector_overlap_p"]
     if uses & {"matmul", "bmm"}:
-        free += ["overlap_p", "l2_bandwidth", "tile_overhead_s", "unaligned_flops", "unaligned_flops_wide",
+        free += ["overlap_p", "l2_bandwidth", "unaligned_sm_fill", "tile_overhead_s", "unaligned_flops", "unaligned_flops_wide",
                  "unaligned_tile_overhead_s", "sm_bandwidth", "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     if "elementwise" in uses:

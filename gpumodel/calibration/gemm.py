@@ -114,9 +114,14 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             tiles = base_tiles * split
             waves = np.ceil(tiles / P)
             ks = np.ceil(k / split)
-            t_tile = overhead + np.maximum(
-                2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
-            t_c = waves * t_tile
+            t_work = np.maximum(2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
+            t_tile = overhead + t_work
+            # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
+            # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
+            # (few tiles, or one wave) leave it short of its rate; cuBLAS splits K to fill it (the profiler's split
+            # counts put two four-warp CTAs or one eight-warp CTA on each SM)
+            fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * (0.5 if tm * tn >= 128 * 256 else 1.0))
+            t_c = waves * overhead + np.maximum(waves, fill) * t_work
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0
             bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
             t_m = (bytes_min + extra) / bw

@@ -73,6 +73,9 @@ DEFAULTS: dict[str, Default] = {
                          lambda g, bw: bw, f"datasheet x {_E['bandwidth']} ({_H200}: copy at 88-91%)"),
     "l2_bandwidth": Default("bytes/s", "chip-wide rate at which GEMM tiles stream operands from L2/shared memory",
                             _l2, "published L2 bandwidth x 0.8, else 3.5x HBM"),
+    "unaligned_sm_fill": Default("1", "CTAs of four warps an SM must hold for the CUTLASS kernels of unaligned GEMMs "
+                                 "(synchronous mma, no warp specialisation) to reach their rate; an eight-warp tile "
+                                 "counts twice", _const(2.0), "start value of the fit"),
     "tile_overhead_s": Default("s", "fixed time per GEMM output tile (prologue, epilogue)", _const(1.5e-6), _H200),
     "unaligned_flops": Default("FLOP/s", "rate cap of 16-bit tensor GEMMs whose k or n rows are only 2-byte aligned "
                                "(Turing-generation kernels)", lambda g, bw: 0.12 * _bf16(g),
