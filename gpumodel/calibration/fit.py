@@ -259,6 +259,8 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["row_latency_s", "norm_overlap_p"]
     if uses & {"softmax", "reduce_sum"}:
         free += ["mem_latency_s", "block_sync_s", "row_overlap_p"]
+    if set(rows) & set(GENERIC_ROW_FAMILIES):
+        free += ["row_rate_norm_moments", "norm_moments_row_s", "row_rate_norm_forward", "norm_forward_row_s"]
     for fam in rows:
         free += [f"bw_eff_{fam}"]
         if fam in GENERIC_ROW_FAMILIES:

@@ -353,6 +353,14 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         slots = P * p[f"rows_per_sm_{fam}"]
         waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
         t_rows = waves * (p["row_latency_s"] + cols / (p[f"row_rate_{fam}"] * eff / p[f"bw_eff_{fam}"]))
+        if not np.all(kernels == 1.0) and "row_rate_norm_moments" in p:
+            # the two-kernel path: each kernel a block a row (NORM_PASS_THREADS), rows walked element by element;
+            # the row times of the two passes add
+            two = 0.0
+            for k, threads in NORM_PASS_THREADS.items():
+                per_sm = np.floor(model.threads_per_sm / threads)
+                two = two + np.maximum(rows / (P * per_sm), 1.0) * (p[f"norm_{k}_row_s"] + cols / p[f"row_rate_norm_{k}"])
+            t_rows = np.where(kernels > 1.0, two, t_rows)
         par = rows / (waves * slots)
         body = _pipeline(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q), waves)
     else:
@@ -372,6 +380,10 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
 #: elements a row of a layer or RMS norm must be a multiple of for PyTorch's vectorised kernel
 #: (``vec_size`` in aten/src/ATen/native/cuda/layer_norm_kernel.cu)
 NORM_VEC_SIZE = 4
+
+#: threads of the block each kernel of a norm's two-kernel path gives a row: RowwiseMomentsCUDAKernel
+#: (``kCUDABlockReduceNumThreads``) and LayerNormForwardCUDAKernel (``kCUDANumThreads``), as the profiler shows
+NORM_PASS_THREADS = {"moments": 512, "forward": 256}
 
 #: op name -> the function that predicts its time (see :func:`predictor`)
 _PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}

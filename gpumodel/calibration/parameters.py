@@ -201,6 +201,14 @@ for _f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (
                                             f"2048 threads per SM / 128 ({_GUIDE})")
     DEFAULTS[f"unaligned_eff_{_f}"] = Default("1", f"rate factor of {_f} when a row is not a multiple of 16 bytes",
                                               _const(0.7), _H200)
+# the norms' two-kernel path (rows not a multiple of four elements): RowwiseMomentsCUDAKernel, a 512-thread block a
+# row, then LayerNormForwardCUDAKernel, a 256-thread block a row; each walks a row element by element
+for _k, _threads in (("moments", 512), ("forward", 256)):
+    DEFAULTS[f"row_rate_norm_{_k}"] = Default("elements/s", f"rate at which one block of the norms' {_k} kernel "
+                                              "(unvectorised rows) works through its row", _const(1e9),
+                                              "start value of the fit")
+    DEFAULTS[f"norm_{_k}_row_s"] = Default("s", f"fixed time of one row of that kernel ({_threads} threads: block "
+                                           "reductions, syncs)", _const(2e-6), "start value of the fit")
 for _f in ("elementwise", *ROW_FAMILIES):
     DEFAULTS[f"bw_eff_{_f}"] = Default("1", f"{_f} bandwidth as a fraction of `bandwidth`", _const(1.0),
                                        "start value of the fit")

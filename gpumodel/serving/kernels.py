@@ -40,7 +40,7 @@ __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_band
 #: one constant fitted there. The value is the same order as NVIDIA's "Getting Started with CUDA
 #: Graphs" (A. Gray, 2019): about 3.4 us per short kernel with graphs against 3.8 us without, kernel
 #: body included.
-GRAPH_LAUNCH_S = 1.04e-6
+GRAPH_LAUNCH_S = 0.977e-6
 #: Host time to dispatch one eager PyTorch op from Python (module call, dispatcher, launch) [s].
 #: Fitted, with :data:`HOST_STEP_S`, on the time per output token of the HF ``generate`` rows of the
 #: "fit" split of the H200 measurements (``python bench/serving_accuracy.py --fit``; transformers
