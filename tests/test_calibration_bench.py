@@ -131,6 +131,17 @@ def test_widened_validation_is_disjoint_from_every_fit_plan():
     assert {s.get("weight_dtype") for s in shapes} >= {"int8", "int4", "fp8"}
 
 
+def test_fresh_rounds_draw_new_shapes_from_every_plan():
+    mk = _measure_kernels()
+    with pytest.raises(ValueError, match="round_"):
+        mk.fresh_validation_cases(0)
+    committed = mk._keys(sorted(mk.DATA.glob("*.jsonl")) + sorted((mk.DATA / "do_bench").glob("*.jsonl")))
+    later = mk.fresh_validation_cases(5)     # seeds 60-66: a round no committed file holds
+    keys = [case_key(c) for c in later]
+    assert len(keys) > 300 and len(set(keys)) == len(keys) and not committed & set(keys)
+    assert {"matmul", "bmm", "attention", "softmax", "layer_norm", "rms_norm"} <= {c["op"] for c in later}
+
+
 @pytest.mark.slow
 def test_widened_dry_run_on_cpu(tmp_path):
     pytest.importorskip("torch", reason="the dry run needs torch (any build)")
