@@ -265,6 +265,11 @@ def gaps_validation_cases() -> list[dict]:
 FRESH_SEEDS = {"fit": 20, "widened": 22, "strided": 23, "tiles": 24, "gaps": 26}
 
 
+def committed_keys() -> set:
+    """The cases of every committed measurement file (FIT or VALIDATION, the ``do_bench`` runs included)."""
+    return _keys(sorted(DATA.glob("*.jsonl")) + sorted((DATA / "do_bench").glob("*.jsonl")))
+
+
 def fresh_validation_cases(round_: int = 1) -> list[dict]:
     """A VALIDATION set drawn fresh from every plan (:data:`FRESH_SEEDS`, each plus ``10 * (round_ - 1)`` for a
     later round), less every shape any committed measurement file (FIT or VALIDATION, earlier runs and rounds
@@ -272,7 +277,7 @@ def fresh_validation_cases(round_: int = 1) -> list[dict]:
     if round_ < 1:
         raise ValueError(f"round_ must be 1 or more, got {round_}")
     seed = {name: base + 10 * (round_ - 1) for name, base in FRESH_SEEDS.items()}
-    taken = _keys(sorted(DATA.glob("*.jsonl")) + sorted((DATA / "do_bench").glob("*.jsonl")))
+    taken = committed_keys()
     plans = [fit_cases("full", seed=seed["fit"]), widened_cases(seed["widened"]),
              strided_cases(seed["strided"]), tiles_cases(seed["tiles"]), gaps_cases(seed["gaps"])]
     out = []

@@ -135,7 +135,7 @@ def test_fresh_rounds_draw_new_shapes_from_every_plan():
     mk = _measure_kernels()
     with pytest.raises(ValueError, match="round_"):
         mk.fresh_validation_cases(0)
-    committed = mk._keys(sorted(mk.DATA.glob("*.jsonl")) + sorted((mk.DATA / "do_bench").glob("*.jsonl")))
+    committed = mk.committed_keys()
     later = mk.fresh_validation_cases(5)     # seeds 60-66: a round no committed file holds
     keys = [case_key(c) for c in later]
     assert len(keys) > 300 and len(set(keys)) == len(keys) and not committed & set(keys)

@@ -20,7 +20,8 @@ SPLITS = (1, 2, 4, 8, 16)
 #: operand is only 2-byte aligned (``cutlass_75_tensorop_*_s1688gemm_*_{128x128,256x128,64x64}_nn_align1`` in the
 #: profiler on the H200; cuBLAS's column-major 256 x 128 tile spans 256 columns of PyTorch's row-major C)
 TURING_TILES = ((128, 128), (128, 256), (64, 64))
-#: GEMM dtypes whose kernels run whole waves of tiles (no split-K, no stream-K): see :func:`_gemm`
+#: GEMM dtypes whose kernels run whole waves of tiles (no stream-K; split-K with a reduce kernel of their own): see
+#: :func:`_gemm`
 WHOLE_WAVE_DTYPES = ("tf32", "fp32")
 #: a GEMM with m, n or k within the largest tile's edge covers that edge with one row (or column) of tiles, so it
 #: reads its big operand once and may run as a stream (GEMV, small k, and the decode projections of a served
@@ -102,13 +103,18 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     best = best_c = best_m = best_par = None
     # fp32-data GEMMs (tf32 on tensor cores, fp32 on CUDA cores) run as whole waves of output tiles:
     # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
-    # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no split-K or stream-K evening them out
+    # tiles, 1536^3: 2 waves of 144, 2048^3: 2 of 256), no stream-K evening them out; where they split K,
+    # a reduce kernel of their own sums the partials (the profiler: 24 of 56 unaligned tf32 calls)
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
     cutlass_only = dt in WHOLE_WAVE_DTYPES
-    splits, stream_k = (SPLITS, not cutlass_only)
     for tm, tn in TILES:
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
-        for split in splits:
+        # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
+        # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
+        # (few tiles, or one wave) leave it short of its rate; cuBLAS splits K to fill it (the profiled split-K
+        # calls hold a median 1.9 four-warp or 1.3 eight-warp CTAs an SM)
+        fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * (0.5 if tm * tn >= 128 * 256 else 1.0))
+        for split in SPLITS:
             if split > 1 and np.all(base_tiles >= P):
                 continue
             tiles = base_tiles * split
@@ -116,11 +122,6 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             ks = np.ceil(k / split)
             t_work = np.maximum(2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
             t_tile = overhead + t_work
-            # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
-            # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
-            # (few tiles, or one wave) leave it short of its rate; cuBLAS splits K to fill it (the profiler's split
-            # counts put two four-warp CTAs or one eight-warp CTA on each SM)
-            fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * (0.5 if tm * tn >= 128 * 256 else 1.0))
             t_c = waves * overhead + np.maximum(waves, fill) * t_work
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0
             bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
@@ -138,7 +139,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
             t = t + (queued(p, kernels) - p["launch_s"])
             cands = [(t, t_c, t_m, par, kernels)]
-            if split == 1 and stream_k:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+            if split == 1 and not cutlass_only:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
                 # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
                 t2 = np.where(align >= 16, _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)

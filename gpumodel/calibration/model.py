@@ -127,7 +127,7 @@ import numpy as np
 from gpumodel.opcost import OpName
 
 from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK, softmax_plan, sum_plan
-from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, PARAMETERS, ROW_FAMILIES,
+from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, NORM_PASS_THREADS, PARAMETERS, ROW_FAMILIES,
                          default_parameters)
 
 __all__ = [
@@ -316,6 +316,29 @@ def _pipeline(a: np.ndarray, b: np.ndarray, q: float, waves: np.ndarray) -> np.n
     return hi + (_soft_max(a, b, q) - hi) / np.maximum(waves, 1.0)
 
 
+def _norm_reread_s(model: CalibrationModel, op: Any, eff: Any) -> Any:
+    """Extra time [s] of a norm's two-kernel path reading its input a second time: the second read finds it in
+    L2 as far as L2 holds it, the rest comes from memory again (30058 x 5259 bf16 runs at 0.9 TB/s of traffic
+    counted once); none for a model without its GPU's L2 size."""
+    l2 = getattr(model.gpu, "l2_bytes", None)
+    if not l2:
+        return 0.0
+    x = _f(op.shape["rows"]) * _f(op.shape["cols"]) * _bpe(op)
+    return np.maximum(x - l2, 0.0) / (model.params["bandwidth"] * eff)
+
+
+def _norm_two_pass_rows_s(model: CalibrationModel, rows: Any, cols: Any) -> Any:
+    """Row time [s] of a norm's two-kernel path: each kernel gives a row a block of NORM_PASS_THREADS threads
+    and walks it element by element (``norm_<kernel>_row_s`` plus ``cols / row_rate_norm_<kernel>`` a row, as many
+    rows an SM as its blocks fit); the two passes' times add."""
+    p, P = model.params, float(model.sm_count)
+    total = 0.0
+    for k, threads in NORM_PASS_THREADS.items():
+        per_sm = np.floor(model.threads_per_sm / threads)
+        total = total + np.maximum(rows / (P * per_sm), 1.0) * (p[f"norm_{k}_row_s"] + cols / p[f"row_rate_norm_{k}"])
+    return total
+
+
 def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     p, P = model.params, float(model.sm_count)
     fam = op.name if f"bw_eff_{op.name}" in p else "elementwise"
@@ -333,19 +356,16 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
             body = _pipeline(_soft_max(t_m, t_rate, q), t_lat, q, waves)
         launch = p["launch_s"] * np.ones_like(body)
         return Prediction(launch + body, t_rate, np.maximum(t_m, t_lat), launch, 1.0, {"row_limited_s": t_lat})
-    eff, kernels = p[f"bw_eff_{fam}"], 1.0
+    eff, two_pass = p[f"bw_eff_{fam}"], False
     if "rows" in op.shape and "cols" in op.shape and f"unaligned_eff_{fam}" in p:
         # PyTorch's norms load rows of a multiple of NORM_VEC_SIZE elements as vectors in one kernel; other rows
         # take RowwiseMomentsCUDAKernel, then LayerNormForwardCUDAKernel (the profiler on the H200): two kernels
-        vec = np.mod(_f(op.shape["cols"]), NORM_VEC_SIZE) == 0
-        eff, kernels = eff * np.where(vec, 1.0, p[f"unaligned_eff_{fam}"]), np.where(vec, 1.0, 2.0)
+        two_pass = np.mod(_f(op.shape["cols"]), NORM_VEC_SIZE) != 0
+        eff = eff * np.where(two_pass, p[f"unaligned_eff_{fam}"], 1.0)
+    kernels = np.where(two_pass, 2.0, 1.0)
     t_m = _f(op.bytes) / (p["bandwidth"] * eff)
-    l2 = getattr(model.gpu, "l2_bytes", None)
-    if not np.all(kernels == 1.0) and l2:
-        # the two-kernel path reads each row twice: the second read finds the input in L2 as far as L2 holds it,
-        # the rest comes from memory again (30058 x 5259 bf16 runs at 0.9 TB/s of traffic counted once)
-        x = _f(op.shape["rows"]) * _f(op.shape["cols"]) * _bpe(op)
-        t_m = t_m + np.where(kernels > 1.0, np.maximum(x - l2, 0.0), 0.0) / (p["bandwidth"] * eff)
+    if np.any(two_pass):
+        t_m = t_m + np.where(two_pass, _norm_reread_s(model, op, eff), 0.0)
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
     q = p["vector_overlap_p"]
     if "rows" in op.shape and f"rows_per_sm_{fam}" in p:
@@ -353,14 +373,8 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         slots = P * p[f"rows_per_sm_{fam}"]
         waves = np.maximum(rows / slots, 1.0)  # rows stream through the slots; continuous, not whole waves
         t_rows = waves * (p["row_latency_s"] + cols / (p[f"row_rate_{fam}"] * eff / p[f"bw_eff_{fam}"]))
-        if not np.all(kernels == 1.0) and "row_rate_norm_moments" in p:
-            # the two-kernel path: each kernel a block a row (NORM_PASS_THREADS), rows walked element by element;
-            # the row times of the two passes add
-            two = 0.0
-            for k, threads in NORM_PASS_THREADS.items():
-                per_sm = np.floor(model.threads_per_sm / threads)
-                two = two + np.maximum(rows / (P * per_sm), 1.0) * (p[f"norm_{k}_row_s"] + cols / p[f"row_rate_norm_{k}"])
-            t_rows = np.where(kernels > 1.0, two, t_rows)
+        if np.any(two_pass) and "row_rate_norm_moments" in p:
+            t_rows = np.where(two_pass, _norm_two_pass_rows_s(model, rows, cols), t_rows)
         par = rows / (waves * slots)
         body = _pipeline(_soft_max(t_m, t_c, q), t_rows, p.get("norm_overlap_p", q), waves)
     else:
@@ -380,10 +394,6 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
 #: elements a row of a layer or RMS norm must be a multiple of for PyTorch's vectorised kernel
 #: (``vec_size`` in aten/src/ATen/native/cuda/layer_norm_kernel.cu)
 NORM_VEC_SIZE = 4
-
-#: threads of the block each kernel of a norm's two-kernel path gives a row: RowwiseMomentsCUDAKernel
-#: (``kCUDABlockReduceNumThreads``) and LayerNormForwardCUDAKernel (``kCUDANumThreads``), as the profiler shows
-NORM_PASS_THREADS = {"moments": 512, "forward": 256}
 
 #: op name -> the function that predicts its time (see :func:`predictor`)
 _PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}

@@ -201,9 +201,11 @@ for _f in GENERIC_ROW_FAMILIES:  # PyTorch's norms: a 128-thread block per row (
                                             f"2048 threads per SM / 128 ({_GUIDE})")
     DEFAULTS[f"unaligned_eff_{_f}"] = Default("1", f"rate factor of {_f} when a row is not a multiple of 16 bytes",
                                               _const(0.7), _H200)
-# the norms' two-kernel path (rows not a multiple of four elements): RowwiseMomentsCUDAKernel, a 512-thread block a
-# row, then LayerNormForwardCUDAKernel, a 256-thread block a row; each walks a row element by element
-for _k, _threads in (("moments", 512), ("forward", 256)):
+#: threads of the block each kernel of a norm's two-kernel path (rows not a multiple of four elements) gives a row:
+#: RowwiseMomentsCUDAKernel (``kCUDABlockReduceNumThreads``), then LayerNormForwardCUDAKernel (``kCUDANumThreads``),
+#: as the profiler shows; each walks its row element by element
+NORM_PASS_THREADS = {"moments": 512, "forward": 256}
+for _k, _threads in NORM_PASS_THREADS.items():
     DEFAULTS[f"row_rate_norm_{_k}"] = Default("elements/s", f"rate at which one block of the norms' {_k} kernel "
                                               "(unvectorised rows) works through its row", _const(1e9),
                                               "start value of the fit")
