@@ -35,7 +35,7 @@ __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_f
 #: parameters that are fractions or exponents, with their upper bounds
 UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
                 "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "norm_overlap_p": 16.0,
-                "attn_overlap_p": 16.0,
+                "attn_overlap_p": 16.0, "strided_overlap_p": 16.0,
                 "row_latency_s": 1e-4, "kernel_gap_s": 1e-5,
                 # `bandwidth` is the copy rate; read-only streams (a sum, a skinny GEMM's big operand) have no
                 # read/write bus turnarounds and may pass it, up to about the datasheet (4.8 / 4.2 TB/s on the H200)
@@ -45,7 +45,8 @@ UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "ro
                                                 "embedding", "adamw_step")},
                 **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}
 LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "row_overlap_p": 1.0, "norm_overlap_p": 1.0,
-                "attn_overlap_p": 1.0, "unaligned_sm_fill": 1.0}
+                "attn_overlap_p": 1.0, "unaligned_sm_fill": 1.0,
+                "strided_overlap_p": 1.0}
 _HUBER = 0.02  # soft-L1 scale in log-time (2 %): close to least absolute deviations, i.e. to the median
 
 
@@ -282,7 +283,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]
     if strided:
-        free += ["strided_launch_s"]
+        free += ["strided_launch_s", "strided_operand_rate", "strided_overlap_p"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
         free += ["nll_step_s", "bw_eff_log_softmax", "bw_eff_cast_copy"]
     if "embedding_bwd" in fams:

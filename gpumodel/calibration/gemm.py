@@ -158,7 +158,9 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
         edge = BMM_STREAM_MAX_EDGE if op.name == "bmm" else STREAM_MAX_EDGE
         # the streaming kernels are Hopper's own (16-byte loads); unaligned operands get the CUTLASS tiles, except a
         # GEMV (m or n of 1), whose kernel reads element by element anyway
+        # (fp32-data GEMMs have no such kernel: cuBLAS tiles them however thin, GEMVs aside)
         streams = (np.minimum(np.minimum(m, n), k) <= edge) & ((align >= 16) | (np.minimum(m, n) <= 1))
+        streams = streams & (not cutlass_only or np.minimum(m, n) <= 1)
         t_v = np.where(streams,
                        p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
                                                            _f(op.flops) / (rate * P)), np.inf)

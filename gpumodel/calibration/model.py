@@ -384,8 +384,17 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     if fam == "elementwise" and op.shape.get("strided"):
         # PyTorch's generic elementwise_kernel (strided or broadcast operands): no vector loads, every
         # operand's offset computed from the index; an element rate bounds it unless the traffic does
-        t_rows = _f(op.shape["numel"]) / p["strided_elem_rate"] + 0.0 * t_m
-        body, extra_launch = np.maximum(body, t_rows), p.get("strided_launch_s", 0.0)
+        n = _f(op.shape["numel"])
+        t_rows = n / p["strided_elem_rate"] + 0.0 * t_m
+        if "strided_operand_rate" in p:
+            # every element decomposes its index once and adds an offset per operand; these instructions
+            # issue beside the element's arithmetic, and the loads they address overlap the traffic only partly
+            operands = _f(op.shape["inputs"]) + _f(op.shape["outputs"])
+            t_rows = t_rows + n * operands / p["strided_operand_rate"] + t_c
+            body = _soft_max(t_m, t_rows, p["strided_overlap_p"])
+        else:
+            body = np.maximum(body, t_rows)
+        extra_launch = p.get("strided_launch_s", 0.0)
     launch = (queued(p, kernels) + extra_launch) * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows},
                       kernels * np.ones_like(body))

@@ -190,6 +190,12 @@ DEFAULTS: dict[str, Default] = {
     "strided_launch_s": Default("s", "extra fixed time of a generic strided elementwise kernel over the "
                                 "vectorised one's launch (its parameter block carries an offset calculator per "
                                 "operand)", _const(1e-6), "start value of the fit"),
+    "strided_operand_rate": Default("operand elements/s", "rate at which PyTorch's generic elementwise kernel "
+                                    "computes and issues an operand's offset and access, per operand (inputs plus "
+                                    "outputs) of an element", lambda g, bw: bw / 4.0, "start value of the fit"),
+    "strided_overlap_p": Default("1", "sharpness of the overlap of the generic elementwise kernel's issued "
+                                 "instructions with its traffic (soft maximum: 1 adds them, large takes the larger)",
+                                 _const(4.0), "start value of the fit"),
     "index_copy_rate": Default("elements/s", "element rate of an indexing copy kernel (index_copy_)",
                                lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
                                "vectorised copy rate (start value of the fit)"),
