@@ -159,8 +159,9 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
         Whether an operand is a strided view (a slice such as one half of a fused projection's
         output, a transposed head layout) or a broadcast (``cos`` over batch and heads). PyTorch then
         runs its generic ``elementwise_kernel``, which computes every operand's offset from the
-        index instead of loading vectors: on current GPUs an element rate, not the bandwidth, bounds
-        it (the calibrated ``strided_elem_rate``). The traffic is the same.
+        index instead of loading vectors: on current GPUs its issue rate (the calibrated
+        ``strided_elem_rate`` per element and ``strided_operand_rate`` per operand), more than the
+        bandwidth, bounds it. The traffic is the same.
 
     Notes
     -----

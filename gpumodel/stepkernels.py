@@ -23,6 +23,7 @@ Hugging Face transformers ``modeling_llama.py`` and ``modeling_gpt2.py`` (v4.40-
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from . import ops
@@ -54,16 +55,28 @@ FUSED_PASSES = {"adamw": ((4, 3),), "adam": ((4, 3),), "sgd": ((2, 1),), "sgd_mo
 
 
 def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: float = 1,
-                  strided: bool = False) -> ops.OpCost:
+                  strided: bool = False, operands: int | None = None) -> ops.OpCost:
     """A streaming kernel over ``numel`` elements that reads and writes the given bytes per element.
 
     Expressed as :func:`gpumodel.ops.elementwise` over 1-byte elements with ``read_bytes`` inputs
     and ``write_bytes`` outputs, so that mixed-dtype kernels (a bf16 + fp32 add) have exact traffic.
-    ``strided``: an operand is a slice, a transposed view or a broadcast (PyTorch's generic kernel).
+    ``strided``: an operand is a slice, a transposed view or a broadcast (PyTorch's generic kernel), which
+    computes an offset per tensor: ``operands`` is how many tensors it reads and writes (the shape's
+    ``"operands"``; by default the byte counts stand for them).
+
+    >>> memory_kernel(1024, 6, 4, strided=True, operands=3).shape["operands"]    # bf16 q * fp32 cos -> fp32
+    3
     """
     numel = max(1, math.ceil(numel))  # an even split of a tensor list may leave a fraction per launch
-    return ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops,
-                           strided=strided)
+    op = ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops,
+                         strided=strided)
+    return with_operands(op, operands)
+
+
+def with_operands(op: ops.OpCost, operands: int | None) -> ops.OpCost:
+    """``op`` with the count of tensors its generic strided kernel addresses (``shape["operands"]``; unchanged
+    for None)."""
+    return op if operands is None else dataclasses.replace(op, shape={**op.shape, "operands": operands})
 
 
 def _matmul_backward(op: ops.OpCost, dt: str) -> Kernels:
@@ -105,8 +118,9 @@ class _Layer:
         or broadcast views (PyTorch's generic kernel).
         """
         per_input = read / inputs
-        back = [(memory_kernel(numel, write + per_input, per_input, 2, strided), inputs)] if grad else []
-        self.add(memory_kernel(numel, read, write, flops, strided), back)
+        # backward: the output's gradient and a saved tensor in, the input's gradient out
+        back = [(memory_kernel(numel, write + per_input, per_input, 2, strided, 3), inputs)] if grad else []
+        self.add(memory_kernel(numel, read, write, flops, strided, inputs + 1), back)
 
     def cast(self, numel: float, src: int, dst: int) -> None:
         """An autocast cast (``_to_copy``); its backward casts the gradient back."""

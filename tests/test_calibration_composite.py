@@ -116,9 +116,13 @@ def test_naive_attention_is_the_sum_of_its_kernels(model):
     parts = [gm.ops.bmm(bh, s, s, d), gm.ops.elementwise(n), gm.ops.softmax(bh * s, s), gm.ops.bmm(bh, s, d, s),
              gm.ops.elementwise(n)]                                    # QK^T, scale, softmax, PV, the scores' copy
     fill = gm.ops.elementwise(n)                                      # masked_fill_ over the broadcast mask:
-    fill_s = t(model, gm.ops.elementwise(n, strided=True))           # a strided kernel: its traffic or its rate
-    launch = p["launch_s"] + p["strided_launch_s"]
-    assert fill_s == pytest.approx(launch + max(t(model, fill) - p["launch_s"], n / p["strided_elem_rate"]))
+    fill_s = t(model, gm.ops.elementwise(n, strided=True))           # a strided kernel: its traffic against
+    launch = p["launch_s"] + p["strided_launch_s"]                     # its issue time, overlapping partly
+    issue = n / p["strided_elem_rate"] + 2 * n / p["strided_operand_rate"] + n / p["vector_flops"]
+    traffic = float(fill.bytes) / (p["bandwidth"] * p["bw_eff_elementwise"])
+    q = p["strided_overlap_p"]
+    assert fill_s == pytest.approx(launch + (issue ** q + traffic ** q) ** (1 / q))
+    assert fill_s > launch + max(issue, t(model, fill) - p["launch_s"])
     assert t(model, fwd) == pytest.approx(sum(t(model, x) for x in parts) + fill_s - queued_saving(p, 6), rel=1e-12)
     plain = gm.ops.attention(b, h, s, d, impl="naive")
     assert t(model, fwd) - t(model, plain) == pytest.approx(t(model, parts[-1]) + fill_s - queued_saving(p, 3), rel=1e-9)
@@ -314,3 +318,68 @@ def test_kernel_counts_match_the_profiler():
     # measured: matmul 931 of 1482 calls, bmm 116 of 195, naive attention 12 of 24 and 18 of 46 (its backward's
     # GEMMs: cuBLAS's Memsets and split-K reduce kernels, which the model's tile and split choice does not follow)
     assert all(np.mean(v) > 0.35 for v in agree.values()), {k: np.mean(v) for k, v in agree.items()}
+
+
+def test_fp32_data_gemms_never_stream(model):
+    """cuBLAS tiles tf32 GEMMs however thin (the profiler: ``sm90_xmma_..._tilesize64x128x32`` for 13440 x 192 x
+    2880): no streaming candidate, so the tiled compute time is what the estimate carries; bf16 of the same shape
+    streams (compute 0)."""
+    thin = (13440, 192, 2880)
+    assert float(predict(model, gm.ops.matmul(*thin, "tf32")).compute_s) > 0
+    assert float(predict(model, gm.ops.matmul(*thin, "bf16")).compute_s) == 0
+
+
+def test_fitted_nvjet_tiles_spare_the_padding_of_odd_row_counts(model):
+    """288 rows: power-of-two tiles pad to 384 or 512 (the measured 288 x 28672 x 8192 ran a 384 x 96 nvjet tile);
+    a fitted 144-row edge covers them in two tiles, so 288 rows cost less than 2 x 128 + 1 tile and at most 384 rows."""
+    from gpumodel.calibration.gemm import NVJET_EDGES, NVJET_MAX_AREA, _fitted_edge
+
+    assert int(_fitted_edge(np.float64(288), NVJET_MAX_AREA / 256)) == 144      # 288 / ceil(288 / 160)
+    assert int(_fitted_edge(np.float64(200), NVJET_MAX_AREA / 128)) == 200      # one tile of 200 (<= 320)
+    assert NVJET_EDGES == (64, 128, 192, 256)
+    t288, t384 = t(model, gm.ops.matmul(288, 28672, 8192)), t(model, gm.ops.matmul(384, 28672, 8192))
+    assert t288 < t384
+    # unaligned operands keep the CUTLASS tiles: the fitted edges are never theirs
+    assert t(model, gm.ops.matmul(288, 28673, 8192)) > t(model, gm.ops.matmul(288, 28672, 8192))
+
+
+def test_strided_elementwise_costs_an_offset_per_operand(model):
+    """The generic kernel's issue time grows with its operands; fp32 traffic adds partly (a soft maximum) to it."""
+    p = model.params
+    n = 2**25
+    two = t(model, gm.ops.elementwise(n, "bf16", inputs=1, outputs=1, flops_per_element=0, strided=True))
+    three = t(model, gm.ops.elementwise(n, "bf16", inputs=2, outputs=1, flops_per_element=0, strided=True))
+    # by hand: the third operand adds n / strided_operand_rate of issue time, of which the soft maximum keeps part
+    assert 0 < three - two <= n / p["strided_operand_rate"] + (2**25 * 2) / p["bandwidth"]
+    f32 = t(model, gm.ops.elementwise(n, "fp32", inputs=1, outputs=1, flops_per_element=0, strided=True))
+    issue = n / p["strided_elem_rate"] + 2 * n / p["strided_operand_rate"]
+    traffic = 2 * n * 4 / (p["bandwidth"] * p["bw_eff_elementwise"])
+    assert f32 > max(issue, traffic) + p["launch_s"]            # both limits at once: slower than either alone
+    assert f32 <= issue + traffic + p["launch_s"] + p["strided_launch_s"] + 1e-12
+
+
+@pytest.mark.parametrize("heads,tiles_per_head", [(1, 24), (8, 32), (12, 12), (64, 5), (40, 28)])
+def test_causal_tail_matches_a_simulated_greedy_schedule(heads, tiles_per_head):
+    """``max(longest, average + LIST_SCHEDULE_TAIL x longest)`` against a greedy list schedule of the ramps on 132
+    SMs (each free SM takes the next tile), for ramps of more tiles than SMs."""
+    import heapq
+
+    from gpumodel.calibration.attention import LIST_SCHEDULE_TAIL
+
+    work = np.tile(np.arange(tiles_per_head) + 0.55, heads)
+    if work.size <= 132:
+        pytest.skip("one wave: the longest tile alone")
+    free = [0.0] * 132
+    for w in work:
+        heapq.heappush(free, heapq.heappop(free) + w)
+    simulated = max(free)
+    approx = max(work.max(), work.sum() / 132 + LIST_SCHEDULE_TAIL * work.max())
+    assert approx == pytest.approx(simulated, rel=0.1)
+
+
+def test_causal_square_forward_pays_its_tail(model):
+    """1 x 8 x 4096 x 64 causal (256 ramped tiles on 132 SMs; measured 69.5 us, its non-causal twin about 1.7x):
+    the causal forward costs more than half the non-causal one, by the tail of its schedule."""
+    causal = t(model, gm.ops.attention(1, 8, 4096, 64, causal=True))
+    full = t(model, gm.ops.attention(1, 8, 4096, 64, causal=False))
+    assert 0.5 * full < causal < full

@@ -51,8 +51,8 @@ def test_sustained_estimates_slow_compute_by_the_factor():
     slow = calibration_for("h200").parameters["sustained_slowdown"]
     big = gm.ops.matmul(8192, 8192, 8192, "bf16")
     iso, sus = gm.estimate(big, "h200"), gm.estimate(big, "h200", sustained=True)
-    # its math slows by the factor; the tiles' fixed times (a few us of 1.4 ms) do not
-    assert iso.compute_s * (1 + 0.95 * (slow - 1)) < sus.compute_s <= iso.compute_s * slow
+    # its math slows by the factor; the tiles' fixed times (13 waves of 256 x 160 tiles: about 6% of 1.5 ms) do not
+    assert iso.compute_s * (1 + 0.9 * (slow - 1)) < sus.compute_s <= iso.compute_s * slow
     assert sus.memory_s == pytest.approx(iso.memory_s, rel=1e-12)
     copy = gm.ops.elementwise(2**28, "bf16")
     assert gm.estimate_time(copy, "h200", sustained=True) == pytest.approx(gm.estimate_time(copy, "h200"), rel=1e-12)

@@ -16,6 +16,12 @@ from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor,
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SPLITS = (1, 2, 4, 8, 16)
+#: the fixed edges of the output tiles of cuBLAS's own Hopper kernels (``nvjet_sm90_tst_<rows>x<cols>_...``), whose
+#: other edge fits the matrix: any multiple of 8 up to NVJET_MAX_AREA / edge elements (512 at most); the profiler on the
+#: H200 shows 64 x 136, 128 x 200, 128 x 288, 192 x 208, 256 x 144, 320 x 64, 512 x 64 among others
+NVJET_EDGES = (64, 128, 192, 256)
+#: fp32 accumulators of one nvjet tile: two consumer warpgroups of 128 threads, 160 registers each
+NVJET_MAX_AREA = 256 * 160
 #: the output tiles (rows x cols of C) of the Turing-generation CUTLASS kernels cuBLAS falls back to when an
 #: operand is only 2-byte aligned (``cutlass_75_tensorop_*_s1688gemm_*_{128x128,256x128,64x64}_nn_align1`` in the
 #: profiler on the H200; cuBLAS's column-major 256 x 128 tile spans 256 columns of PyTorch's row-major C)
@@ -65,6 +71,16 @@ def _load_alignment(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarr
     return np.maximum(g, 1).astype(float)
 
 
+def _fitted_edge(size: np.ndarray, cap: float) -> np.ndarray:
+    """The tile edge that covers ``size`` in the fewest tiles of at most ``cap``, evenly, rounded up to 8.
+
+    >>> [int(_fitted_edge(np.float64(x), 256.0)) for x in (288, 320, 1000, 64)]
+    [144, 160, 256, 64]
+    """
+    count = np.ceil(size / cap)
+    return np.ceil(size / count / 8.0) * 8.0
+
+
 def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.ndarray:
     """The tensor-core rate [FLOP/s] of a GEMM's kernel generation, chosen by its operands' alignment
     (``align``: :func:`_load_alignment`, bytes; ``e``: bytes per element).
@@ -107,13 +123,19 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # a reduce kernel of their own sums the partials (the profiler: 24 of 56 unaligned tf32 calls)
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
     cutlass_only = dt in WHOLE_WAVE_DTYPES
-    for tm, tn in TILES:
+    fitted = []
+    if not cutlass_only:
+        for edge in NVJET_EDGES:
+            cap = min(512.0, NVJET_MAX_AREA / edge)
+            fitted += [(float(edge), _fitted_edge(n, cap)), (_fitted_edge(m, cap), float(edge))]
+    for tm, tn in (*TILES, *fitted):
+        own = isinstance(tm, np.ndarray) or isinstance(tn, np.ndarray)  # a fitted nvjet tile: aligned operands only
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
         # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
         # (few tiles, or one wave) leave it short of its rate; cuBLAS splits K to fill it (the profiled split-K
         # calls hold a median 1.9 four-warp or 1.3 eight-warp CTAs an SM)
-        fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * (0.5 if tm * tn >= 128 * 256 else 1.0))
+        fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * np.where(tm * tn >= 128 * 256, 0.5, 1.0))
         for split in SPLITS:
             if split > 1 and np.all(base_tiles >= P):
                 continue
@@ -134,7 +156,10 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             fixup = p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0) if split > 1 else 0.0
             kernels = np.where(own_reduce, 2.0, 1.0) if split > 1 else np.ones_like(align)
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
-            t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
+            if own:
+                t = np.where(align >= 16, t, np.inf)
+            else:
+                t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
             par = tiles / (waves * P)
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
             t = t + (queued(p, kernels) - p["launch_s"])

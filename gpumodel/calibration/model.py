@@ -45,7 +45,9 @@ candidate exists only for a skinny product (:math:`\\min(m, n, k) \\le 64`, one 
 batched decode GEMV, a projection of a few tokens, a small-k product): its big operand (or its
 output) is then touched exactly once, so cuBLAS's GEMV and small-k kernels run as one stream at
 their own rate :math:`\\epsilon_s B` plus a fixed time :math:`t_{stream}`, unless the math at the
-full rate takes longer. Memory-bound ops (elementwise, norms, cross entropy):
+full rate takes longer (fp32-data GEMMs have no such kernel: cuBLAS tiles them). Besides the tiles of
+:data:`TILES`, aligned 16-bit and fp8 GEMMs may take cuBLAS's own Hopper tiles, whose one edge (64, 128, 192,
+256) is fixed and whose other fits the matrix (:data:`~gpumodel.calibration.gemm.NVJET_EDGES`). Memory-bound ops (elementwise, norms, cross entropy):
 
 .. math::
 
@@ -56,7 +58,17 @@ full rate takes longer. Memory-bound ops (elementwise, norms, cross entropy):
 rows that are not 16-byte multiples (1 otherwise), :math:`R_v` the CUDA-core rate of the op's
 FLOPs, :math:`r` rows of :math:`c` elements, :math:`\\rho_f` rows in flight per SM,
 :math:`\\tau` a fixed time per row, :math:`v_f` the rate at which one block works through a row and
-:math:`\\max_q` the soft maximum of sharpness :math:`q`. Softmax and sum, with :math:`L` the
+:math:`\\max_q` the soft maximum of sharpness :math:`q`. PyTorch's generic elementwise kernel (strided or
+broadcast operands) issues an index decomposition per element and an offset and access per operand, beside the
+element's arithmetic; its loads overlap the traffic only partly:
+
+.. math::
+
+    t_{strided} = t_{launch} + t_{s} + \\max_{q_s}\\left(\\frac{Q}{\\epsilon B},\\
+        \\frac{n}{E_s} + \\frac{n\\,o}{E_o} + \\frac{F}{R_v}\\right)
+
+with :math:`n` elements, :math:`o` operands (inputs and outputs; ``shape["operands"]`` where bytes stand for
+tensors), :math:`E_s` and :math:`E_o` the element and operand rates and :math:`t_s` its extra fixed time. Softmax and sum, with :math:`L` the
 memory latency of one load step, :math:`\\tau_b` the fixed time of a block (its reductions),
 :math:`s` the 16-byte loads per thread and pass, :math:`\\pi` the passes over global memory and
 :math:`k` the kernel (:func:`~gpumodel.calibration.kernels.softmax_plan`,
@@ -389,7 +401,7 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         if "strided_operand_rate" in p:
             # every element decomposes its index once and adds an offset per operand; these instructions
             # issue beside the element's arithmetic, and the loads they address overlap the traffic only partly
-            operands = _f(op.shape["inputs"]) + _f(op.shape["outputs"])
+            operands = _f(op.shape.get("operands", _f(op.shape["inputs"]) + _f(op.shape["outputs"])))
             t_rows = t_rows + n * operands / p["strided_operand_rate"] + t_c
             body = _soft_max(t_m, t_rows, p["strided_overlap_p"])
         else:

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import ops
 from ..dtypes import DType
+from ..stepkernels import with_operands
 from ..transformer import MLPType, NormType, PositionType, TransformerConfig
 from . import kernels as K
 
@@ -46,10 +47,13 @@ class Kernel(NamedTuple):
     launches: Any          # launches per step (an array where it depends on the batch: MoE experts reached)
 
 
-def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: bool = False) -> ops.OpCost:
+def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: bool = False,
+         operands: int | None = None) -> ops.OpCost:
     """A streaming kernel over ``numel`` elements reading/writing the given bytes per element; ``strided``:
-    over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel)."""
-    return ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
+    over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel) of ``operands``
+    tensors (:func:`gpumodel.stepkernels.memory_kernel`)."""
+    op = ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
+    return with_operands(op, operands)
 
 
 def _act_dtype(dtype: DType) -> str:
@@ -111,9 +115,9 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
             # -x2, cat, q*cos, rot*sin (cos/sin: one row per position, broadcast over batch and heads), add:
             # every operand is a half slice, a head-transposed view or a broadcast, and the sum's two
             # operands differ in layout, so all five run PyTorch's generic (strided) kernel
-            for numel, rd, wr in ((t * width / 2, a, a), (t * width, a, a), (t * width, a, a),
-                                  (t * width, a, a), (t * width, 2 * a, a)):
-                add("elementwise", _mem(numel, rd, wr, strided=True))
+            for numel, rd, wr, n in ((t * width / 2, a, a, 2), (t * width, a, a, 2), (t * width, a, a, 2),
+                                     (t * width, a, a, 2), (t * width, 2 * a, a, 3)):
+                add("elementwise", _mem(numel, rd, wr, strided=True, operands=n))
     if hf:  # DynamicCache.update: torch.cat([cache, new]) for keys and values, the whole cache copied
         cache_numel = b * nkv * (c + s) * hd
         add("kv_write", _mem(cache_numel, a, a, 0), 2 * L)
@@ -138,8 +142,8 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
         else:
             mm(t, 2 * (i // tp), h)
         # a fused gate/up output is chunked: silu reads one half, the product the other (strided views)
-        add("elementwise", _mem(t * i / tp, a, a, 4, strided=not hf))     # silu(gate)
-        add("elementwise", _mem(t * i / tp, 2 * a, a, strided=not hf))    # * up
+        add("elementwise", _mem(t * i / tp, a, a, 4, strided=not hf, operands=2))     # silu(gate)
+        add("elementwise", _mem(t * i / tp, 2 * a, a, strided=not hf, operands=3))    # * up
     else:
         mm(t, i // tp, h)
         add("elementwise", _mem(t * i / tp, a, a, 8))
