@@ -56,7 +56,8 @@ from gpumodel.dtypes import bytes_per_element
 from gpumodel.opcost import OpName
 
 from .kernels import softmax_plan
-from .model import CalibrationModel, Prediction, _f, _memory_bound, _soft_max, predict, predictor
+from .model import CalibrationModel, Prediction, _f, _soft_max, predict, predictor
+from .streams import _memory_bound
 
 __all__ = ["naive_attention", "math_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
 
