@@ -123,13 +123,17 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # a reduce kernel of their own sums the partials (the profiler: 24 of 56 unaligned tf32 calls)
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
     cutlass_only = dt in WHOLE_WAVE_DTYPES
-    fitted = []
-    if not cutlass_only:
+    candidates = [(tm, tn, False) for tm, tn in TILES]
+    if not cutlass_only:  # cuBLAS's own Hopper tiles, one edge fitted to the matrix
         for edge in NVJET_EDGES:
             cap = min(512.0, NVJET_MAX_AREA / edge)
-            fitted += [(float(edge), _fitted_edge(n, cap)), (_fitted_edge(m, cap), float(edge))]
-    for tm, tn in (*TILES, *fitted):
-        own = isinstance(tm, np.ndarray) or isinstance(tn, np.ndarray)  # a fitted nvjet tile: aligned operands only
+            candidates += [(float(edge), _fitted_edge(n, cap), True), (_fitted_edge(m, cap), float(edge), True)]
+    # split-K: the CUTLASS kernels of unaligned operands (and every fp32-data GEMM) reduce in a kernel of their own
+    own_reduce = (align < 16) | cutlass_only
+    for tm, tn, nvjet in candidates:
+        # the operands a tile's kernel serves: a fitted nvjet tile aligned ones only; 2-byte-aligned operands only
+        # the Turing CUTLASS tiles
+        runs = (align >= 16) if nvjet else np.logical_not((align < 4) & ((tm, tn) not in TURING_TILES))
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
         # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
@@ -152,14 +156,10 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
             # (that kernel reads the fp32 partials and writes the output after the GEMM: its traffic adds)
             reduce_s = batch * m * n * (4.0 * split + e) / p["bandwidth"]
-            own_reduce = (align < 16) | cutlass_only
             fixup = p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0) if split > 1 else 0.0
             kernels = np.where(own_reduce, 2.0, 1.0) if split > 1 else np.ones_like(align)
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
-            if own:
-                t = np.where(align >= 16, t, np.inf)
-            else:
-                t = np.where((align < 4) & ((tm, tn) not in TURING_TILES), np.inf, t)
+            t = np.where(runs, t, np.inf)
             par = tiles / (waves * P)
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
             t = t + (queued(p, kernels) - p["launch_s"])
