@@ -38,7 +38,7 @@ from .step_ops import INDEX_BYTES, adamw_step, cross_entropy, embedding, kv_cach
 __all__ = [
     "OpCost", "OpName", "AttentionImpl", "OpArgumentError", "UnknownOpError", "DuplicateOpError",
     "register", "cost", "list_ops", "size_arguments",
-    "matmul", "bmm", "elementwise", "softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding",
+    "matmul", "bmm", "elementwise", "concat", "softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding",
     "cross_entropy", "attention", "adamw_step", "kv_cache_write", "fuse",
 ]
 
@@ -143,7 +143,7 @@ def bmm(batch: Any, m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCo
 
 @register(OpName.ELEMENTWISE.value)
 def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, outputs: Any = 1,
-                flops_per_element: Any = 1, *, strided: bool = False) -> OpCost:
+                flops_per_element: Any = 1, *, strided: bool = False, concat: int = 0) -> OpCost:
     """An elementwise op over ``numel`` elements with ``inputs`` input and ``outputs`` output tensors.
 
     Parameters
@@ -162,6 +162,9 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
         index instead of loading vectors: on current GPUs its issue rate (the calibrated
         ``strided_elem_rate`` per element and ``strided_operand_rate`` per operand), more than the
         bandwidth, bounds it. The traffic is the same.
+    concat : int
+        For a ``torch.cat`` of this many inputs (0: not a concatenation); see :func:`concat`, which
+        sets it.
 
     Notes
     -----
@@ -185,7 +188,42 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
     if _vocab(flag, strided, "strided"):
         shape["strided"] = True
+    if concat:
+        if isinstance(concat, bool) or not isinstance(concat, (int, np.integer)) or concat < 2:
+            raise OpArgumentError(f"concat must be the number of tensors concatenated, an integer >= 2 (or 0 "
+                                  f"for an elementwise op), got {concat!r}")
+        shape["concat"] = int(concat)
     return _finish(OpName.ELEMENTWISE, dt, fpe * numel, inputs * numel * s, outputs * numel * s, "vector", shape)
+
+
+def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided: bool = False) -> OpCost:
+    """``torch.cat`` of ``pieces`` equal tensors into one of ``numel`` elements: a copy.
+
+    Parameters
+    ----------
+    numel : float or array_like
+        Elements of the output [element] (each input holds ``numel / pieces``).
+    dtype : str
+    pieces : int
+        Tensors concatenated (at least 2).
+    strided : bool
+        Whether the inputs are strided views (the two halves of a row swapped by a rotary embedding's
+        ``rotate_half``, slices of a fused output). PyTorch then runs ``CatArrayBatchedCopy``, whose
+        fixed grid of threads copies element after element (see
+        :func:`gpumodel.calibration.kernels.concat_steps`); contiguous inputs get its vectorised copy.
+
+    Notes
+    -----
+    Each element is read once and written once: :math:`R = W = N s`, :math:`F = 0`. The op is an
+    elementwise record (``name == "elementwise"``) with ``shape["concat"] = pieces``.
+
+    Examples
+    --------
+    >>> rot = concat(8 * 4096 * 4096, "bf16", strided=True)   # cat((-x2, x1), -1) of a bf16 activation
+    >>> rot.bytes / 2**20, rot.shape["concat"]                 # read once, written once
+    (512.0, 2)
+    """
+    return elementwise(numel, dtype, 1, 1, 0, strided=strided, concat=pieces)
 
 
 @register(OpName.SOFTMAX.value)

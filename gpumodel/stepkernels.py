@@ -70,13 +70,19 @@ def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: fl
     numel = max(1, math.ceil(numel))  # an even split of a tensor list may leave a fraction per launch
     op = ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops,
                          strided=strided)
-    return with_operands(op, operands)
+    return with_operands(op, operands, write_bytes if strided else None)
 
 
-def with_operands(op: ops.OpCost, operands: int | None) -> ops.OpCost:
-    """``op`` with the count of tensors its generic strided kernel addresses (``shape["operands"]``; unchanged
-    for None)."""
-    return op if operands is None else dataclasses.replace(op, shape={**op.shape, "operands": operands})
+def with_operands(op: ops.OpCost, operands: int | None, out_bytes: float | None = None) -> ops.OpCost:
+    """``op`` with the count of tensors its generic strided kernel addresses (``shape["operands"]``) and the
+    bytes of its result's element (``shape["out_bytes"]``, which sets the kernel's unroll:
+    :func:`gpumodel.calibration.kernels.generic_unroll`); None leaves either unset.
+
+    >>> with_operands(ops.elementwise(64, "int8", 6, 4, strided=True), 3, 4).shape["out_bytes"]
+    4
+    """
+    extra = {k: v for k, v in (("operands", operands), ("out_bytes", out_bytes)) if v is not None}
+    return dataclasses.replace(op, shape={**op.shape, **extra}) if extra else op
 
 
 def _matmul_backward(op: ops.OpCost, dt: str) -> Kernels:
@@ -214,7 +220,8 @@ def _rope(L: _Layer, t: int, widths, r: int, c: int) -> None:
     for w in widths:
         L.mem(t * w, c + r, r, inputs=2, strided=True)       # q * cos
         L.mem(t * w / 2, c, c, strided=True)                 # -x2
-        L.mem(t * w, c, c, strided=True)                     # cat
+        back = [(memory_kernel(t * w, 2 * c, c, 2, True, 3), 1)]
+        L.add(ops.concat(t * w, "fp32" if c == 4 else "bf16", strided=True), back)   # cat: CatArrayBatchedCopy
         L.mem(t * w, c + r, r, inputs=2, strided=True)       # * sin
         L.mem(t * w, 2 * r, r, inputs=2, strided=True)       # add
         _cast_for_matmul(L, t * w, r, c)       # SDPA casts q, k back to 16 bits

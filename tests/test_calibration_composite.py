@@ -117,7 +117,8 @@ def test_naive_attention_is_the_sum_of_its_kernels(model):
              gm.ops.elementwise(n)]                                    # QK^T, scale, softmax, PV, the scores' copy
     fill = gm.ops.elementwise(n)                                      # masked_fill_ over the broadcast mask:
     fill_s = t(model, gm.ops.elementwise(n, strided=True))           # a strided kernel: its traffic against
-    launch = p["launch_s"] + p["strided_launch_s"]                     # its issue time, overlapping partly
+    launch = p["launch_s"] + 4 * p["strided_step_s"]                   # its issue time, overlapping partly
+    #                                                                 (plus the chain of a thread's 4 elements)
     issue = n / p["strided_elem_rate"] + 2 * n / p["strided_operand_rate"] + n / p["vector_flops"]
     traffic = float(fill.bytes) / (p["bandwidth"] * p["bw_eff_elementwise"])
     q = p["strided_overlap_p"]
@@ -355,7 +356,7 @@ def test_strided_elementwise_costs_an_offset_per_operand(model):
     issue = n / p["strided_elem_rate"] + 2 * n / p["strided_operand_rate"]
     traffic = 2 * n * 4 / (p["bandwidth"] * p["bw_eff_elementwise"])
     assert f32 > max(issue, traffic) + p["launch_s"]            # both limits at once: slower than either alone
-    assert f32 <= issue + traffic + p["launch_s"] + p["strided_launch_s"] + 1e-12
+    assert f32 <= issue + traffic + p["launch_s"] + 2 * p["strided_step_s"] + 1e-12   # fp32: 2 elements a thread
 
 
 @pytest.mark.parametrize("heads,tiles_per_head", [(1, 24), (8, 32), (12, 12), (64, 5), (40, 28)])

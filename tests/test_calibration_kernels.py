@@ -72,3 +72,58 @@ def test_sum_plan_invariants(rows, cols, e):
     k = sum_plan(rows, cols, e, 132)
     assert 1 <= k["threads"] <= 512 and k["ctas"] >= 1 and k["steps"] >= 1
     assert k["blocks"] >= k["ctas"]
+
+
+def _profiled(op: str):
+    """(shape, dtype, kernel record) of every profiled kernel of ``op`` in the committed profiles."""
+    for path in sorted(DATA.glob("profile*.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("op") == op:
+                for k in rec["kernels"]:
+                    yield rec["shape"], rec["dtype"], k
+
+
+def test_softmax_registers_give_the_profiled_occupancy():
+    """The registers softmax_plan assigns each kernel give the same resident blocks (64 K registers an SM,
+    2048 threads) as the registers the profiler reported, for every profiled softmax kernel on the H200."""
+    from gpumodel import occupancy
+
+    seen = 0
+    for shape, dtype, k in _profiled("softmax"):
+        plan = softmax_plan(shape["rows"], shape["cols"], 4 if dtype == "fp32" else 2)
+        threads = k["block"][0] * k["block"][1]
+        assert threads == (128 if plan["warp"] else 1024)
+        ours = occupancy("9.0", threads, float(plan["registers"])).blocks_per_sm
+        theirs = occupancy("9.0", threads, k["registers"]).blocks_per_sm
+        assert ours == theirs, (shape, dtype, k["registers"], float(plan["registers"]))
+        if plan["warp"]:  # rows a block: 4 warps of WARP_BATCH rows -> the grid
+            assert k["grid"][0] == np.ceil(shape["rows"] / (4 * plan["batch"]))
+        seen += 1
+    assert seen > 200
+
+
+def test_generic_unroll_and_concat_steps():
+    from gpumodel.calibration.kernels import concat_steps, generic_unroll
+
+    assert generic_unroll([1, 2, 3, 4, 8]).tolist() == [4, 4, 4, 2, 2]   # Loops.cuh: sizeof(result) >= 4 ? 2 : 4
+    # 2 inputs of 2**26 elements over 2 x 132 blocks of 512 threads: 2**26 / 135168 = 496.5 -> 497 steps
+    assert concat_steps(2**27, 2, 132) == 497
+    assert concat_steps(10, 2, 132) == 1                                  # at least one step
+
+
+def test_profiled_generic_kernels_unroll_as_the_rule_says():
+    """``elementwise_kernel<128, unroll>`` in the profiler: 4 for 16-bit results, 2 for fp32."""
+    from gpumodel.calibration.kernels import CAT_BLOCKS_PER_SM, CAT_THREADS, generic_unroll
+
+    generic = cat = 0
+    for shape, dtype, k in _profiled("elementwise"):
+        name = k["name"]
+        if "elementwise_kernel<128," in name and "vectorized" not in name:
+            unroll = int(name.split("elementwise_kernel<128,")[1].split(",")[0])
+            assert unroll == generic_unroll(4 if dtype == "fp32" else 2)
+            generic += 1
+        if "CatArrayBatchedCopy<" in name:
+            assert k["grid"][0] == CAT_BLOCKS_PER_SM * 132 and k["block"][0] == CAT_THREADS
+            cat += 1
+    assert generic > 50 and cat > 10

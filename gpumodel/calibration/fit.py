@@ -33,7 +33,7 @@ __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_f
            "tied_rates"]
 
 #: parameters that are fractions or exponents, with their upper bounds
-UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES}, "rows_per_sm_softmax": 64.0,
+UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES},
                 "overlap_p": 16.0, "vector_overlap_p": 16.0, "row_overlap_p": 16.0, "norm_overlap_p": 16.0,
                 "attn_overlap_p": 16.0, "strided_overlap_p": 16.0,
                 "row_latency_s": 1e-4, "kernel_gap_s": 1e-5,
@@ -125,7 +125,7 @@ class PointSet:
 
 
 #: shape entries that are one value per group of points (flags, names, the dropout probability)
-_SCALAR_KEYS = ("dropout",)
+_SCALAR_KEYS = ("dropout", "concat")
 
 
 def _scalar_key(key: str, value: Any) -> bool:
@@ -185,13 +185,16 @@ def op_family(op: Any) -> str:
 
 def _as_run(point: Mapping[str, Any]) -> Mapping[str, Any]:
     """A measured point as PyTorch ran it: a strided case whose views were contiguous is a contiguous kernel
-    (:func:`gpumodel.calibration.runners.strided_layout`)."""
+    (:func:`gpumodel.calibration.runners.strided_layout`); ``cat_halves`` is a concatenation
+    (:func:`gpumodel.ops.concat`)."""
     s = point["shape"]
     if point["op"] == "elementwise" and s.get("strided") and point.get("kernel"):
         from .runners import strided_layout
 
         if not strided_layout(point["kernel"], s["numel"]):
             return {**point, "shape": {**s, "strided": False}}
+        if point["kernel"] == "cat_halves":  # torch.cat of two half-width slices
+            return {**point, "shape": {**s, "concat": 2}}
     return point
 
 
@@ -267,7 +270,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         if fam in GENERIC_ROW_FAMILIES:
             free += [f"row_rate_{fam}", f"rows_per_sm_{fam}", f"unaligned_eff_{fam}"]
     if "softmax" in uses:
-        free += ["rows_per_sm_softmax", "softmax_warp_step_s", "softmax_reg_step_s",
+        free += ["softmax_warp_step_s", "softmax_reg_step_s",
                  *(f"elem_rate_softmax_{k}" for k in ("warp", "reg", "block"))]
     if "reduce_sum" in uses:
         free += ["sum_block_s", "sum_warp_s", "sum_step_s", "global_reduce_s", "sum_overlap_p"]
@@ -283,7 +286,9 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
     if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]
     if strided:
-        free += ["strided_launch_s", "strided_operand_rate", "strided_overlap_p"]
+        free += ["strided_step_s", "strided_operand_rate", "strided_overlap_p"]
+    if any(op.shape.get("strided") and op.shape.get("concat") for fam, op, *_ in ps.groups if fam == "elementwise"):
+        free += ["concat_step_s"]
     if fams & {"cross_entropy", "cross_entropy_bwd"}:
         free += ["nll_step_s", "bw_eff_log_softmax", "bw_eff_cast_copy"]
     if "embedding_bwd" in fams:

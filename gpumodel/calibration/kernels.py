@@ -10,8 +10,9 @@ kernel its passes, its steps per thread and the rows or blocks it keeps in fligh
 References
 ----------
 PyTorch, aten/src/ATen/native/cuda/SoftMax.cu (``host_softmax``, ``SoftMaxForward_getBlockSize``,
-``potential_register_count``), PersistentSoftmax.cuh (``dispatch_softmax_forward``) and
-Reduce.cuh (``setReduceConfig``), github.com/pytorch/pytorch.
+``potential_register_count``), PersistentSoftmax.cuh (``dispatch_softmax_forward``),
+Reduce.cuh (``setReduceConfig``), Loops.cuh (``gpu_kernel_impl_nocast``'s unroll of the generic
+``elementwise_kernel``) and Shape.cu (``CatArrayBatchedCopy``'s grid), github.com/pytorch/pytorch.
 J. D. C. Little, "A proof for the queuing formula L = lambda W", Operations Research 9(3), 1961.
 """
 
@@ -21,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["softmax_plan", "sum_plan", "MAX_THREADS_PER_SM", "SMEM_PER_BLOCK"]
+__all__ = ["softmax_plan", "sum_plan", "generic_unroll", "concat_steps", "CAT_BLOCKS_PER_SM", "CAT_THREADS",
+           "MAX_THREADS_PER_SM", "SMEM_PER_BLOCK"]
 
 #: resident threads per SM on sm_70..sm_90 data-center GPUs (CUDA C++ Programming Guide, "Technical
 #: Specifications per Compute Capability"); a model of a known GPU takes its record's ``max_threads_per_sm``
@@ -29,6 +31,9 @@ MAX_THREADS_PER_SM = 2048
 #: default shared memory per block (``cudaDeviceProp.sharedMemPerBlock``, the same guide's table); a model of a
 #: known GPU takes its architecture record's ``shared_memory_per_block``
 SMEM_PER_BLOCK = 48 * 1024
+#: blocks per SM and threads per block of PyTorch's ``CatArrayBatchedCopy`` for each input of a ``torch.cat``
+#: (``getCatGrid``: twice the SM count; the profiler on the H200 shows a [264, inputs] grid of 512 threads)
+CAT_BLOCKS_PER_SM, CAT_THREADS = 2, 512
 
 
 def softmax_plan(rows: Any, cols: Any, e: float, smem_per_block: int = SMEM_PER_BLOCK) -> dict[str, np.ndarray]:
@@ -43,11 +48,21 @@ def softmax_plan(rows: Any, cols: Any, e: float, smem_per_block: int = SMEM_PER_
     (``cunn_SoftMaxForward``: max, sum, write). Returns boolean masks ``warp``, ``reg``, ``block``,
     ``passes`` over global memory and ``steps``: the 16-byte loads one thread issues per pass.
 
+    Also ``batch``, the rows a warp of the warp kernel holds (``WARP_BATCH``: 2 for rows of at most 128
+    elements, 1 above; the profiler shows 8 rows a 128-thread block at 128 columns, 4 at 512), and
+    ``registers``, the registers a thread of the kernel takes, which set how many blocks an SM holds.
+    They grow with the values a thread holds: the profiler on the H200 (torch 2.11) shows 24-32 for
+    warp kernels of up to 16 values a lane, 48 at 32 and 80 at 64 (``16 + values``), and 28-31 for the
+    register kernel of up to 6 values, 34, 37 and 38-40 at 7, 8 and 9 (``3 values + 13``); the block
+    kernels take 32.
+
     Examples
     --------
     >>> k = softmax_plan(4096, [1024, 4096, 16384, 32000], 2)   # bf16 rows
     >>> k["warp"].tolist(), k["reg"].tolist(), k["passes"].tolist()
     ([True, False, False, False], [False, True, False, False], [3.0, 3.0, 1.0, 3.0])
+    >>> softmax_plan(1, [128, 2048, 8192], 2)["registers"].tolist()
+    [32.0, 80.0, 37.0]
     """
     rows, cols = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
     vec = 16.0 / e
@@ -56,8 +71,12 @@ def softmax_plan(rows: Any, cols: Any, e: float, smem_per_block: int = SMEM_PER_
     reg = ~warp & (regs < 10)
     block = ~warp & ~reg
     smem = block & (cols * e < smem_per_block - 128) & (np.mod(cols, vec) == 0)
+    lane = 2.0 ** np.ceil(np.log2(np.maximum(cols, 32.0))) / 32.0
+    batch = np.where(lane <= 4.0, 2.0, 1.0)
+    registers = np.where(warp, np.maximum(32.0, 16.0 + batch * lane),
+                         np.where(reg, np.maximum(30.0, 3.0 * regs + 13.0), 32.0))
     return {"warp": warp, "reg": reg, "block": block, "regs": regs, "passes": np.where(smem, 1.0, 3.0),
-            "lane_elems": 2.0 ** np.ceil(np.log2(np.maximum(cols, 32.0))) / 32.0,
+            "lane_elems": lane, "batch": batch, "registers": registers,
             "steps": np.ceil(cols / (1024.0 * vec))}
 
 
@@ -99,3 +118,33 @@ def sum_plan(rows: Any, cols: Any, e: float, sm_count: int,
                     np.maximum(np.minimum(np.ceil(target / blocks), np.ceil(vpt / 16)), np.ceil(vpt / 256)), 1.0)
     return {"blocks": blocks * ctas, "threads": threads, "ctas": ctas, "steps": np.ceil(np.ceil(vpt / ctas) / vec),
             "split": split}
+
+
+def generic_unroll(out_bytes: Any) -> np.ndarray:
+    """Elements one thread of PyTorch's generic ``elementwise_kernel`` handles, one after another.
+
+    ``gpu_kernel_impl_nocast`` (aten/src/ATen/native/cuda/Loops.cuh) launches
+    ``elementwise_kernel<128, unroll>`` with an unroll of 4 for results narrower than 4 bytes and 2
+    otherwise (``elementwise_kernel<128, 4, ...>`` for bf16, ``<128, 2, ...>`` for fp32 in the profiler on
+    the H200). Every element's store may alias the next one's loads, so a thread's elements are one
+    dependent chain: a small launch lasts ``unroll`` loads and stores.
+
+    >>> generic_unroll([2, 4, 1]).tolist()
+    [4.0, 2.0, 4.0]
+    """
+    return np.where(np.asarray(out_bytes, dtype=float) >= 4, 2.0, 4.0)
+
+
+def concat_steps(numel: Any, pieces: Any, sm_count: int) -> np.ndarray:
+    """Elements one thread of PyTorch's ``CatArrayBatchedCopy`` copies, one after another, for a ``torch.cat``
+    of ``pieces`` equal strided inputs into ``numel`` elements.
+
+    Each input gets :data:`CAT_BLOCKS_PER_SM` blocks an SM of :data:`CAT_THREADS` threads whatever its size,
+    and they stride over it: the copy is a chain of ``numel / (pieces x 2 x SMs x 512)`` dependent
+    steps a thread (the profiled bf16 copies stream at 1.8 TB/s at 134 M elements, half the bandwidth).
+
+    >>> concat_steps([1024, 2**27], 2, 132).tolist()
+    [1.0, 497.0]
+    """
+    per_input = np.asarray(numel, dtype=float) / np.asarray(pieces, dtype=float)
+    return np.maximum(np.ceil(per_input / (CAT_BLOCKS_PER_SM * sm_count * CAT_THREADS)), 1.0)

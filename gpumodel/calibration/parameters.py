@@ -123,8 +123,6 @@ DEFAULTS: dict[str, Default] = {
                           _const(0.6e-6), "HBM latency"),
     "global_reduce_s": Default("s", "extra time of a sum split over several blocks per row", _const(2e-6),
                                "one more pass through global memory"),
-    "rows_per_sm_softmax": Default("1", "rows in flight per SM of the warp-per-row softmax (<= 2048 columns)",
-                                   _const(16.0), f"{_TORCH}/PersistentSoftmax.cuh (128-thread blocks)"),
     "softmax_warp_step_s": Default("s", "time per element a lane holds in the warp-per-row softmax", _const(0.1e-6),
                                    _H200),
     "softmax_reg_step_s": Default("s", "time per register of a row of the register softmax (2049-9216 columns)",
@@ -187,9 +185,12 @@ DEFAULTS: dict[str, Default] = {
                                  "broadcast over batch and heads)",
                                  lambda g, bw: bw / 8.0, "a 2-byte read and write per element, a quarter of the "
                                  "vectorised copy rate (start value of the fit)"),
-    "strided_launch_s": Default("s", "extra fixed time of a generic strided elementwise kernel over the "
-                                "vectorised one's launch (its parameter block carries an offset calculator per "
-                                "operand)", _const(1e-6), "start value of the fit"),
+    "strided_step_s": Default("s", "time of one dependent step (an element's offsets, loads, arithmetic and "
+                              "store) of a thread of PyTorch's generic elementwise kernel, whose last threads run "
+                              "generic_unroll such steps in a row", _const(5e-7), "start value of the fit"),
+    "concat_step_s": Default("s", "time of one element's copy by a thread of PyTorch's CatArrayBatchedCopy "
+                             "(torch.cat of strided inputs), which strides a fixed grid over each input",
+                             _const(6e-7), "start value of the fit"),
     "strided_operand_rate": Default("operand elements/s", "rate at which PyTorch's generic elementwise kernel "
                                     "computes and issues an operand's offset and access, per operand (inputs plus "
                                     "outputs) of an element", lambda g, bw: bw / 4.0, "start value of the fit"),

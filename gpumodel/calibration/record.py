@@ -24,9 +24,11 @@ from .model import PARAMETERS, CalibrationModel, default_parameters
 
 #: parameters of records fitted to timings that counted the host's issue time (before 2026-12-04): host-time
 #: floors of one ``torch.autograd.grad`` or optimizer call. The kernel-time model prices the GPU's work alone
-#: (the host's cost is :mod:`gpumodel.hostcost`'s), so a record's values of these are dropped on loading.
+#: (the host's cost is :mod:`gpumodel.hostcost`'s), so a record's values of these are dropped on loading; so is
+#: ``strided_launch_s``, the generic elementwise kernel's extra fixed time, which its chain of dependent steps
+#: (``strided_step_s``) replaced; and ``rows_per_sm_softmax``, now the warp softmax's occupancy.
 RETIRED_PARAMETERS = frozenset({"attn_bwd_host_s", "naive_bwd_host_s", "loss_bwd_host_s", "adamw_host_s",
-                                "adamw_host_tensor_s"})
+                                "adamw_host_tensor_s", "strided_launch_s", "rows_per_sm_softmax"})
 
 __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "calibration_for",
            "list_calibrations", "CALIBRATIONS"]

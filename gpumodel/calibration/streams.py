@@ -1,5 +1,5 @@
 """The calibrated time model of memory-bound kernels: elementwise (vectorised and PyTorch's generic strided
-kernel), softmax, sums, layer and RMS norms (with their two-kernel path for unvectorised rows), fused chains,
+kernel; ``torch.cat`` of strided inputs), softmax, sums, layer and RMS norms (with their two-kernel path for unvectorised rows), fused chains,
 and any op without a model of its own (part of :mod:`gpumodel.calibration.model`, which re-exports
 ``NORM_VEC_SIZE`` and ``_memory_bound``; see its notes for the equations).
 """
@@ -12,7 +12,7 @@ import numpy as np
 
 from gpumodel.opcost import OpName
 
-from .kernels import softmax_plan, sum_plan
+from .kernels import concat_steps, generic_unroll, softmax_plan, sum_plan
 from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor, queued
 from .parameters import NORM_PASS_THREADS
 
@@ -43,8 +43,11 @@ def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarra
                  + np.where(k["ctas"] > 1, p["global_reduce_s"], 0.0))
         return t_lat, 0.0 * t_lat, waves
     k = softmax_plan(rows, cols, e, model.smem_per_block)
-    per_sm = model.threads_per_sm / 1024.0
-    warp_waves = np.maximum(rows / (P * p["rows_per_sm_softmax"]), 1.0)
+    # rows in flight: the blocks an SM holds (its registers bound them: softmax_plan's ``registers``) times the
+    # rows of a block (4 warps of ``batch`` rows for the warp kernel, one row a 1024-thread block otherwise)
+    per_sm = np.maximum(model.blocks_per_sm(1024, np.where(k["warp"], 32.0, k["registers"])), 1.0)
+    warp_rows = np.maximum(model.blocks_per_sm(128, np.where(k["warp"], k["registers"], 32.0)), 1.0) * 4.0 * k["batch"]
+    warp_waves = np.maximum(rows / (P * warp_rows), 1.0)
     block_waves = _waves(rows, per_sm, P)
     t_warp = warp_waves * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
     t_reg = block_waves * (tau + k["regs"] * p["softmax_reg_step_s"])
@@ -131,8 +134,12 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
         body = _soft_max(t_m, t_c, q)
-    extra_launch = 0.0
-    if fam == "elementwise" and op.shape.get("strided"):
+    if fam == "elementwise" and op.shape.get("strided") and op.shape.get("concat"):
+        # torch.cat of strided inputs (CatArrayBatchedCopy): a fixed grid a input whose threads copy element
+        # after element, each copy one dependent step, beside the traffic
+        t_rows = concat_steps(op.shape["numel"], op.shape["concat"], model.sm_count) * p["concat_step_s"]
+        body = _soft_max(t_m, t_rows, p["strided_overlap_p"])
+    elif fam == "elementwise" and op.shape.get("strided"):
         # PyTorch's generic elementwise_kernel (strided or broadcast operands): no vector loads, every
         # operand's offset computed from the index; an element rate bounds it unless the traffic does
         n = _f(op.shape["numel"])
@@ -145,8 +152,10 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
             body = _soft_max(t_m, t_rows, p["strided_overlap_p"])
         else:
             body = np.maximum(body, t_rows)
-        extra_launch = p.get("strided_launch_s", 0.0)
-    launch = (queued(p, kernels) + extra_launch) * np.ones_like(body)
+        # the last threads' elements are one dependent chain of generic_unroll steps (4 for 16-bit results,
+        # 2 for 32-bit ones): the kernel's fill and drain
+        body = body + generic_unroll(op.shape.get("out_bytes", _bpe(op))) * p.get("strided_step_s", 0.0)
+    launch = queued(p, kernels) * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows},
                       kernels * np.ones_like(body))
 

@@ -53,7 +53,7 @@ def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: b
     over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel) of ``operands``
     tensors (:func:`gpumodel.stepkernels.memory_kernel`)."""
     op = ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
-    return with_operands(op, operands)
+    return with_operands(op, operands, write if strided else None)
 
 
 def _act_dtype(dtype: DType) -> str:
@@ -115,9 +115,10 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
             # -x2, cat, q*cos, rot*sin (cos/sin: one row per position, broadcast over batch and heads), add:
             # every operand is a half slice, a head-transposed view or a broadcast, and the sum's two
             # operands differ in layout, so all five run PyTorch's generic (strided) kernel
-            for numel, rd, wr, n in ((t * width / 2, a, a, 2), (t * width, a, a, 2), (t * width, a, a, 2),
+            for numel, rd, wr, n in ((t * width / 2, a, a, 2), (t * width, a, a, 2),
                                      (t * width, a, a, 2), (t * width, 2 * a, a, 3)):
                 add("elementwise", _mem(numel, rd, wr, strided=True, operands=n))
+            add("elementwise", ops.concat(t * width, act, strided=True))   # cat: CatArrayBatchedCopy
     if hf:  # DynamicCache.update: torch.cat([cache, new]) for keys and values, the whole cache copied
         cache_numel = b * nkv * (c + s) * hd
         add("kv_write", _mem(cache_numel, a, a, 0), 2 * L)
