@@ -27,9 +27,10 @@ BAR_MEDIAN, BAR_P90 = 0.08, 0.25
 #: (strict xfail), so the list shrinks as the model improves
 KNOWN_MISSES: dict[str, str] = {}
 #: the overall bar (median 5%, p90 15%) misses with the families above
-OVERALL_MISS = ("overall median 4.8%, p90 15.2% on 3748 kernels (the median bar met): the first 1177 4.4% / 13.5%; "
-                "the four sets drawn once the model was built 5.0% / 16.3%: GEMMs whose unaligned operands run cuBLAS's "
-                "CUTLASS fallbacks (its tile and split choice) and tf32 on Hopper's own kernels")
+OVERALL_MISS = ("overall median 4.5%, p90 15.3% on 4378 kernels (the median bar met): the first 1177 4.3% / 13.6%; "
+                "the five sets drawn once the model was built 4.7% / 16.2%: GEMMs whose unaligned operands run cuBLAS's "
+                "CUTLASS fallbacks (its tile and split choice; small fp16 ones its 32 x 32 WMMA kernel) and tf32 on "
+                "Hopper's own kernels")
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,12 @@ def test_quick_mode_points_fit_too(h200):
     # runs at 2*4608**3 / 252.8 us = 774 TFLOP/s against ~690 sustained, so its rate sits above the full fit's
     big = next(p for p in pts if p["op"] == "matmul" and p["shape"] == {"m": 4608, "n": 4608, "k": 4608})
     assert 2 * 4608**3 / big["time_s"] < cal.parameters["flops_bf16"] <= h200.peak_flops("bf16")
-    assert cal.parameters["flops_bf16"] == pytest.approx(calibration_for("h200").parameters["flops_bf16"], rel=0.2)
+    # the quick set holds too few GEMMs to pull the tensor rate apart from the tile feed and their overlap (the fit
+    # is flat along that ridge), so compare what it predicts: big bf16 GEMMs within 20% of the full calibration's
+    full, quick = calibration_for("h200").model(), cal.model()
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 2048), (2048, 14336, 4096), (16384, 4096, 4096)):
+        op = gm.ops.matmul(m, n, k, "bf16")
+        assert float(predict(quick, op).time_s) == pytest.approx(float(predict(full, op).time_s), rel=0.2)
 
 
 def test_skinny_gemm_runs_as_one_stream(h200):

@@ -134,11 +134,14 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     else:
         t_rows, par = 0.0 * t_m, np.ones_like(t_m)
         body = _soft_max(t_m, t_c, q)
+    latency = 0.0
     if fam == "elementwise" and op.shape.get("strided") and op.shape.get("concat"):
         # torch.cat of strided inputs (CatArrayBatchedCopy): a fixed grid a input whose threads copy element
-        # after element, each copy one dependent step, beside the traffic
-        t_rows = concat_steps(op.shape["numel"], op.shape["concat"], model.sm_count) * p["concat_step_s"]
-        body = _soft_max(t_m, t_rows, p["strided_overlap_p"])
+        # after element, each copy one dependent step; the first step is the launch's latency, the rest stream
+        # beside the traffic
+        step = p["concat_step_s"]
+        t_rows = (concat_steps(op.shape["numel"], op.shape["concat"], model.sm_count) - 1.0) * step
+        body, latency = _soft_max(t_m, t_rows, p["strided_overlap_p"]), step
     elif fam == "elementwise" and op.shape.get("strided"):
         # PyTorch's generic elementwise_kernel (strided or broadcast operands): no vector loads, every
         # operand's offset computed from the index; an element rate bounds it unless the traffic does
@@ -153,9 +156,10 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
         else:
             body = np.maximum(body, t_rows)
         # the last threads' elements are one dependent chain of generic_unroll steps (4 for 16-bit results,
-        # 2 for 32-bit ones): the kernel's fill and drain
-        body = body + generic_unroll(op.shape.get("out_bytes", _bpe(op))) * p.get("strided_step_s", 0.0)
-    launch = queued(p, kernels) * np.ones_like(body)
+        # 2 for 32-bit ones), whatever the size: a latency of the launch (its operands cold in L2, as timed
+        # here; a replayed CUDA graph, its operands hot, prices its kernels' fixed times with its own constant)
+        latency = generic_unroll(op.shape.get("out_bytes", _bpe(op))) * p.get("strided_step_s", 0.0)
+    launch = (queued(p, kernels) + latency) * np.ones_like(body)
     return Prediction(launch + body, t_c, np.maximum(t_m, t_rows), launch, par, {"row_limited_s": t_rows},
                       kernels * np.ones_like(body))
 
