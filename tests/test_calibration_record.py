@@ -47,6 +47,16 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.yaml"]   # temp file removed
 
 
+def test_retired_parameters_load_dropped():
+    """Records fitted before the generic kernel's chain and the softmax residency keep loading: their fixed
+    ``strided_launch_s`` and fitted ``rows_per_sm_softmax`` are dropped, the mechanisms that replaced them priced."""
+    old = _record(parameters={**default_parameters(gm.gpu("h100")), "strided_launch_s": 1.5e-6,
+                              "rows_per_sm_softmax": 54.5})
+    assert "strided_launch_s" not in old.parameters and "rows_per_sm_softmax" not in old.parameters
+    p = old.model().params
+    assert p["strided_step_s"] > 0 and "rows_per_sm_softmax" not in p
+
+
 def test_unknown_parameter_is_an_error_naming_file_and_field(tmp_path):
     path = _record().save(tmp_path / "cal.yaml")
     path.write_text(path.read_text().replace("launch_s:", "lunch_s:", 1))
