@@ -85,6 +85,11 @@ def with_operands(op: ops.OpCost, operands: int | None, out_bytes: float | None 
     return dataclasses.replace(op, shape={**op.shape, **extra}) if extra else op
 
 
+def _float_dtype(nbytes: float) -> str:
+    """The floating-point dtype of a tensor of ``nbytes``-byte elements in a step: fp32 for 4, else bf16."""
+    return "fp32" if nbytes == 4 else "bf16"
+
+
 def _matmul_backward(op: ops.OpCost, dt: str) -> Kernels:
     m, n, k = (op.shape[x] for x in ("m", "n", "k"))
     return [(ops.matmul(m, k, n, dt), 1), (ops.matmul(k, n, m, dt), 1)]
@@ -116,17 +121,18 @@ class _Layer:
         self.backward += list(backward)
 
     def mem(self, numel: float, read: float, write: float, flops: float = 1, inputs: int = 1, grad: bool = True,
-            strided: bool = False) -> None:
+            strided: bool = False, forward: ops.OpCost | None = None) -> None:
         """A streaming kernel reading ``inputs`` tensors (``read`` bytes/element in all) and writing one.
 
         Its backward: per input, read the output gradient and one saved tensor, write that input's
         gradient (none when ``grad`` is False). ``strided``: forward and backward run over strided
-        or broadcast views (PyTorch's generic kernel).
+        or broadcast views (PyTorch's generic kernel). ``forward``: the op PyTorch runs forward when it is
+        not that streaming kernel (a concatenation).
         """
         per_input = read / inputs
         # backward: the output's gradient and a saved tensor in, the input's gradient out
         back = [(memory_kernel(numel, write + per_input, per_input, 2, strided, 3), inputs)] if grad else []
-        self.add(memory_kernel(numel, read, write, flops, strided, inputs + 1), back)
+        self.add(forward or memory_kernel(numel, read, write, flops, strided, inputs + 1), back)
 
     def cast(self, numel: float, src: int, dst: int) -> None:
         """An autocast cast (``_to_copy``); its backward casts the gradient back."""
@@ -185,13 +191,13 @@ def _norm(L: _Layer, cfg: TransformerConfig, t: int, r: int, p: int, width: int 
             L.mem(t * h, 4, r)                 # .to(input dtype)
         out = max(p, r)
         L.mem(t * h, r, out)                   # weight * x
-        w_dt = "fp32" if out == 4 else "bf16"  # the weight's gradient: grad * x, summed over the tokens
+        w_dt = _float_dtype(out)               # the weight's gradient: grad * x, summed over the tokens
         L.backward += [(memory_kernel(t * h, r + out, out), 1), (ops.reduce_sum(h, t, w_dt), 1)]
         if cfg.family.startswith("gemma"):
             L.mem(h, p, p)                     # Gemma: (1 + weight)
         return out
-    L.row(ops.layer_norm(t, h, "fp32" if r == 4 else "bf16"), t * h, r)  # native layer_norm (autocast: fp32)
-    L.backward.append((ops.reduce_sum(h, 2 * t, "fp32" if r == 4 else "bf16"), 1))  # weight and bias gradients
+    L.row(ops.layer_norm(t, h, _float_dtype(r)), t * h, r)  # native layer_norm (autocast: fp32)
+    L.backward.append((ops.reduce_sum(h, 2 * t, _float_dtype(r)), 1))  # weight and bias gradients
     return r
 
 
@@ -220,8 +226,7 @@ def _rope(L: _Layer, t: int, widths, r: int, c: int) -> None:
     for w in widths:
         L.mem(t * w, c + r, r, inputs=2, strided=True)       # q * cos
         L.mem(t * w / 2, c, c, strided=True)                 # -x2
-        back = [(memory_kernel(t * w, 2 * c, c, 2, True, 3), 1)]
-        L.add(ops.concat(t * w, "fp32" if c == 4 else "bf16", strided=True), back)   # cat: CatArrayBatchedCopy
+        L.mem(t * w, c, c, strided=True, forward=ops.concat(t * w, _float_dtype(c), strided=True))   # cat
         L.mem(t * w, c + r, r, inputs=2, strided=True)       # * sin
         L.mem(t * w, 2 * r, r, inputs=2, strided=True)       # add
         _cast_for_matmul(L, t * w, r, c)       # SDPA casts q, k back to 16 bits

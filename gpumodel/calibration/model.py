@@ -212,9 +212,9 @@ class CalibrationModel:
         """Resident threads per SM (the GPU record's ``max_threads_per_sm``)."""
         return int(self.gpu.max_threads_per_sm) if self.gpu is not None else MAX_THREADS_PER_SM
 
-    def blocks_per_sm(self, threads: float, registers: Any) -> np.ndarray:
+    def blocks_per_sm(self, threads: Any, registers: Any) -> np.ndarray:
         """Resident blocks per SM of a kernel of ``threads``-thread blocks taking ``registers`` registers a
-        thread, on this model's GPU (:func:`gpumodel.occupancy`; without a GPU record, 64 K registers and
+        thread (either may be an array), on this model's GPU (:func:`gpumodel.occupancy`; without a GPU record, 64 K registers and
         :attr:`threads_per_sm`)."""
         if self.gpu is not None and self.gpu.compute_capability:
             from gpumodel.occupancy_model import occupancy
@@ -224,7 +224,7 @@ class CalibrationModel:
             except Exception:  # noqa: BLE001 - an architecture without a record: the common limits below
                 pass
         regs = np.floor(65536.0 / (threads * np.ceil(np.asarray(registers, dtype=float) / 8.0) * 8.0))
-        return np.minimum(np.floor(self.threads_per_sm / threads), regs)
+        return np.minimum(np.floor(self.threads_per_sm / np.asarray(threads, dtype=float)), regs)
 
     @property
     def smem_per_block(self) -> int:

@@ -44,10 +44,9 @@ def _row_kernel(model: CalibrationModel, op: Any) -> tuple[np.ndarray, np.ndarra
         return t_lat, 0.0 * t_lat, waves
     k = softmax_plan(rows, cols, e, model.smem_per_block)
     # rows in flight: the blocks an SM holds (its registers bound them: softmax_plan's ``registers``) times the
-    # rows of a block (4 warps of ``batch`` rows for the warp kernel, one row a 1024-thread block otherwise)
-    per_sm = np.maximum(model.blocks_per_sm(1024, np.where(k["warp"], 32.0, k["registers"])), 1.0)
-    warp_rows = np.maximum(model.blocks_per_sm(128, np.where(k["warp"], k["registers"], 32.0)), 1.0) * 4.0 * k["batch"]
-    warp_waves = np.maximum(rows / (P * warp_rows), 1.0)
+    # rows of a block (4 warps of ``batch`` rows for the warp kernel's 128 threads, one row a 1024-thread block)
+    per_sm = np.maximum(model.blocks_per_sm(np.where(k["warp"], 128, 1024), k["registers"]), 1.0)
+    warp_waves = np.maximum(rows / (P * per_sm * 4.0 * k["batch"]), 1.0)
     block_waves = _waves(rows, per_sm, P)
     t_warp = warp_waves * (tau + k["lane_elems"] * p["softmax_warp_step_s"])
     t_reg = block_waves * (tau + k["regs"] * p["softmax_reg_step_s"])
