@@ -254,7 +254,7 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
         free += ["vector_overlap_p"]
     if uses & {"matmul", "bmm"}:
         free += ["overlap_p", "l2_bandwidth", "unaligned_sm_fill", "tile_overhead_s", "unaligned_flops", "unaligned_flops_wide",
-                 "unaligned_tile_overhead_s", "sm_bandwidth", "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
+                 "unaligned_tile_overhead_s", "wmma_tile_overhead_s", "wmma_flops", "sm_bandwidth", "split_overhead_s", "stream_overhead_s", "bw_eff_stream", "bw_eff_gemm"]
         free += [f"flops_{d}" for d in GEMM_DTYPES if d in dtypes and f"flops_{d}" in params]
     if "elementwise" in uses:
         free += ["vector_flops"]
@@ -391,7 +391,7 @@ def datasheet_bounds(gpu: Any) -> dict[str, float]:
         if gpu.supports(d):
             out[f"flops_{d}"] = gpu.peak_flops(d)
     bf16 = gpu.peak_flops("bf16") if gpu.supports("bf16") else gpu.peak_flops("fp16")
-    out.update(unaligned_flops=bf16, unaligned_flops_wide=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16,
+    out.update(unaligned_flops=bf16, unaligned_flops_wide=bf16, wmma_flops=bf16, attn_flops_fwd=bf16, attn_flops_bwd=bf16,
                attn_flops_fa2=bf16, vector_flops=gpu.peak_flops("fp32"), attn_score_rate_fwd=1e16, attn_score_rate_bwd=1e16)
     return out
 

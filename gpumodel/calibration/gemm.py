@@ -26,6 +26,15 @@ NVJET_MAX_AREA = 256 * 160
 #: operand is only 2-byte aligned (``cutlass_75_tensorop_*_s1688gemm_*_{128x128,256x128,64x64}_nn_align1`` in the
 #: profiler on the H200; cuBLAS's column-major 256 x 128 tile spans 256 columns of PyTorch's row-major C)
 TURING_TILES = ((128, 128), (128, 256), (64, 64))
+#: the output tile of the CUTLASS ``wmma`` kernels cuBLAS runs small unaligned GEMMs with: on the H200 the profiler
+#: shows ``cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_*_align2`` for 4- and 8-byte-aligned bf16,
+#: ``cutlass_75_wmma_tensorop_f16_s161616gemm_f16_32x32_*_align1`` for fp16 at any alignment, and
+#: ``sm80_xmma_gemm_*_tf32f32_*_tilesize32x32x64`` for tf32; a 2-byte-aligned bf16 GEMM has none (Turing's
+#: ``wmma`` has no bf16) and runs the 64 x 64 ``s1688gemm`` tile however small
+WMMA_TILE = (32, 32)
+#: CTAs of a wmma kernel resident on one SM: 128 threads of up to 94 registers (96 allocated: 12288 of the SM's
+#: 65536) and up to 37 KB of shared memory in the profiler on the H200: five, whose fixed times overlap
+WMMA_CTAS_PER_SM = 5
 #: GEMM dtypes whose kernels run whole waves of tiles (no stream-K; split-K with a reduce kernel of their own): see
 #: :func:`_gemm`
 WHOLE_WAVE_DTYPES = ("tf32", "fp32")
@@ -123,17 +132,26 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     # a reduce kernel of their own sums the partials (the profiler: 24 of 56 unaligned tf32 calls)
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
     cutlass_only = dt in WHOLE_WAVE_DTYPES
-    candidates = [(tm, tn, False) for tm, tn in TILES]
+    # (a parameter set without the wmma kernels' fixed time has no wmma candidate)
+    candidates = [(tm, tn, "cutlass") for tm, tn in TILES]
+    if "wmma_tile_overhead_s" in p:
+        candidates.append((*WMMA_TILE, "wmma"))
     if not cutlass_only:  # cuBLAS's own Hopper tiles, one edge fitted to the matrix
         for edge in NVJET_EDGES:
             cap = min(512.0, NVJET_MAX_AREA / edge)
-            candidates += [(float(edge), _fitted_edge(n, cap), True), (_fitted_edge(m, cap), float(edge), True)]
+            candidates += [(float(edge), _fitted_edge(n, cap), "nvjet"), (_fitted_edge(m, cap), float(edge), "nvjet")]
     # split-K: the CUTLASS kernels of unaligned operands (and every fp32-data GEMM) reduce in a kernel of their own
     own_reduce = (align < 16) | cutlass_only
-    for tm, tn, nvjet in candidates:
+    for tm, tn, family in candidates:
         # the operands a tile's kernel serves: a fitted nvjet tile aligned ones only; 2-byte-aligned operands only
         # the Turing CUTLASS tiles
-        runs = (align >= 16) if nvjet else np.logical_not((align < 4) & ((tm, tn) not in TURING_TILES))
+        runs = (align >= 16) if family == "nvjet" else np.logical_not((align < 4) & ((tm, tn) not in TURING_TILES))
+        tile_over, resident, tile_rate = overhead, 1.0, rate
+        if family == "wmma":  # unaligned operands only (no bf16 at 2 bytes), at a rate and fixed time of their own,
+            # with WMMA_CTAS_PER_SM tiles resident on an SM at once (their fixed times overlap)
+            runs = (align < 16) & ((align >= 4) | (dt != "bf16"))
+            tile_over, resident = p["wmma_tile_overhead_s"], float(WMMA_CTAS_PER_SM)
+            tile_rate = np.minimum(rate, p["wmma_flops"] / P)
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
         # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
@@ -146,9 +164,9 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             tiles = base_tiles * split
             waves = np.ceil(tiles / P)
             ks = np.ceil(k / split)
-            t_work = np.maximum(2.0 * tm * tn * ks / rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
-            t_tile = overhead + t_work
-            t_c = waves * overhead + np.maximum(waves, fill) * t_work
+            t_work = np.maximum(2.0 * tm * tn * ks / tile_rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
+            t_tile = tile_over + t_work
+            t_c = np.ceil(tiles / (P * resident)) * tile_over + np.maximum(waves, fill) * t_work
             extra = 8.0 * batch * m * n * split if split > 1 else 0.0
             bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
             t_m = (bytes_min + extra) / bw

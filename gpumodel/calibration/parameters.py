@@ -82,6 +82,10 @@ DEFAULTS: dict[str, Default] = {
                                f"{_H200}: 80-140 TFLOP/s of 989"),
     "unaligned_tile_overhead_s": Default("s", "fixed time per output tile of the kernels unaligned GEMMs fall back to",
                                          _const(3e-6), "start value of the fit"),
+    "wmma_tile_overhead_s": Default("s", "fixed time per 32 x 32 output tile of the wmma kernels small unaligned "
+                                    "GEMMs run", _const(1.5e-6), "start value of the fit"),
+    "wmma_flops": Default("FLOP/s", "rate cap of the wmma kernels small unaligned GEMMs run",
+                          lambda g, bw: 0.05 * _bf16(g), "start value of the fit"),
     "unaligned_flops_wide": Default("FLOP/s", "rate cap of 16-bit tensor GEMMs whose k and n rows are 4- or 8-byte "
                                     "but not 16-byte aligned (Ampere-generation kernels)",
                                     lambda g, bw: 0.22 * _bf16(g), f"{_H200}: 150-235 TFLOP/s of 989"),
