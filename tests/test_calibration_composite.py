@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pathlib import Path
@@ -384,3 +386,30 @@ def test_causal_square_forward_pays_its_tail(model):
     causal = t(model, gm.ops.attention(1, 8, 4096, 64, causal=True))
     full = t(model, gm.ops.attention(1, 8, 4096, 64, causal=False))
     assert 0.5 * full < causal < full
+
+
+def test_small_unaligned_gemms_run_the_wmma_tile():
+    """cuBLAS runs small GEMMs with 4- or 8-byte-aligned bf16 (and fp16, tf32) operands as 32 x 32 wmma tiles, five
+    resident a SM; 2-byte-aligned bf16 has no wmma kernel and keeps the 64 x 64 Turing tile (the profiler on the H200)."""
+    from gpumodel.calibration.gemm import WMMA_CTAS_PER_SM, WMMA_TILE
+    from gpumodel.calibration.record import calibration_for
+
+    cal = calibration_for("h200").model()
+    p, P = cal.params, 132.0
+    # by hand: 20 x 338 x 84 bf16 (k * 2 = 168 bytes: 8-byte aligned) is ceil(20/32) * ceil(338/32) = 11 tiles of
+    # 32 x 32, one resident wave: a fixed time, then each tile's 2 * 32 * 32 * 84 FLOP at an SM's share of the wmma
+    # rate, at most `unaligned_sm_fill` of them an SM at a time, all behind the launch
+    assert WMMA_TILE == (32, 32) and 11 <= P * WMMA_CTAS_PER_SM
+    work = 2 * 32 * 32 * 84 / (p["wmma_flops"] / P)
+    feed = (20 + 32) * 84 * 2 / (p["l2_bandwidth"] / P)
+    bound = p["launch_s"] + p["wmma_tile_overhead_s"] + max(1.0, p["unaligned_sm_fill"]) * max(work, feed)
+    small = gm.ops.matmul(20, 338, 84, "bf16")
+    assert t(cal, small) <= bound * 1.3          # (the soft maximum with the traffic adds a little)
+    # measured on the H200 (fit.jsonl): 6.1 us; 2-byte aligned (k = 83), the Turing tile: about 9 us
+    assert t(cal, gm.ops.matmul(20, 338, 83, "bf16")) > 1.2 * t(cal, small)
+    # fp16 has Turing wmma kernels at any alignment: 2-byte-aligned fp16 is as quick as the 8-byte-aligned bf16
+    assert t(cal, gm.ops.matmul(20, 338, 83, "fp16")) < 1.1 * t(cal, small)
+    # aligned operands never take it: without the wmma parameters an aligned GEMM costs the same
+    bare = dataclasses.replace(cal, params={k: v for k, v in p.items() if not k.startswith("wmma_")})
+    for shape in ((20, 336, 64), (4096, 4096, 4096), (333, 1024, 96)):
+        assert t(bare, gm.ops.matmul(*shape, "bf16")) == t(cal, gm.ops.matmul(*shape, "bf16"))

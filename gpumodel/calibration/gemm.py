@@ -185,7 +185,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             if split == 1 and not cutlass_only:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
                 # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
-                t2 = np.where(align >= 16, _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
+                t2 = np.where(runs & (align >= 16), _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
                 cands.append((t2, t_c2, t_m, np.ones_like(t2), np.ones_like(t2)))
             for t, t_c, t_m, par, kern in cands:
                 if best is None:
