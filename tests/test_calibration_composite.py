@@ -413,3 +413,8 @@ def test_small_unaligned_gemms_run_the_wmma_tile():
     bare = dataclasses.replace(cal, params={k: v for k, v in p.items() if not k.startswith("wmma_")})
     for shape in ((20, 336, 64), (4096, 4096, 4096), (333, 1024, 96)):
         assert t(bare, gm.ops.matmul(*shape, "bf16")) == t(cal, gm.ops.matmul(*shape, "bf16"))
+    # nor 2-byte-aligned bf16 (no bf16 wmma in Turing's kernels), nor 8-byte-aligned tf32 (k, n even: the profiler
+    # showed it larger CUTLASS tiles); 4-byte-aligned tf32 (odd k) takes it
+    assert t(bare, gm.ops.matmul(20, 338, 83, "bf16")) == t(cal, gm.ops.matmul(20, 338, 83, "bf16"))
+    assert t(bare, gm.ops.matmul(24, 82, 30, "tf32")) == t(cal, gm.ops.matmul(24, 82, 30, "tf32"))
+    assert t(cal, gm.ops.matmul(24, 82, 31, "tf32")) < t(bare, gm.ops.matmul(24, 82, 31, "tf32"))

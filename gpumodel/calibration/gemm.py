@@ -29,8 +29,9 @@ TURING_TILES = ((128, 128), (128, 256), (64, 64))
 #: the output tile of the CUTLASS ``wmma`` kernels cuBLAS runs small unaligned GEMMs with: on the H200 the profiler
 #: shows ``cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_*_align2`` for 4- and 8-byte-aligned bf16,
 #: ``cutlass_75_wmma_tensorop_f16_s161616gemm_f16_32x32_*_align1`` for fp16 at any alignment, and
-#: ``sm80_xmma_gemm_*_tf32f32_*_tilesize32x32x64`` for tf32; a 2-byte-aligned bf16 GEMM has none (Turing's
-#: ``wmma`` has no bf16) and runs the 64 x 64 ``s1688gemm`` tile however small
+#: ``sm80_xmma_gemm_*_tf32f32_*_tilesize32x32x64`` for 4-byte-aligned tf32 (8-byte-aligned tf32 showed only larger
+#: CUTLASS tiles and CUDA-core kernels); a 2-byte-aligned bf16 GEMM has none (Turing's ``wmma`` has no bf16) and runs
+#: the 64 x 64 ``s1688gemm`` tile however small
 WMMA_TILE = (32, 32)
 #: CTAs of a wmma kernel resident on one SM: 128 threads of up to 94 registers (96 allocated: 12288 of the SM's
 #: 65536) and up to 37 KB of shared memory in the profiler on the H200: five, whose fixed times overlap
@@ -149,7 +150,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
         tile_over, resident, tile_rate = overhead, 1.0, rate
         if family == "wmma":  # unaligned operands only (no bf16 at 2 bytes), at a rate and fixed time of their own,
             # with WMMA_CTAS_PER_SM tiles resident on an SM at once (their fixed times overlap)
-            runs = (align < 16) & ((align >= 4) | (dt != "bf16"))
+            runs = (align < 16) & {"bf16": align >= 4, "tf32": align == 4}.get(dt, True)
             tile_over, resident = p["wmma_tile_overhead_s"], float(WMMA_CTAS_PER_SM)
             tile_rate = np.minimum(rate, p["wmma_flops"] / P)
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
