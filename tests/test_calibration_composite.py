@@ -418,3 +418,33 @@ def test_small_unaligned_gemms_run_the_wmma_tile():
     assert t(bare, gm.ops.matmul(20, 338, 83, "bf16")) == t(cal, gm.ops.matmul(20, 338, 83, "bf16"))
     assert t(bare, gm.ops.matmul(24, 82, 30, "tf32")) == t(cal, gm.ops.matmul(24, 82, 30, "tf32"))
     assert t(cal, gm.ops.matmul(24, 82, 31, "tf32")) < t(bare, gm.ops.matmul(24, 82, 31, "tf32"))
+
+
+def test_split_k_of_the_cutlass_fallbacks_fills_the_cta_slots():
+    """Every split-K call of cuBLAS's CUTLASS fallback kernels with a 128-wide tile profiled on the H200
+    (tests/data/calibration/profile*.jsonl: the ``splitKreduce_kernel`` beside it, the split in the grid's z): the
+    split is ``fill_split`` of its tiles (two 128 x 128 CTAs an SM, one of 128 x 256), within one, nearly always."""
+    import json
+    import math
+    import re
+
+    from gpumodel.calibration.gemm import CUTLASS_CTAS_PER_SM, fill_split
+
+    data = Path(__file__).parent / "data" / "calibration"
+    hits = total = 0
+    for line in (line for path in sorted(data.glob("profile*.jsonl")) for line in path.read_text().splitlines()[1:]):
+        rec = json.loads(line)
+        if rec.get("kernel") != "mm" or not any("splitKreduce" in k["name"] for k in rec["kernels"]):
+            continue
+        main = next((k for k in rec["kernels"] if re.search(r"cutlass_(75|80)_tensorop", k["name"])), None)
+        tile = main and re.search(r"gemm_(?:[a-z0-9]+_)?(\d+)x(\d+)_", main["name"])
+        if tile is None or max(int(tile[1]), int(tile[2])) < 128 or min(int(tile[1]), int(tile[2])) < 128:
+            continue
+        # cuBLAS names the tile of its column-major C: rows x cols of PyTorch's row-major C are swapped
+        tm, tn = int(tile[2]), int(tile[1])
+        s = rec["shape"]
+        base = math.ceil(s["m"] / tm) * math.ceil(s["n"] / tn)
+        total += 1
+        hits += abs(float(fill_split(float(base), CUTLASS_CTAS_PER_SM.get((tm, tn), 1), 132)) - main["grid"][2]) <= 1
+    assert total >= 200                   # 244 such calls in the committed profiles
+    assert hits >= 0.85 * total           # 215 of them

@@ -36,6 +36,14 @@ WMMA_TILE = (32, 32)
 #: CTAs of a wmma kernel resident on one SM: 128 threads of up to 94 registers (96 allocated: 12288 of the SM's
 #: 65536) and up to 37 KB of shared memory in the profiler on the H200: five, whose fixed times overlap
 WMMA_CTAS_PER_SM = 5
+#: CTAs of a CUTLASS fallback kernel (unaligned operands, and tf32 below 16-byte alignment) resident on one SM at once,
+#: by output tile (rows x cols of C): the fewest that the SM's 65536 registers and 228 KB of shared memory allow
+#: for the profiled kernels of that tile on the H200 (``cutlass_80_tensorop_*s16816gemm_*_128x128_64x3``: 128
+#: threads of 240 registers and 96 KB, two; ``*_64x128_64x3`` / ``*_128x64_64x3``: 154 registers and 72 KB,
+#: three; ``*_64x64_32x6`` and Turing's ``s1688gemm_*_64x64``: 88-96 registers and 16-48 KB, four; the 256-thread
+#: ``128x256`` / ``256x128`` and the 64 x 256 tiles: one). cuBLAS splits K to fill these slots: its split-K calls
+#: run 238-264 128 x 128 CTAs (two an SM): :func:`fill_split`
+CUTLASS_CTAS_PER_SM = {(128, 128): 2, (64, 128): 3, (128, 64): 3, (64, 64): 4}
 #: GEMM dtypes whose kernels run whole waves of tiles (no stream-K; split-K with a reduce kernel of their own): see
 #: :func:`_gemm`
 WHOLE_WAVE_DTYPES = ("tf32", "fp32")
@@ -89,6 +97,22 @@ def _fitted_edge(size: np.ndarray, cap: float) -> np.ndarray:
     """
     count = np.ceil(size / cap)
     return np.ceil(size / count / 8.0) * 8.0
+
+
+def fill_split(base_tiles: np.ndarray, slots: Any, sm_count: float) -> np.ndarray:
+    """The split-K factor that fills every CTA slot of the GPU once: ``floor(P * slots / tiles)``, at least 1.
+
+    cuBLAS splits the k-loop of its CUTLASS fallback kernels (unaligned operands, fp32 data) this way: on
+    the H200 (132 SMs) the profiler shows 238-264 CTAs of the 128 x 128 tile (two an SM) and 120-132 of the
+    one-an-SM 128 x 256 tiles in its split-K calls. ``base_tiles`` are the output tiles before the split,
+    ``slots`` the CTAs of the kernel an SM holds at once (:data:`CUTLASS_CTAS_PER_SM`). It matches the profiled
+    split within one in 215 of the 244 profiled split-K calls of tiles 128 wide or more; the 64-wide tiles split
+    less predictably (the model keeps the powers of two beside it).
+
+    >>> [int(fill_split(np.float64(t), 2, 132)) for t in (27, 15, 9, 300)]    # 128 x 128: 264 slots
+    [9, 17, 29, 1]
+    """
+    return np.maximum(np.floor(sm_count * np.asarray(slots, dtype=float) / base_tiles), 1.0)
 
 
 def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.ndarray:
@@ -148,42 +172,54 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
         # the Turing CUTLASS tiles
         runs = (align >= 16) if family == "nvjet" else np.logical_not((align < 4) & ((tm, tn) not in TURING_TILES))
         tile_over, resident, tile_rate = overhead, 1.0, rate
+        # CTA slots of an SM for the split-K choice: a CUTLASS fallback holds as many CTAs as its registers and
+        # shared memory allow (CUTLASS_CTAS_PER_SM), the aligned kernels one
+        slots = float(CUTLASS_CTAS_PER_SM.get((tm, tn), 1)) if family == "cutlass" else 1.0
         if family == "wmma":  # unaligned operands only (no bf16 at 2 bytes), at a rate and fixed time of their own,
             # with WMMA_CTAS_PER_SM tiles resident on an SM at once (their fixed times overlap)
             runs = (align < 16) & {"bf16": align >= 4, "tf32": align == 4}.get(dt, True)
             tile_over, resident = p["wmma_tile_overhead_s"], float(WMMA_CTAS_PER_SM)
             tile_rate = np.minimum(rate, p["wmma_flops"] / P)
+            slots = resident
         base_tiles = batch * np.ceil(m / tm) * np.ceil(n / tn)
         # the CUTLASS fallbacks' tiles run concurrently on an SM, and the SM reaches its rate only with
         # ``unaligned_sm_fill`` four-warp CTAs (eight-warp 128 x 256 tiles count twice): fewer tiles an SM
         # (few tiles, or one wave) leave it short of its rate; cuBLAS splits K to fill it (the profiled split-K
         # calls hold a median 1.9 four-warp or 1.3 eight-warp CTAs an SM)
         fill = np.where(align >= 16, 1.0, p.get("unaligned_sm_fill", 1.0) * np.where(tm * tn >= 128 * 256, 0.5, 1.0))
-        for split in SPLITS:
-            if split > 1 and np.all(base_tiles >= P):
+        # split-K factors: the powers of two, and for the kernels of unaligned or fp32 data the one that fills
+        # every CTA slot of the SMs once (cuBLAS's choice in the profiler: 3, 5, 6, 7, 9, 11, 13, 17, 22 ...)
+        filled = np.where((align < 16) | cutlass_only, fill_split(base_tiles, np.where(align < 16, slots, 1.0), P), 1.0)
+        for split in (*SPLITS, filled):
+            if np.ndim(split) == 0 and split > 1 and np.all(base_tiles >= P):
                 continue
+            if np.ndim(split) > 0 and np.all(split <= 1):
+                continue
+            split = np.asarray(split, dtype=float)
+            split_many = split > 1
             tiles = base_tiles * split
             waves = np.ceil(tiles / P)
             ks = np.ceil(k / split)
             t_work = np.maximum(2.0 * tm * tn * ks / tile_rate, (np.minimum(tm, m) + np.minimum(tn, n)) * ks * e / feed)
             t_tile = tile_over + t_work
             t_c = np.ceil(tiles / (P * resident)) * tile_over + np.maximum(waves, fill) * t_work
-            extra = 8.0 * batch * m * n * split if split > 1 else 0.0
+            extra = np.where(split_many, 8.0 * batch * m * n * split, 0.0)
             bw = np.minimum(p["bandwidth"] * p.get("bw_eff_gemm", 1.0), np.minimum(tiles, P) * p["sm_bandwidth"])
             t_m = (bytes_min + extra) / bw
             # split-K: the partial sums' fix-up; the CUTLASS kernels of unaligned operands reduce them in a
             # kernel of their own (``cublasLt::splitKreduce_kernel`` in the profiler): one more launch
             # (that kernel reads the fp32 partials and writes the output after the GEMM: its traffic adds)
             reduce_s = batch * m * n * (4.0 * split + e) / p["bandwidth"]
-            fixup = p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0) if split > 1 else 0.0
-            kernels = np.where(own_reduce, 2.0, 1.0) if split > 1 else np.ones_like(align)
+            fixup = np.where(split_many, p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0), 0.0)
+            kernels = np.where(split_many & own_reduce, 2.0, 1.0) * np.ones_like(align)
             t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
             t = np.where(runs, t, np.inf)
             par = tiles / (waves * P)
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
             t = t + (queued(p, kernels) - p["launch_s"])
             cands = [(t, t_c, t_m, par, kernels)]
-            if split == 1 and not cutlass_only:  # stream-K: the tiles' k-loops shared evenly by all SMs, plus a fix-up pass
+            if split.ndim == 0 and split == 1 and not cutlass_only:  # stream-K: the k-loops shared evenly by all SMs,
+                # plus a fix-up pass
                 # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
                 t2 = np.where(runs & (align >= 16), _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)

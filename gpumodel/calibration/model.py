@@ -20,7 +20,9 @@ the default efficiencies of :data:`DEFAULT_EFFICIENCY`. Times are those of a ker
 Notes
 -----
 GEMM (``matmul``, ``bmm``), for each candidate tile :math:`T_m \\times T_n` (:data:`TILES`) and
-split-K factor :math:`s` (:data:`SPLITS`), with :math:`P` SMs, :math:`R` the achievable FLOP/s of
+split-K factor :math:`s` (:data:`SPLITS`; for the CUTLASS kernels of unaligned or fp32 data also
+:math:`\\lfloor P c / N_0 \\rfloor`, which fills the :math:`c` CTA slots of every SM once with the :math:`N_0` tiles:
+:func:`~gpumodel.calibration.gemm.fill_split`), with :math:`P` SMs, :math:`R` the achievable FLOP/s of
 the dtype (capped at :math:`R_u` when operands are not 16-byte aligned) and :math:`B_{L2}` the
 operand-feed bandwidth:
 
