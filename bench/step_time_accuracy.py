@@ -16,7 +16,7 @@ The host costs come from host microbenchmarks only (``bench/fit_host_costs.py``)
 
 Usage::
 
-    python bench/step_time_accuracy.py [--data FILE ...] [--all] [--quiet]
+    python bench/step_time_accuracy.py [--data FILE ...] [--gpu NAME] [--all] [--quiet]
 """
 
 from __future__ import annotations
@@ -131,13 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, nargs="*", default=DATA)
     ap.add_argument("--all", action="store_true", help="summaries over all runs, not only the held-out ones")
     ap.add_argument("--quiet", action="store_true", help="summaries only")
+    ap.add_argument("--gpu", default="h200-sxm",
+                    help="the GPU the steps ran on (default h200-sxm; others use the transferred calibration)")
     args = ap.parse_args(argv)
     rows = load(args.data)
     if not rows:
         print("no measured steps found")
         return 1
     measured = np.array([r["step_s_median"] for r in rows])
-    preds = [predict(r) for r in rows]
+    preds = [predict(r, gpu=args.gpu) for r in rows]
     pred = np.array([p.seconds for p in preds])
     err = pred / measured - 1
     if not args.quiet:
