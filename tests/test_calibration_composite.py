@@ -9,7 +9,7 @@ import pytest
 from pathlib import Path
 
 import gpumodel as gm
-from gpumodel.calibration.attention import flash_tiles, num_splits
+from gpumodel.calibration.attention import bwd_side_bytes, flash_tiles, num_splits
 from gpumodel.calibration.composite import MTA_CHUNK
 from gpumodel.calibration.model import CalibrationModel, default_parameters, predict, predicted_ops, queued
 
@@ -89,6 +89,43 @@ def test_split_counts_match_the_profiled_grids():
         assert float(flash_tiles(op, 132)["splits"]) == profiled, s
         checked += 1
     assert checked >= 100
+
+
+def _side_kernel_ratios(path, bandwidth):
+    """Profiled time of a flash backward's ``dot(dO, O)`` and dQ conversion over ``bwd_side_bytes / bandwidth``."""
+    import json
+
+    ratios = []
+    for line in path.read_text().splitlines()[1:]:
+        pt = json.loads(line)
+        s = pt["shape"]
+        if pt["op"] != "attention" or not s.get("backward") or s.get("impl", "flash") != "flash":
+            continue
+        side_s = 1e-6 * sum(k["dur_us"] for k in pt["kernels"] if "dot_do_o" in k["name"] or "convert_dq" in k["name"])
+        ratios.append(side_s * bandwidth / float(bwd_side_bytes(gm.ops.attention(**s, dtype=pt["dtype"]))))
+    return np.array(ratios)
+
+
+def test_backward_side_kernels_stream_their_bytes_on_the_h200_and_the_h100():
+    """The profiler's ``dot(dO, O)`` and ``convert_dq_to_16bits`` kernels, every flash backward profiled on the
+    H200 (held-out, round 6) and the H100 (round 7): their time follows the bytes they move over each GPU's
+    bandwidth (fitted on the H200, transferred to the H100), by the same factor on both (launch and tail)."""
+    from gpumodel.calibration.record import calibration_for
+    from gpumodel.calibration.transfer import transfer
+
+    data = Path(__file__).parent / "data" / "calibration"
+    h200 = np.concatenate([_side_kernel_ratios(data / f, calibration_for("h200").parameters["bandwidth"])
+                           for f in ("profile_heldout.jsonl", "profile_round6.jsonl")])
+    h100 = _side_kernel_ratios(data / "h100" / "profile_round7.jsonl", transfer("h100").model.params["bandwidth"])
+    assert len(h200) >= 50 and len(h100) >= 25
+    assert 1.0 < np.median(h200) < 1.3 and 1.0 < np.median(h100) < 1.3     # measured: 1.17, 1.15
+    assert np.median(h100) == pytest.approx(np.median(h200), rel=0.1)   # the H100's 30% less bandwidth carries
+
+
+def test_backward_pays_its_side_kernels_in_series(model):
+    op = gm.ops.attention(4, 24, 1024, 128, causal=True, backward=True)
+    no_side = dataclasses.replace(model, params={**model.params, "bandwidth": 1e30})
+    assert t(model, op) - t(no_side, op) == pytest.approx(float(bwd_side_bytes(op)) / model.params["bandwidth"], rel=1e-9)
 
 
 def test_square_forward_is_a_memset_and_cudnns_kernel_without_splits(model):

@@ -91,9 +91,8 @@ def test_calibrate_out_into_a_missing_folder_is_refused_before_the_fit(tmp_path,
 
 def test_output_file_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
     # an OSError at write time (permissions, full disk) names the file, one line, exit 2
-    import matplotlib.figure
-
     pytest.importorskip("matplotlib")
+    import matplotlib.figure
 
     def denied(self, path, **kw):
         raise PermissionError(13, "Permission denied", str(path))

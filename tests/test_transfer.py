@@ -184,6 +184,8 @@ def test_transfer_to_the_h100_on_kernels_measured_there():
     assert res["devices"] == ["NVIDIA H100 80GB HBM3"] and res["points"] == 607
     overall = res["families"]["overall"]
     t, d = overall["transferred"], overall["datasheet"]
-    assert t["median"] <= 0.08 and t["p90"] <= 0.25           # measured: 5.2% / 15.3%
-    assert t["median"] < 0.6 * d["median"] and t["p90"] < 0.6 * d["p90"]    # datasheet: 13.1% / 32.4%
-    assert abs(t["median"] - overall["expected_median"]) < 0.02              # expected: 5.3%
+    assert t["median"] <= 0.08 and t["p90"] <= 0.25           # measured: 5.0% / 14.3%
+    assert t["median"] < 0.6 * d["median"] and t["p90"] < 0.6 * d["p90"]    # datasheet: 13.0% / 32.2%
+    assert abs(t["median"] - overall["expected_median"]) < 0.02              # expected: 5.4%
+    bwd = res["families"]["attention_bwd"]["transferred"]
+    assert bwd["median"] <= 0.08 and abs(bwd["bias"]) <= 0.05    # 3.2%, bias -1.3% (-10.4% before the side kernels)

@@ -18,8 +18,11 @@ depend on the shapes; on the H200 with torch 2.11 the profiler (``tests/data/cal
 
 The FlashAttention-2 and decode kernels stream a tile's keys after its fixed work (no warp
 specialisation over the cache): their tile time and the cache stream add. The backward pass (cuDNN's, on the
-H200) runs four kernels: a ``Memset``, ``dot(dO, O)``, the main kernel (a block per tile of keys, looping
-over the queries) and the dQ conversion. The model prices the GPU's work alone: the host's
+H200 and the H100) runs four kernels one after another: a ``Memset``, ``dot(dO, O)`` (which also clears the
+fp32 dQ accumulator), the main kernel (a block per tile of keys, looping over the queries) and the dQ
+conversion to 16 bits. The two side kernels stream :func:`bwd_side_bytes` at the memory bandwidth; they
+add to the main kernel's time (a quarter of the call at 512 tokens, a tenth at 2k on the H200's profiles)
+and, being memory-bound, they grow on a GPU of less bandwidth while the main kernel does not. The model prices the GPU's work alone: the host's
 time to issue the call (autograd, the backend's plan lookup, about 0.1 ms on the H200's host) is
 :mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
 
@@ -41,11 +44,12 @@ from typing import Any
 
 import numpy as np
 
+from gpumodel.dtypes import bytes_per_element
 from gpumodel.opcost import OpName
 
 from .model import CalibrationModel, Prediction, _f, _soft_max, predictor, queued
 
-__all__ = ["num_splits", "decode_splits", "flash_tiles", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
+__all__ = ["num_splits", "decode_splits", "flash_tiles", "bwd_side_bytes", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
 
 BLOCK_M = 128        # query rows per tile of the forward kernel (head_dim <= 128)
 SPLIT_BLOCK_M = 64   # query rows per tile of the split-KV kernel
@@ -151,6 +155,24 @@ def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
     return {"tiles": tiles, "splits": splits, "rows": rows, "decode": decode}
 
 
+def bwd_side_bytes(op: Any) -> np.ndarray:
+    """Bytes the flash-attention backward's side kernels move [B], ``(8 + 3 e) * batch * heads * seq * head_dim``.
+
+    ``dot(dO, O)`` reads dO and O (``e`` bytes an element each) and clears the fp32 dQ accumulator (4 bytes);
+    the conversion reads the accumulator (4) and writes dQ (``e``). The per-row sums ``dot(dO, O)`` writes are
+    ``head_dim`` times fewer and left out.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> int(bwd_side_bytes(gm.ops.attention(4, 24, 1024, 128, causal=True, backward=True)))  # 14 B x 12.6M
+    176160768
+    """
+    s = op.shape
+    e = float(bytes_per_element(op.dtype))
+    return (8.0 + 3.0 * e) * _f(s["batch"]) * _f(s["heads"]) * _f(s["seq"]) * _f(s["head_dim"])
+
+
 @predictor(OpName.ATTENTION)
 def _attention(model: CalibrationModel, op: Any) -> Prediction:
     impl = str(op.shape.get("impl", "flash"))
@@ -226,5 +248,8 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     kernels = BWD_KERNELS if bwd else np.where(fa2 | decode, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
     combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
-    total = launch + body + combine
-    return Prediction(total, t_c, t_m, launch, tiles / (waves * P), {"splits": splits}, kernels * np.ones_like(body))
+    # the backward's dot(dO, O) before its main kernel and the dQ conversion after it: memory-bound, in series
+    side = bwd_side_bytes(op) / p["bandwidth"] if bwd else 0.0
+    total = launch + body + combine + side
+    return Prediction(total, t_c, t_m + side, launch, tiles / (waves * P), {"splits": splits},
+                      kernels * np.ones_like(body))
