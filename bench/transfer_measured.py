@@ -12,10 +12,17 @@ bias (median of predicted / measured - 1), the same for the datasheet model with
 efficiencies and for the bare datasheet roofline, and the transfer's own expected median error
 (:meth:`~gpumodel.calibration.transfer.Transfer.expected_error`) beside the achieved one.
 
+With ``--paired``, the same shapes timed on the calibrated GPU (the reference) as well, the script scores the
+transfer alone: per family, the measured ratio target / reference of each kernel against the model's ratio
+(the transferred estimate over the calibrated one). The reference model's own misses cancel in the ratio, so
+what is left is what the priors and datasheets carry wrongly.
+
 Usage::
 
     python bench/transfer_measured.py                       # every measured GPU under tests/data/calibration/
     python bench/transfer_measured.py --gpu h100 --points my-h100-kernels.jsonl
+    python bench/transfer_measured.py --gpu h100 --points h100/validation_round7.jsonl \
+        --paired h200_round7.jsonl                            # the transfer's own error, shape by shape
 """
 
 from __future__ import annotations
@@ -70,6 +77,47 @@ def evaluate(gpu: str, paths: list[Path]) -> dict:
     return out
 
 
+def paired(gpu: str, paths: list[Path], ref_paths: list[Path]) -> dict:
+    """Per family: measured target / reference time ratio of each shape both measured, against the model's."""
+    import gpumodel as gm
+    from gpumodel.calibration.fit import median_of_runs, point_set
+    from gpumodel.calibration.model import predict
+    from gpumodel.calibration.plan import call_key
+    from gpumodel.calibration.record import calibration_for
+    from gpumodel.calibration.transfer import REFERENCE, transfer
+
+    ref_times = {call_key(pt): pt["time_s"] for path in ref_paths for pt in median_of_runs(path)}
+    points = [pt for path in paths for pt in median_of_runs(path) if pt.get("time_s") and call_key(pt) in ref_times]
+    if not points:
+        raise SystemExit("--paired: no shape of --points was measured in the reference files")
+    ps = point_set(points)
+    target, reference = transfer(gm.gpu(gpu)).model, calibration_for(REFERENCE).model()
+    ratio_model = np.empty(len(ps.points))
+    for _, op, _, idx in ps.groups:
+        ratio_model[idx] = predict(target, op).time_s / predict(reference, op).time_s
+    ratio_measured = ps.times / np.array([ref_times[call_key(pt)] for pt in points])  # point_set keeps the order
+    err = ratio_model / ratio_measured - 1.0
+    fams = ps.families()
+    out = {"gpu": gm.gpu(gpu).name, "reference": REFERENCE, "points": len(ps.points), "families": {}}
+    for fam in [*sorted(set(fams)), "overall"]:
+        sel = np.ones(len(fams), bool) if fam == "overall" else fams == fam
+        out["families"][fam] = {"n": int(sel.sum()), "measured_ratio": float(np.median(ratio_measured[sel])),
+                                "model_ratio": float(np.median(ratio_model[sel])),
+                                "median": float(np.median(np.abs(err[sel]))),
+                                "p90": float(np.percentile(np.abs(err[sel]), 90)), "bias": float(np.median(err[sel]))}
+    return out
+
+
+def _print_paired(res: dict) -> None:
+    print(f"{res['gpu']} over {res['reference']}: {res['points']} shapes measured on both\n")
+    print(f"{'family':20s} {'n':>4s} | {'measured':>8s} {'model':>7s} | {'ratio error':^22s}")
+    print(f"{'':20s} {'':>4s} | {'ratio':>8s} {'ratio':>7s} | {'median':>6s} {'p90':>6s} {'bias':>7s}")
+    for fam, row in res["families"].items():
+        print(f"{fam:20s} {row['n']:4d} | {row['measured_ratio']:8.3f} {row['model_ratio']:7.3f} | "
+              f"{row['median']:6.1%} {row['p90']:6.1%} {row['bias']:+7.1%}")
+    print()
+
+
 def _print(res: dict) -> None:
     print(f"{res['gpu']}: {res['points']} kernels measured on {', '.join(res['devices'])}\n")
     head = (f"{'family':20s} {'n':>4s} | {'transferred':^22s} | {'expected':>8s} | {'datasheet defaults':^22s} | "
@@ -91,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", default=None, help="target GPU (default: every folder of MEASURED)")
     p.add_argument("--points", nargs="+", default=None, help="measured points (JSON lines, as measure_kernels.py "
                    "writes them); default: validation*.jsonl of the GPU's folder")
+    p.add_argument("--paired", nargs="+", default=None, help="the same shapes measured on the calibrated GPU: "
+                   "score the transfer alone (measured time ratios against the model's)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.points and not args.gpu:
         p.error("--points needs --gpu")
+    if args.paired:
+        if not (args.gpu and args.points):
+            p.error("--paired needs --gpu and --points")
+        res = paired(args.gpu, [Path(x) for x in args.points], [Path(x) for x in args.paired])
+        print(json.dumps(res, indent=2)) if args.json else _print_paired(res)
+        return 0
     jobs = ([(args.gpu, [Path(x) for x in args.points])] if args.points else
             [(gpu, sorted((DATA / folder).glob("validation*.jsonl"))) for folder, gpu in MEASURED.items()
              if args.gpu in (None, folder, gpu)])

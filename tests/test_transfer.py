@@ -189,3 +189,22 @@ def test_transfer_to_the_h100_on_kernels_measured_there():
     assert abs(t["median"] - overall["expected_median"]) < 0.02              # expected: 5.4%
     bwd = res["families"]["attention_bwd"]["transferred"]
     assert bwd["median"] <= 0.08 and abs(bwd["bias"]) <= 0.05    # 3.2%, bias -1.3% (-10.4% before the side kernels)
+
+
+def test_paired_scores_the_transfer_alone(tmp_path):
+    """bench/transfer_measured.py --paired: a reference run whose every time is the target's over 1.25 has a measured
+    ratio of 1.25 for every family, and the ratio error is the model's ratio over that, less one."""
+    import json
+
+    src = DATA / "h100" / "validation_round7.jsonl"
+    lines = src.read_text().splitlines()
+    ref = tmp_path / "reference.jsonl"
+    ref.write_text("\n".join([lines[0], *(json.dumps({**json.loads(x), "time_s": json.loads(x)["time_s"] / 1.25})
+                                         for x in lines[1:] if json.loads(x).get("time_s"))]) + "\n")
+    res = load_bench("transfer_measured").paired("h100-sxm", [src], [ref])
+    assert res["points"] > 550
+    for fam, row in res["families"].items():
+        assert 1.25 * 0.9 < row["measured_ratio"] < 1.25 * 1.1, fam   # the target's median takes its second run too
+        assert row["bias"] == pytest.approx(row["model_ratio"] / row["measured_ratio"] - 1.0, abs=0.03), fam
+    mm = res["families"]["matmul"]["model_ratio"]
+    assert 0.95 < mm < 1.1    # H100 and H200: the same SMs, clock and tensor-core peak; GEMMs keep their time
