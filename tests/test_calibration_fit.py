@@ -222,3 +222,37 @@ def test_the_timer_repeats_far_within_the_bar():
     old = DATA / "do_bench" / "validation_widened.jsonl"
     do_bench = rep(old, *repeat_files(old))
     assert do_bench["attention_fwd"]["median"] > 0.25 and do_bench["attention_bwd"]["p90"] > 1.0
+
+
+def test_the_fit_prices_with_the_gpu_record_the_estimates_use(fit_points, h200, monkeypatch):
+    """The model the fit starts from carries the GPU record (its L2 size and occupancy), as every estimate's model
+    does: a term that needs the L2 size (a norm's second read of its row) is fitted as it is then priced."""
+    import gpumodel.calibration.fit as fit
+
+    seen = {}
+
+    def stop(ps, start, **kw):
+        seen["start"] = start
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(fit, "fit_model", stop)
+    with pytest.raises(RuntimeError, match="stop"):
+        fit.fit_calibration(fit_points[1][:50], h200, fit_points[0], keep_points=False)
+    assert seen["start"].gpu.l2_bytes == h200.l2_bytes == calibration_for("h200").model().gpu.l2_bytes
+
+
+def test_a_norms_second_read_of_its_row_misses_l2_once_the_rows_in_flight_outgrow_it(h200):
+    """vectorized_layer_norm_kernel reads a row twice; hand arithmetic on the H200 (60 MiB of L2): RMS norm holds
+    ``rows_per_sm_rms_norm`` rows an SM, so 132 x that rows are in flight, read and written."""
+    from gpumodel.calibration.streams import _norm_vector_reread_s
+
+    m = calibration_for("h200").model()
+    p = m.params
+    flight_rows = 132 * p["rows_per_sm_rms_norm"]                       # about 2120
+    short = gm.ops.rms_norm(16384, 4096)                                  # 2 x 2120 x 8 KB = 35 MB < 60 MiB
+    assert float(_norm_vector_reread_s(m, short, "rms_norm", p["bw_eff_rms_norm"])) == 0.0
+    wide = gm.ops.rms_norm(16384, 32000)                                  # 2 x 2120 x 64 KB = 272 MB
+    miss = 1 - h200.l2_bytes / (2 * flight_rows * 32000 * 2)              # 0.77
+    want = miss * 16384 * 32000 * 2 / (p["bandwidth"] * p["bw_eff_rms_norm"])
+    assert float(_norm_vector_reread_s(m, wide, "rms_norm", p["bw_eff_rms_norm"])) == pytest.approx(want, rel=1e-9)
+    assert 0.7 < miss < 0.8

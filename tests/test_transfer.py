@@ -177,18 +177,18 @@ def test_int4_weight_stream_carries_as_the_sms_dequantisation_rate():
 
 
 def test_transfer_to_the_h100_on_kernels_measured_there():
-    """607 kernels timed on an H100 (tests/data/calibration/h100/, never fitted): the H200 calibration carried there
+    """1218 kernels timed on an H100 (tests/data/calibration/h100/, rounds 7 and 8, never fitted): the H200 calibration carried there
     meets the calibration bar's family limits overall, beats the datasheet with default efficiencies by far, and its
     expected error is an honest figure for what it achieves."""
     res = load_bench("transfer_measured").evaluate("h100-sxm", sorted((DATA / "h100").glob("validation*.jsonl")))
-    assert res["devices"] == ["NVIDIA H100 80GB HBM3"] and res["points"] == 607
+    assert res["devices"] == ["NVIDIA H100 80GB HBM3"] and res["points"] == 1218
     overall = res["families"]["overall"]
     t, d = overall["transferred"], overall["datasheet"]
-    assert t["median"] <= 0.08 and t["p90"] <= 0.25           # measured: 5.0% / 14.3%
-    assert t["median"] < 0.6 * d["median"] and t["p90"] < 0.6 * d["p90"]    # datasheet: 13.0% / 32.2%
+    assert t["median"] <= 0.08 and t["p90"] <= 0.25           # measured: 4.9% / 14.0%
+    assert t["median"] < 0.6 * d["median"] and t["p90"] < 0.6 * d["p90"]    # datasheet: 12.4% / 30.1%
     assert abs(t["median"] - overall["expected_median"]) < 0.02              # expected: 5.4%
     bwd = res["families"]["attention_bwd"]["transferred"]
-    assert bwd["median"] <= 0.08 and abs(bwd["bias"]) <= 0.05    # 3.2%, bias -1.3% (-10.4% before the side kernels)
+    assert bwd["median"] <= 0.08 and abs(bwd["bias"]) <= 0.05    # 3.2%, bias -0.9% (round 7: -10.4% before the side kernels)
 
 
 def test_paired_scores_the_transfer_alone(tmp_path):

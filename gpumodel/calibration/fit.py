@@ -426,7 +426,7 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     g = _gpu(gpu) if isinstance(gpu, str) else gpu
     env = dict(environment or {})
     sm = int(env.get("sm_count") or g.sm_count)
-    start = CalibrationModel(default_parameters(g), sm, calibrated=False, name=g.name)
+    start = CalibrationModel(default_parameters(g), sm, calibrated=False, name=g.name, gpu=g)
     ps = point_set(points)
     model, report = fit_model(ps, start, upper=datasheet_bounds(g), tied=tied_rates(g))
     acc = accuracy_table(model, ps)

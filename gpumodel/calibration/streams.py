@@ -80,6 +80,26 @@ def _norm_reread_s(model: CalibrationModel, op: Any, eff: Any) -> Any:
     return np.maximum(x - l2, 0.0) / (model.params["bandwidth"] * eff)
 
 
+def _norm_vector_reread_s(model: CalibrationModel, op: Any, fam: str, eff: Any) -> Any:
+    """Extra time [s] of a norm's vectorised kernel reading its row a second time.
+
+    ``vectorized_layer_norm_kernel`` gives a row a block: it reads the row for its moments, then again to
+    normalise it. The second read finds the row in L2 only while the rows in flight (``rows_per_sm`` an SM),
+    read and written, fit there: the fraction ``1 - L2 / (2 x rows in flight x row bytes)`` (none below 0) comes
+    from memory again. On the H200 (60 MiB of L2 as PyTorch reports it; 16 RMS-norm rows an SM fitted) that is none
+    up to about 7400 bf16 columns and three quarters of a 32000-column row; none for a model without its GPU's L2
+    size.
+    """
+    l2 = getattr(model.gpu, "l2_bytes", None)
+    if not l2:
+        return 0.0
+    p, P = model.params, float(model.sm_count)
+    rows, row = _f(op.shape["rows"]), _f(op.shape["cols"]) * _bpe(op)
+    flight = 2.0 * np.minimum(rows, P * p[f"rows_per_sm_{fam}"]) * row
+    miss = np.clip(1.0 - l2 / np.maximum(flight, 1.0), 0.0, 1.0)
+    return miss * rows * row / (p["bandwidth"] * eff)
+
+
 def _norm_two_pass_rows_s(model: CalibrationModel, rows: Any, cols: Any) -> Any:
     """Row time [s] of a norm's two-kernel path: each kernel gives a row a block of NORM_PASS_THREADS threads
     and walks it element by element (``norm_<kernel>_row_s`` plus ``cols / row_rate_norm_<kernel>`` a row, as many
@@ -119,6 +139,8 @@ def _memory_bound(model: CalibrationModel, op: Any) -> Prediction:
     t_m = _f(op.bytes) / (p["bandwidth"] * eff)
     if np.any(two_pass):
         t_m = t_m + np.where(two_pass, _norm_reread_s(model, op, eff), 0.0)
+    if fam in ("layer_norm", "rms_norm") and f"rows_per_sm_{fam}" in p:
+        t_m = t_m + np.where(two_pass, 0.0, _norm_vector_reread_s(model, op, fam, eff))
     t_c = _f(op.flops) / p["vector_flops"] if fam == "elementwise" else 0.0 * t_m
     q = p["vector_overlap_p"]
     if "rows" in op.shape and f"rows_per_sm_{fam}" in p:

@@ -307,7 +307,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     --------
     >>> t = transfer("a100")
     >>> t
-    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 259, fp16 259, fp32 14, tf32 130, fp64 7, int8 486; 88 parameters)
+    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 260, fp16 260, fp32 14, tf32 130, fp64 7, int8 486; 88 parameters)
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
