@@ -41,6 +41,18 @@ DATA = ROOT / "tests" / "data" / "calibration"
 MEASURED = {"h100": "h100-sxm"}
 
 
+def _by_family(fams: np.ndarray):
+    """(family, mask) for each op family, then ("overall", all)."""
+    for fam in [*sorted(set(fams)), "overall"]:
+        yield fam, (np.ones(len(fams), bool) if fam == "overall" else fams == fam)
+
+
+def _errors(err: np.ndarray) -> dict:
+    """Median and p90 of |err| and the bias (median of err) of relative errors ``err``."""
+    return {"median": float(np.median(np.abs(err))), "p90": float(np.percentile(np.abs(err), 90)),
+            "bias": float(np.median(err))}
+
+
 def evaluate(gpu: str, paths: list[Path]) -> dict:
     """Per-family errors of the transferred, datasheet-default and roofline estimates on ``paths``."""
     import gpumodel as gm
@@ -65,14 +77,11 @@ def evaluate(gpu: str, paths: list[Path]) -> dict:
         expected[idx] = np.nan if e is None else e
     fams = ps.families()
     out = {"gpu": g.name, "devices": sorted(names), "points": len(ps.points), "families": {}}
-    for fam in [*sorted(set(fams)), "overall"]:
-        sel = np.ones(len(fams), bool) if fam == "overall" else fams == fam
+    for fam, sel in _by_family(fams):
         row = {"n": int(sel.sum()), "expected_median": float(np.nanmedian(expected[sel]))
                if np.isfinite(expected[sel]).any() else None}
         for name, pred in preds.items():
-            err = pred[sel] / ps.times[sel] - 1.0
-            row[name] = {"median": float(np.median(np.abs(err))), "p90": float(np.percentile(np.abs(err), 90)),
-                         "bias": float(np.median(err))}
+            row[name] = _errors(pred[sel] / ps.times[sel] - 1.0)
         out["families"][fam] = row
     return out
 
@@ -99,12 +108,9 @@ def paired(gpu: str, paths: list[Path], ref_paths: list[Path]) -> dict:
     err = ratio_model / ratio_measured - 1.0
     fams = ps.families()
     out = {"gpu": gm.gpu(gpu).name, "reference": REFERENCE, "points": len(ps.points), "families": {}}
-    for fam in [*sorted(set(fams)), "overall"]:
-        sel = np.ones(len(fams), bool) if fam == "overall" else fams == fam
+    for fam, sel in _by_family(fams):
         out["families"][fam] = {"n": int(sel.sum()), "measured_ratio": float(np.median(ratio_measured[sel])),
-                                "model_ratio": float(np.median(ratio_model[sel])),
-                                "median": float(np.median(np.abs(err[sel]))),
-                                "p90": float(np.percentile(np.abs(err[sel]), 90)), "bias": float(np.median(err[sel]))}
+                                "model_ratio": float(np.median(ratio_model[sel])), **_errors(err[sel])}
     return out
 
 

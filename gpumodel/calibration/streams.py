@@ -69,15 +69,23 @@ def _pipeline(a: np.ndarray, b: np.ndarray, q: float, waves: np.ndarray) -> np.n
     return hi + (_soft_max(a, b, q) - hi) / np.maximum(waves, 1.0)
 
 
-def _norm_reread_s(model: CalibrationModel, op: Any, eff: Any) -> Any:
-    """Extra time [s] of a norm's two-kernel path reading its input a second time: the second read finds it in
-    L2 as far as L2 holds it, the rest comes from memory again (30058 x 5259 bf16 runs at 0.9 TB/s of traffic
-    counted once); none for a model without its GPU's L2 size."""
+def _l2_reread_s(model: CalibrationModel, read_bytes: Any, footprint: Any, eff: Any) -> Any:
+    """Time [s] of reading ``read_bytes`` a second time from whatever of them L2 no longer holds: the fraction
+    ``1 - L2 / footprint`` (none below 0) of the bytes comes from memory again, ``footprint`` being what passed
+    through L2 between the two reads; none for a model without its GPU's L2 size."""
     l2 = getattr(model.gpu, "l2_bytes", None)
     if not l2:
         return 0.0
+    miss = np.clip(1.0 - l2 / np.maximum(footprint, 1.0), 0.0, 1.0)
+    return miss * read_bytes / (model.params["bandwidth"] * eff)
+
+
+def _norm_reread_s(model: CalibrationModel, op: Any, eff: Any) -> Any:
+    """Extra time [s] of a norm's two-kernel path reading its input a second time: the second read finds it in
+    L2 as far as L2 holds the whole input, the rest comes from memory again (30058 x 5259 bf16 runs at 0.9 TB/s of
+    traffic counted once)."""
     x = _f(op.shape["rows"]) * _f(op.shape["cols"]) * _bpe(op)
-    return np.maximum(x - l2, 0.0) / (model.params["bandwidth"] * eff)
+    return _l2_reread_s(model, x, x, eff)
 
 
 def _norm_vector_reread_s(model: CalibrationModel, op: Any, fam: str, eff: Any) -> Any:
@@ -87,17 +95,11 @@ def _norm_vector_reread_s(model: CalibrationModel, op: Any, fam: str, eff: Any) 
     normalise it. The second read finds the row in L2 only while the rows in flight (``rows_per_sm`` an SM),
     read and written, fit there: the fraction ``1 - L2 / (2 x rows in flight x row bytes)`` (none below 0) comes
     from memory again. On the H200 (60 MiB of L2 as PyTorch reports it; 16 RMS-norm rows an SM fitted) that is none
-    up to about 7400 bf16 columns and three quarters of a 32000-column row; none for a model without its GPU's L2
-    size.
+    up to about 7400 bf16 columns and three quarters of a 32000-column row.
     """
-    l2 = getattr(model.gpu, "l2_bytes", None)
-    if not l2:
-        return 0.0
-    p, P = model.params, float(model.sm_count)
     rows, row = _f(op.shape["rows"]), _f(op.shape["cols"]) * _bpe(op)
-    flight = 2.0 * np.minimum(rows, P * p[f"rows_per_sm_{fam}"]) * row
-    miss = np.clip(1.0 - l2 / np.maximum(flight, 1.0), 0.0, 1.0)
-    return miss * rows * row / (p["bandwidth"] * eff)
+    flight = 2.0 * np.minimum(rows, model.sm_count * model.params[f"rows_per_sm_{fam}"]) * row
+    return _l2_reread_s(model, rows * row, flight, eff)
 
 
 def _norm_two_pass_rows_s(model: CalibrationModel, rows: Any, cols: Any) -> Any:
