@@ -2,7 +2,7 @@
 
 Reads the ``"host"`` and ``"layers"`` records of files written by ``bench/measure_step_time.py``
 (microbenchmarks only: training-step records are ignored), fits each file (one measurement run on the host) and
-averages the runs' fits field by field (:func:`gpumodel.calibration.host.combine_host_costs`), and writes
+averages the runs' fits field by field (:func:`gpumodel.training.hostfit.combine_host_costs`), and writes
 ``specs/hosts/<gpu>.yaml``, which ``gm.training_step_time`` reads for that GPU.
 
 Usage::
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's gpumodel
 
-from gpumodel.calibration.host import combine_host_costs, fit_host_costs, load_rows, save_host_costs
+from gpumodel.training.hostfit import combine_host_costs, fit_host_costs, load_rows, save_host_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 

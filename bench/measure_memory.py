@@ -1,6 +1,6 @@
 """Measure what PyTorch really allocates in Hugging Face training steps and inference.
 
-Ground truth for :mod:`gpumodel.memory` and :mod:`gpumodel.inference`. Models are built from
+Ground truth for :mod:`gpumodel.core.memory` and :mod:`gpumodel.core.inference`. Models are built from
 configs with ``AutoModelForCausalLM.from_config`` (random weights, nothing downloaded) directly
 on the GPU. For every training run the script does two warm-up steps (optimizer states exist from
 step 1 on), then one step with the peak counter reset at each phase boundary (forward+loss,

@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 import gpumodel as gm
-from gpumodel.memory import CUBLAS_WORKSPACE_BYTES
+from gpumodel.core.memory import CUBLAS_WORKSPACE_BYTES
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "memory"
 GiB = 2 ** 30

@@ -26,7 +26,7 @@ Sources
   (backward = 2.5x forward), and the fwd+bwd speed divides it by the sum of the forward and backward
   times; ``bs_seqlen_vals = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]``,
   ``dim = 2048``, ``nheads = dim // headdim``, ``dtype = torch.float16``. The same convention is
-  :func:`gpumodel.ops.attention`'s (forward 4 b h s^2 d, backward 2.5x; T. Dao, "FlashAttention-2",
+  :func:`gpumodel.core.ops.attention`'s (forward 4 b h s^2 d, backward 2.5x; T. Dao, "FlashAttention-2",
   2023, Sec. 4.1), so a published TFLOP/s converts to seconds exactly.
 
 Nothing here was fitted: the transferred model is the H200 calibration carried by

@@ -21,52 +21,55 @@ __version__ = "0.1.0"
 # public name -> module that defines it (relative to this package)
 _EXPORTS: dict[str, str] = {
     # records and catalogs
-    "GPUSpec": "hardware", "UnsupportedDTypeError": "hardware",
-    "gpu": "gpus", "list_gpus": "gpus", "load_gpus": "gpus", "all_gpus": "gpus",
-    "SpecError": "errors", "UnknownGPUError": "specs", "UnknownNameError": "errors",
-    "GpumodelError": "errors", "ArgumentError": "errors", "ArgumentTypeError": "errors", "UnitError": "errors", "UnsupportedError": "errors",
-    "GpumodelWarning": "errors", "DoesNotFitWarning": "errors", "Precision": "vocabulary",
-    "DType": "dtypes", "dtype": "dtypes", "UnknownDTypeError": "dtypes",
-    "compare": "comparison", "Comparison": "comparison",
-    "ArchLimits": "arch", "arch_limits": "arch",
+    "GPUSpec": "records.gpu", "UnsupportedDTypeError": "records.gpu",
+    "gpu": "vocabulary.gpus", "list_gpus": "vocabulary.gpus", "load_gpus": "vocabulary.gpus", "all_gpus": "vocabulary.gpus",
+    "SpecError": "base.errors", "UnknownGPUError": "records.specs", "UnknownNameError": "base.errors",
+    "GpumodelError": "base.errors", "ArgumentError": "base.errors", "ArgumentTypeError": "base.errors", "UnitError": "base.errors", "UnsupportedError": "base.errors",
+    "GpumodelWarning": "base.errors", "DoesNotFitWarning": "base.errors", "Precision": "vocabulary",
+    "DType": "records.dtypes", "dtype": "records.dtypes", "UnknownDTypeError": "records.dtypes",
+    "compare": "core.comparison", "Comparison": "core.comparison",
+    "ArchLimits": "records.arch", "arch_limits": "records.arch",
     # ops and roofline
-    "OpCost": "ops", "arithmetic_intensity": "roofline", "ridge_point": "roofline",
-    "RooflineResult": "roofline", "attainable_flops": "roofline",
-    "warp_efficiency": "warps", "divergence_efficiency": "warps",
+    "OpCost": "core.ops", "arithmetic_intensity": "core.roofline", "ridge_point": "core.roofline",
+    "RooflineResult": "core.roofline", "attainable_flops": "core.roofline",
+    "warp_efficiency": "core.warps", "divergence_efficiency": "core.warps",
     # transformer memory and sizing
-    "TransformerConfig": "transformer", "model": "transformer", "list_models": "transformer",
-    "training_memory": "memory", "TrainingMemory": "memory",
-    "inference_memory": "inference", "InferenceMemory": "inference",
-    "fits": "sizing", "max_batch_size": "sizing", "max_seq_len": "sizing", "min_gpus": "sizing",
-    "rank_gpus": "sizing", "plot_memory_breakdown": "plot_memory",
+    "TransformerConfig": "records.transformer", "model": "records.transformer", "list_models": "records.transformer",
+    "training_memory": "core.memory", "TrainingMemory": "core.memory",
+    "inference_memory": "core.inference", "InferenceMemory": "core.inference",
+    "fits": "core.sizing", "max_batch_size": "core.sizing", "max_seq_len": "core.sizing", "min_gpus": "core.sizing",
+    "rank_gpus": "core.sizing", "plot_memory_breakdown": "plots.memory",
     # occupancy
-    "occupancy": "occupancy_model", "Occupancy": "occupancy_model", "max_potential_block_size": "occupancy_helpers",
-    "max_dynamic_shared_memory": "occupancy_helpers", "next_occupancy_step": "occupancy_helpers", "occupancy_curves": "occupancy_helpers",
+    "occupancy": "core.occupancy", "Occupancy": "core.occupancy", "max_potential_block_size": "core.occupancy_helpers",
+    "max_dynamic_shared_memory": "core.occupancy_helpers", "next_occupancy_step": "core.occupancy_helpers", "occupancy_curves": "core.occupancy_helpers",
     # time estimates
-    "estimate_time": "estimate", "TimeEstimate": "estimate",
-    "training_step_time": "steptime", "StepTime": "steptime", "HostCosts": "hostcost",
+    "estimate_time": "calibration.estimate", "TimeEstimate": "calibration.estimate",
+    "training_step_time": "training.steptime", "StepTime": "training.steptime", "HostCosts": "training.hostcost",
     # serving
     "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
     "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",
     "ServingCapacity": "serving",
     "Calibration": "calibration.record", "load_calibration": "calibration.record",
     # clusters (multi-GPU times are modelled, not measured)
-    "SystemSpec": "cluster.system", "system": "cluster.system", "list_systems": "cluster.system",
-    "load_systems": "cluster.system", "Parallelism": "cluster.parallelism",
+    "SystemSpec": "records.system", "system": "records.system", "list_systems": "records.system",
+    "load_systems": "records.system", "Parallelism": "cluster.parallelism",
     "training_time": "cluster.trainingtime", "TrainingTime": "cluster.trainingtime",
     "plan_training": "cluster.plan", "TrainingPlan": "cluster.plan",
 }
 # ``roofline`` and ``estimate`` are modules that call their main function (see ``_callable``):
 # ``gm.roofline(op, gpu)`` and ``gm.roofline.levels(...)`` both work, whatever was imported first.
-_SUBMODULES = {"ops", "plot", "units", "dtypes", "calibration", "cli", "errors", "vocabulary", "roofline", "estimate",
-               "cluster", "serving"}
+_SUBMODULES = {"ops": "core.ops", "plot": "plots", "units": "base.units", "dtypes": "records.dtypes",
+               "calibration": "calibration", "cli": "cli", "errors": "base.errors", "vocabulary": "vocabulary",
+               "roofline": "core.roofline", "estimate": "calibration.estimate", "cluster": "cluster",
+               "serving": "serving", "training": "training", "core": "core", "records": "records", "base": "base",
+               "plots": "plots"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
-        module = importlib.import_module(f".{name}", __name__)
+        module = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
         globals()[name] = module
         return module
     if name in _EXPORTS:
@@ -83,7 +86,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .dtypes import DType, UnknownDTypeError, dtype
-    from .gpus import all_gpus, gpu, list_gpus, load_gpus
-    from .hardware import GPUSpec, UnsupportedDTypeError
-    from .specs import SpecError, UnknownGPUError, UnknownNameError
+    from .records.dtypes import DType, UnknownDTypeError, dtype
+    from .vocabulary.gpus import all_gpus, gpu, list_gpus, load_gpus
+    from .records.gpu import GPUSpec, UnsupportedDTypeError
+    from .records.specs import SpecError, UnknownGPUError, UnknownNameError

@@ -2,7 +2,7 @@
 
 (a) A bad value of each kind (GPU, model, op, positive or non-negative integer, precision, number
 format, flag, parallel degree) given to each public function that takes that kind ends in a
-:class:`~gpumodel.errors.GpumodelError` whose message names the argument.
+:class:`~gpumodel.base.errors.GpumodelError` whose message names the argument.
 (b) The pure functions that broadcast answer a list, an array or a grid of arrays as the scalar calls
 do, element by element, and take ``np.int64`` and integral floats as the ints they are.
 (c) Flags are keyword-only.
@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import gpumodel as gm
-import gpumodel.ops as ops
-from gpumodel.arch import ARCH_CATALOG
+import gpumodel.core.ops as ops
+from gpumodel.records.arch import ARCH_CATALOG
 from gpumodel.cluster import collectives
-from gpumodel.errors import GpumodelError
-from gpumodel.gpus import GPU_CATALOG
-from gpumodel.transformer import MODEL_CATALOG
+from gpumodel.base.errors import GpumodelError
+from gpumodel.vocabulary.gpus import GPU_CATALOG
+from gpumodel.records.transformer import MODEL_CATALOG
 
 FAST = settings(max_examples=5, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -594,7 +594,7 @@ def test_a_sequence_beyond_learned_positions_warns(call):
 
 def test_more_bad_inputs_end_in_typed_errors():
     """Found by the bad-input audit: each raised a numpy or Python error from inside the library, or was accepted."""
-    from gpumodel.errors import GpumodelError, UnsupportedError
+    from gpumodel.base.errors import GpumodelError, UnsupportedError
 
     with pytest.raises(GpumodelError, match="m .* and n .* do not broadcast"):
         gm.ops.matmul([1, 2], [1, 2, 3], 1)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import gpumodel as gm
-from gpumodel.arch import ARCH_CATALOG, ArchLimits, UnknownArchError, list_archs
-from gpumodel.specs import SpecError
+from gpumodel.records.arch import ARCH_CATALOG, ArchLimits, UnknownArchError, list_archs
+from gpumodel.records.specs import SpecError
 
 DATA = Path(__file__).parent / "data" / "occupancy"
 KIB = 1024

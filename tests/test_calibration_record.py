@@ -10,7 +10,7 @@ import pytest
 import gpumodel as gm
 from gpumodel.calibration.model import default_parameters
 from gpumodel.calibration.record import Calibration, MeasuredPoint, load_calibration
-from gpumodel.specs import SpecError
+from gpumodel.records.specs import SpecError
 
 
 def _record(**over) -> Calibration:

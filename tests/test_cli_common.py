@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gpumodel.cli._common import parse_bytes, parse_count, parse_number, parse_seconds
-from gpumodel.errors import ArgumentError, GpumodelError
+from gpumodel.base.errors import ArgumentError, GpumodelError
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -57,7 +57,7 @@ def test_errors(argv, message, capsys):
 
 
 def test_impl_takes_every_attention_kind_the_api_takes(capsys):
-    from gpumodel.ops import AttentionImpl
+    from gpumodel.core.ops import AttentionImpl
 
     for impl in AttentionImpl:
         assert main(["roofline", "attention", "1", "32", "2048", "128", "--impl", impl.value, "--json"]) == 0

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 import gpumodel as gm
 from gpumodel.cluster import collectives as C
 from gpumodel.cluster import nvls as N
-from gpumodel.cluster.system import SystemSpec
-from gpumodel.errors import ArgumentError
+from gpumodel.records.system import SystemSpec
+from gpumodel.base.errors import ArgumentError
 
 SHARP = ("dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "aws-p5.48xlarge", "aws-p5e.48xlarge",
          "azure-nd96isr-h100-v5", "gcp-a3-megagpu-8g", "gcp-a3-ultragpu-8g")

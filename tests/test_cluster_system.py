@@ -3,7 +3,7 @@
 import pytest
 
 import gpumodel as gm
-from gpumodel.cluster.system import SystemSpec, node_system
+from gpumodel.records.system import SystemSpec, node_system
 from gpumodel.vocabulary import resolve_system
 
 REQUIRED = ["dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-platform",
@@ -45,7 +45,7 @@ def test_user_yaml(tmp_path):
         "name: my-box\ndisplay_name: my box\ngpu: l40s\ngpus_per_node: 4\n"
         "intra_node: {fabric: pcie, bandwidth: 32 GB/s, source: PCIe 4.0 x16}\n"
         "node_power: 2 kW\nsource: my own measurement\n")
-    from gpumodel.cluster.system import SYSTEM_CATALOG
+    from gpumodel.records.system import SYSTEM_CATALOG
 
     try:
         recs = gm.load_systems(tmp_path / "my.yaml")
@@ -58,7 +58,7 @@ def test_typo_and_unknown_gpu_are_spec_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ndisplay_name: x\ngpu: h100\ngpus_per_nod: 8\nintra_node: {fabric: pcie, bandwidth: 1 GB/s, "
                    "source: abc}\nnode_power: 1 kW\nsource: abcd\n")
-    from gpumodel.cluster.system import SYSTEM_CATALOG
+    from gpumodel.records.system import SYSTEM_CATALOG
 
     try:
         with pytest.raises(gm.SpecError, match="gpus_per_nod"):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumodel.dtypes import FORMATS, DType, UnknownDTypeError, bytes_per_element, dtype, info
+from gpumodel.records.dtypes import FORMATS, DType, UnknownDTypeError, bytes_per_element, dtype, info
 
 FLOATS = [d for d in DType if FORMATS[d].is_float]
 

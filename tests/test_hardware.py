@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import gpumodel as gm
-from gpumodel.hardware import PEAK_TOLERANCE, GPUSpec, UnsupportedDTypeError
+from gpumodel.records.gpu import PEAK_TOLERANCE, GPUSpec, UnsupportedDTypeError
 
 
 def _record(**changes):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpumodel.calibration.host import fit_host_costs
-from gpumodel.hostcost import DEFAULT_HOST, HostCosts, host_costs_for, load_host_costs, timeline
+from gpumodel.training.hostfit import fit_host_costs
+from gpumodel.training.hostcost import DEFAULT_HOST, HostCosts, host_costs_for, load_host_costs, timeline
 
 times = st.lists(st.floats(0, 1e-3), min_size=1, max_size=40)
 
@@ -70,7 +70,7 @@ def test_fit_takes_medians_and_optimizer_lines():
 
 
 def test_layer_ratio_is_the_median_over_tiny_models_of_all_families():
-    from gpumodel.calibration.host import _plan_host
+    from gpumodel.training.hostfit import _plan_host
     tiny = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
             "intermediate_size": 128, "vocab_size": 256}
     rows = []
@@ -125,8 +125,8 @@ def test_compiled_launch_is_the_slope_of_host_time_over_kernels():
 
 
 def test_measured_expert_iteration_prices_the_loop_as_a_whole():
-    from gpumodel.stepplan import step_plan
-    from gpumodel.transformer import TransformerConfig
+    from gpumodel.training.stepplan import step_plan
+    from gpumodel.records.transformer import TransformerConfig
     cfg = TransformerConfig.from_hf({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 1,
                                      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
                                      "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2})
@@ -142,7 +142,7 @@ def test_measured_expert_iteration_prices_the_loop_as_a_whole():
 
 
 def test_combining_runs_averages_measured_fields_and_keeps_single_measurements():
-    from gpumodel.calibration.host import combine_host_costs
+    from gpumodel.training.hostfit import combine_host_costs
     a = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 8e-6},
                         {"kind": "host", "bench": "item_idle", "host_per_op_s": 9e-6}])
     b = fit_host_costs([{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": 12e-6}])
@@ -155,13 +155,13 @@ def test_combining_runs_averages_measured_fields_and_keeps_single_measurements()
 def test_new_gemm_shapes_cost_a_kernel_choice_on_the_host():
     """Measured on the H200 machine (tests/data/steptime/gemm_shapes.jsonl): F.linear 28 us at a cached shape,
     191 us at a new row count; a weight-gradient mm 24 us cached, 102 us at a new contraction length."""
-    from gpumodel.calibration.host import fit_host_costs, load_rows
+    from gpumodel.training.hostfit import fit_host_costs, load_rows
 
     rows = load_rows(Path(__file__).parent / "data" / "steptime" / "gemm_shapes.jsonl")
     hc = fit_host_costs(rows)
     assert hc.gemm_shape_s == pytest.approx(191e-6 - 28e-6, abs=2e-6)
     assert hc.gemm_shape_k_s == pytest.approx(102e-6 - 24e-6, abs=2e-6)
-    from gpumodel.hostcost import host_costs_for
+    from gpumodel.training.hostcost import host_costs_for
     assert host_costs_for("h200-sxm").gemm_shape_s == pytest.approx(hc.gemm_shape_s)
 
 
@@ -172,7 +172,7 @@ def test_eager_expert_loop_pays_the_new_shapes():
     import dataclasses
 
     import gpumodel as gm
-    from gpumodel.hostcost import host_costs_for
+    from gpumodel.training.hostcost import host_costs_for
 
     hc = host_costs_for("h200-sxm")
     rows = (json.loads(line) for line in (Path(__file__).parent / "data" / "steptime" / "step_times_v5.jsonl").open())

@@ -35,7 +35,7 @@ def test_using_the_core_pulls_in_no_heavy_module():
     # what makes an import slow is a heavy dependency; this is checked by name, not by a clock
     out = _run(f"""
         import sys, gpumodel as gm
-        import gpumodel.hardware, gpumodel.gpus
+        import gpumodel.records.gpu, gpumodel.vocabulary.gpus
         op = gm.ops.matmul(4096, 4096, 4096)
         gm.roofline(op, "h100"); gm.estimate_time(op, "h100"); gm.training_memory("llama-3-8b", 1, 1024)
         gm.occupancy("h100", threads_per_block=256, registers_per_thread=64)
@@ -60,7 +60,7 @@ def test_import_time_is_small():
     # fresh interpreters counts. A heavy import would cost far more (torch: seconds).
     code = """
         import time, numpy, pydantic
-        t = time.process_time(); import gpumodel; import gpumodel.hardware, gpumodel.gpus
+        t = time.process_time(); import gpumodel; import gpumodel.records.gpu, gpumodel.vocabulary.gpus
         print(time.process_time() - t)
     """
     assert min(float(_run(code)) for _ in range(5)) < 0.3

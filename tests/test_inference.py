@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gpumodel as gm
-from gpumodel.memory import CUBLAS_WORKSPACE_BYTES, MemoryArgumentError
+from gpumodel.core.memory import CUBLAS_WORKSPACE_BYTES, MemoryArgumentError
 
 DATA = Path(__file__).parent / "data" / "memory"
 
@@ -59,8 +59,8 @@ def test_bad_input(kwargs, match):
 
 
 def test_one_attention_enum_for_training_and_inference():
-    import gpumodel.inference as inference
-    from gpumodel.activations import Attention
+    import gpumodel.core.inference as inference
+    from gpumodel.core.activations import Attention
 
     assert not hasattr(inference, "_Attention")
     assert [m.name for m in Attention] == ["SDPA", "FLASH", "CUDNN", "EFFICIENT", "MATH", "EAGER"]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gpumodel as gm
-from gpumodel.memory import CUBLAS_WORKSPACE_BYTES, MemoryArgumentError, optimizer_state_bytes
+from gpumodel.core.memory import CUBLAS_WORKSPACE_BYTES, MemoryArgumentError, optimizer_state_bytes
 
 DATA = Path(__file__).parent / "data" / "memory"
 
@@ -223,7 +223,7 @@ def test_adafactor_states_match_torch_when_installed():
 def test_layer_activations_match_saved_tensors_on_the_gpu():
     """Every tensor autograd saved in decoder layer 1 (probes.jsonl, recorded with saved_tensors_hooks on the
     H200), deduplicated by storage, without the autocast weight copies, against layer_activation_bytes."""
-    from gpumodel.activations import layer_activation_bytes
+    from gpumodel.core.activations import layer_activation_bytes
 
     shapes = json.loads((DATA / "shapes.json").read_text())
     probes = [json.loads(x) for x in (DATA / "probes.jsonl").read_text().splitlines()]

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpumodel as gm
-from gpumodel.arch import list_archs
-from gpumodel.occupancy_model import UNLIMITED, Occupancy
+from gpumodel.records.arch import list_archs
+from gpumodel.core.occupancy import UNLIMITED, Occupancy
 
 DATA = Path(__file__).parent / "data" / "occupancy"
 KIB = 1024

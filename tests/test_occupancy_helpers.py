@@ -128,7 +128,7 @@ def test_curves_hold_the_other_inputs():
 
 def test_plot_has_three_panels(tmp_path):
     pytest.importorskip("matplotlib")
-    from gpumodel.plot_occupancy import plot_occupancy
+    from gpumodel.plots.occupancy import plot_occupancy
 
     fig = plot_occupancy("h100", 256, 64, dynamic_shared_bytes=48 * KIB)
     assert len(fig.axes) == 3

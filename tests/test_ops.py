@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 import gpumodel as gm
 from gpumodel import ops
-from gpumodel.dtypes import UnknownDTypeError
-from gpumodel.ops import DuplicateOpError, OpArgumentError, OpCost, UnknownOpError
+from gpumodel.records.dtypes import UnknownDTypeError
+from gpumodel.core.ops import DuplicateOpError, OpArgumentError, OpCost, UnknownOpError
 
 sizes = st.integers(min_value=1, max_value=1 << 16)
 dtypes = st.sampled_from(["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4"])

@@ -3,7 +3,8 @@
 import pytest
 
 import gpumodel as gm
-from gpumodel import readable, vocabulary
+from gpumodel import vocabulary
+from gpumodel.base import readable
 from gpumodel.cli import _common as cli
 
 

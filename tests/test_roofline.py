@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 import gpumodel as gm
 from gpumodel import ops
-from gpumodel.hardware import UnsupportedDTypeError
-from gpumodel.roofline import attainable_flops, levels, peak_for, ridge_point, roofline
+from gpumodel.records.gpu import UnsupportedDTypeError
+from gpumodel.core.roofline import attainable_flops, levels, peak_for, ridge_point, roofline
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +132,17 @@ def test_op_without_flops_is_memory_bound(h100):
 
 
 def test_module_and_function_share_the_name():
-    # `import gpumodel.roofline; gpumodel.roofline.levels(...)` used to raise: the function hid the module
+    # `import gpumodel.core.roofline; gpumodel.core.roofline.levels(...)` used to raise: the function hid the module
     import importlib
 
     import gpumodel
 
-    module = importlib.import_module("gpumodel.roofline")
-    assert gpumodel.roofline is module and gm.estimate is importlib.import_module("gpumodel.estimate")
+    module = importlib.import_module("gpumodel.core.roofline")
+    assert gpumodel.core.roofline is module and gm.estimate is importlib.import_module("gpumodel.calibration.estimate")
     op, g = gm.ops.matmul(4096, 4096, 4096), gm.gpu("h100")
-    assert gpumodel.roofline.levels(g)["hbm"] == 3.35e12
+    assert gpumodel.core.roofline.levels(g)["hbm"] == 3.35e12
     assert gm.roofline(op, g).time_s == module.roofline(op, g).time_s
-    assert gm.estimate(op, "h200").time_s == gpumodel.estimate.estimate(op, "h200").time_s
+    assert gm.estimate(op, "h200").time_s == gpumodel.calibration.estimate.estimate(op, "h200").time_s
 
 
 def test_attainable_flops_broadcasts():

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 import gpumodel as gm
-from gpumodel.gpus import GPU_CATALOG
-from gpumodel.specs import ENV_VAR, SpecError, load_records, read_yaml, spec_roots
+from gpumodel.vocabulary.gpus import GPU_CATALOG
+from gpumodel.records.specs import ENV_VAR, SpecError, load_records, read_yaml, spec_roots
 
 
 @pytest.fixture(autouse=True)
@@ -167,7 +167,7 @@ def test_yaml_tags_are_never_executed(tmp_path):
         gm.load_gpus(path)
     assert not marker.exists()
     obj = tmp_path / "obj.yaml"
-    obj.write_text("!!python/object:gpumodel.hardware.GPUSpec {name: x}\n", encoding="utf-8")
+    obj.write_text("!!python/object:gpumodel.records.gpu.GPUSpec {name: x}\n", encoding="utf-8")
     with pytest.raises(SpecError, match="not valid YAML"):
         read_yaml(obj)
 
@@ -209,7 +209,7 @@ def test_missing_path_and_empty_folder(tmp_path):
 
 
 def test_origin_as_the_first_lookup():
-    from gpumodel.specs import Catalog, UnknownGPUError
+    from gpumodel.records.specs import Catalog, UnknownGPUError
 
     fresh = Catalog("gpus", gm.GPUSpec, error=UnknownGPUError)
     assert fresh.origin("h100").name == "h100-sxm.yaml"

@@ -1,7 +1,7 @@
 import pytest
 
 import gpumodel as gm
-from gpumodel.steptime import step_kernels
+from gpumodel.training.steptime import step_kernels
 
 
 def test_step_kernels_count_matmuls_per_layer():
@@ -67,7 +67,7 @@ def test_adamw_foreach_passes_move_80_bytes_per_fp32_parameter():
 
 def test_autocast_residual_add_reads_fp32_and_bf16():
     # amp: residual stream fp32 (4 B) + bf16 branch (2 B) read, fp32 written: 10 B per element
-    from gpumodel.stepkernels import _layer
+    from gpumodel.training.stepkernels import _layer
     cfg = gm.model("llama-3.2-1b")
     t = 2 * 64
     layer = _layer(cfg, 2, 64, "amp_bf16")
@@ -76,7 +76,7 @@ def test_autocast_residual_add_reads_fp32_and_bf16():
 
 
 def test_gpt2_gelu_new_is_eight_unfused_kernels():
-    from gpumodel.stepkernels import _layer
+    from gpumodel.training.stepkernels import _layer
     cfg = gm.model("gpt2")
     layer = _layer(cfg, 1, 32, "bf16")
     mlp_width = [op for op in layer.forward if op.name == "elementwise" and float(op.shape["numel"]) == 32 * 3072]
@@ -167,7 +167,7 @@ MIXTRAL_TINY = {"model_type": "mixtral", "hidden_size": 1024, "num_hidden_layers
 
 
 def _syncs_and_matmuls(cfg, precision):
-    from gpumodel.stepplan import step_plan
+    from gpumodel.training.stepplan import step_plan
     syncs = mms = 0
     for block in step_plan(gm.TransformerConfig.from_hf(cfg), 8, 1024, precision, "adamw", False):
         syncs += block.repeat * sum(bool(k[2]) for k in block.kernels)
@@ -186,7 +186,7 @@ def test_fp32_grouped_mm_falls_back_to_a_loop_over_experts_with_synchronisations
 
 
 def test_foreach_optimizer_passes_split_into_launches_of_320_chunks():
-    from gpumodel.stepplan import foreach_launches
+    from gpumodel.training.stepplan import foreach_launches
     # 320 blocks x 65,536 elements = 20,971,520 elements per launch: 3.2e9 / 20.97e6 -> 153 launches per pass
     # (the H200 profile of Llama-3.2-3B's foreach AdamW step: 1232 multi_tensor_apply kernels = 8 passes x 154)
     assert foreach_launches(3.2e9, 255, 2) == 153
@@ -195,7 +195,7 @@ def test_foreach_optimizer_passes_split_into_launches_of_320_chunks():
 
 
 def test_phi3_slices_its_fused_projection_and_sums_three_full_gradients():
-    from gpumodel.stepkernels import _Layer, _split_backward
+    from gpumodel.training.stepkernels import _Layer, _split_backward
     phi3 = gm.TransformerConfig.from_hf({"model_type": "phi3", "hidden_size": 512, "num_hidden_layers": 2,
                                          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
                                          "vocab_size": 1000})

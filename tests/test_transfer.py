@@ -11,7 +11,7 @@ from gpumodel.calibration.model import PARAMETERS
 from gpumodel.calibration.priors import list_priors, prior_for
 from gpumodel.calibration.record import calibration_for
 from gpumodel.calibration.transfer import ParameterKind, classify, transfer, transfer_for
-from gpumodel.errors import UnsupportedError
+from gpumodel.base.errors import UnsupportedError
 from benchscript import load_bench
 
 DATA = Path(__file__).parent / "data" / "calibration"

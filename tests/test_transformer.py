@@ -5,7 +5,7 @@ import json
 import pytest
 
 import gpumodel as gm
-from gpumodel.transformer import HFConfigError, TransformerConfig, UnknownModelError
+from gpumodel.records.transformer import HFConfigError, TransformerConfig, UnknownModelError
 
 # Published parameter counts (model cards / sum(p.numel()) of the HF models)
 KNOWN = {
@@ -137,7 +137,7 @@ def test_former_attribute_names_warn_and_still_answer():
     ("PositionType", "ALIBI", "alibi"),
 ])
 def test_enum_members_are_upper_case_with_the_former_names_as_aliases(kind, canonical, former):
-    import gpumodel.transformer as tr
+    import gpumodel.records.transformer as tr
 
     enum_ = getattr(tr, kind)
     member = getattr(enum_, canonical)

@@ -53,6 +53,6 @@ def test_multimodal_gemma3_reads_its_language_model():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_parameter_tensors_equal_hugging_face(path):
     # what foreach optimizers, clip_grad_norm_ and zero_grad loop over
-    from gpumodel.stepkernels import parameter_tensors
+    from gpumodel.training.stepkernels import parameter_tensors
     cfg = gm.TransformerConfig.from_hf(json.loads(path.read_text()))
     assert parameter_tensors(cfg) == json.loads((DATA / "hf_param_counts.json").read_text())["tensors"][path.stem]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpumodel.errors import ArgumentTypeError, GpumodelError
-from gpumodel.transformer import HFConfigError, TransformerConfig
+from gpumodel.base.errors import ArgumentTypeError, GpumodelError
+from gpumodel.records.transformer import HFConfigError, TransformerConfig
 
 BASE = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=128, vocab_size=100)

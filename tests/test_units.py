@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumodel.units import DIMENSIONS, UnitError, format_quantity, parse_quantity
+from gpumodel.base.units import DIMENSIONS, UnitError, format_quantity, parse_quantity
 
 
 @pytest.mark.parametrize("text, dimension, expected", [

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import gpumodel as gm
-from gpumodel.warps import branch_efficiency, divergence_efficiency, padded_block_size, warp_efficiency, warps_per_block
+from gpumodel.core.warps import branch_efficiency, divergence_efficiency, padded_block_size, warp_efficiency, warps_per_block
 
 
 def test_brenndoerfer_48_thread_block():

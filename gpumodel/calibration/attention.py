@@ -24,7 +24,7 @@ conversion to 16 bits. The two side kernels stream :func:`bwd_side_bytes` at the
 add to the main kernel's time (a quarter of the call at 512 tokens, a tenth at 2k on the H200's profiles)
 and, being memory-bound, they grow on a GPU of less bandwidth while the main kernel does not. The model prices the GPU's work alone: the host's
 time to issue the call (autograd, the backend's plan lookup, about 0.1 ms on the H200's host) is
-:mod:`gpumodel.hostcost`'s, and is hidden when the host runs ahead.
+:mod:`gpumodel.training.hostcost`'s, and is hidden when the host runs ahead.
 
 The naive form and SDPA's math backend are the compositions of their kernels
 (:mod:`gpumodel.calibration.composite`).
@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from gpumodel.dtypes import bytes_per_element
-from gpumodel.opcost import OpName
+from gpumodel.records.dtypes import bytes_per_element
+from gpumodel.core.opcost import OpName
 
 from .model import CalibrationModel, Prediction, _f, _soft_max, predictor, queued
 

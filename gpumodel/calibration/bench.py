@@ -9,7 +9,7 @@ whole call (``ahead``, :func:`time_events`), so the events time the GPU's work, 
 issue time. Inputs are random normal (never zeros, which run faster than real
 data). Nothing here needs pydantic: a point is a plain ``dict``
 ``{"op", "kernel", "dtype", "shape", "time_s", "reps"}`` whose ``op``, ``shape`` and ``dtype``
-are the arguments of the matching :mod:`gpumodel.ops` constructor, so the measurements can
+are the arguments of the matching :mod:`gpumodel.core.ops` constructor, so the measurements can
 be taken on a machine with only torch installed and fitted elsewhere.
 
 ``dry_run=True`` runs every case on the CPU with tiny sizes and wall-clock timing, to test

@@ -7,7 +7,7 @@ Only the mechanisms no other kernel shows get parameters of their own (see
 :data:`~gpumodel.calibration.parameters.PARAMETERS`): NLL's one-block loop over the tokens,
 log-softmax's three-pass stream, the unvectorised dtype cast, the embedding backward's sort and
 segment rate, the optimizer step's element rate. Every time is the GPU's work alone: the host's
-time to issue a call (autograd's graph walk, an optimizer's Python) is :mod:`gpumodel.hostcost`'s.
+time to issue a call (autograd's graph walk, an optimizer's Python) is :mod:`gpumodel.training.hostcost`'s.
 
 * **naive attention** (``impl="naive"``): ``Q K^T`` (bmm), the scale, the causal ``masked_fill``
   (out of place: a copy of the scores, then a non-vectorised kernel over the broadcast mask, priced
@@ -51,9 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from gpumodel import ops
-from gpumodel.dtypes import bytes_per_element
-from gpumodel.opcost import OpName
+from gpumodel.core import ops
+from gpumodel.records.dtypes import bytes_per_element
+from gpumodel.core.opcost import OpName
 
 from .kernels import softmax_plan
 from .model import CalibrationModel, Prediction, _f, _soft_max, predict, predictor

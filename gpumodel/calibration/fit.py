@@ -1,9 +1,9 @@
 """Fit the efficiency model to measured points (numpy least squares in log-time), and score it.
 
 A point is a dict ``{"op", "dtype", "shape", "time_s", ...}`` as :mod:`~gpumodel.calibration.bench`
-writes it; ``op``, ``shape`` and ``dtype`` are the arguments of the :mod:`gpumodel.ops`
+writes it; ``op``, ``shape`` and ``dtype`` are the arguments of the :mod:`gpumodel.core.ops`
 constructor of that name. Points are grouped by (op, dtype, direction) into broadcast
-:class:`~gpumodel.ops.OpCost` arrays, so one model evaluation is a few dozen numpy calls.
+:class:`~gpumodel.core.ops.OpCost` arrays, so one model evaluation is a few dozen numpy calls.
 
 The fit minimises :math:`\\sum_i \\rho(\\log \\hat t_i - \\log t_i)` over the logarithms of the
 parameters (all positive) with Levenberg-Marquardt and a soft-L1 (pseudo-Huber) loss, so that a
@@ -133,11 +133,11 @@ def _scalar_key(key: str, value: Any) -> bool:
 
 
 def _build(op: str, dtype: str, shapes: list[Mapping[str, Any]]):
-    """One broadcast :class:`~gpumodel.ops.OpCost` for points sharing op, dtype and flags."""
+    """One broadcast :class:`~gpumodel.core.ops.OpCost` for points sharing op, dtype and flags."""
     import inspect
 
-    from gpumodel import ops
-    from gpumodel.opcost import _lookup
+    from gpumodel.core import ops
+    from gpumodel.core.opcost import _lookup
 
     first = shapes[0]
     arrays = {k: np.array([float(s[k]) for s in shapes]) for k in first if not _scalar_key(k, first[k])}
@@ -186,7 +186,7 @@ def op_family(op: Any) -> str:
 def _as_run(point: Mapping[str, Any]) -> Mapping[str, Any]:
     """A measured point as PyTorch ran it: a strided case whose views were contiguous is a contiguous kernel
     (:func:`gpumodel.calibration.runners.strided_layout`); ``cat_halves`` is a concatenation
-    (:func:`gpumodel.ops.concat`)."""
+    (:func:`gpumodel.core.ops.concat`)."""
     s = point["shape"]
     if point["op"] == "elementwise" and s.get("strided") and point.get("kernel"):
         from .runners import strided_layout
@@ -419,7 +419,7 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     ``sustained_slowdown`` (measured: :func:`gpumodel.calibration.sustained.sustained_slowdown`) is kept as
     that parameter, which no fit touches.
     """
-    from gpumodel.gpus import gpu as _gpu
+    from gpumodel.vocabulary.gpus import gpu as _gpu
 
     from .record import Calibration, MeasuredPoint
 
@@ -450,8 +450,8 @@ def gpu_for_device(device_name: str):
     (``"H100 80GB"``, ``"H100"``); raises the catalog's error (with close names) if none matches,
     in which case pass the GPU's name explicitly.
     """
-    from gpumodel.gpus import gpu as _gpu
-    from gpumodel.specs import UnknownNameError
+    from gpumodel.vocabulary.gpus import gpu as _gpu
+    from gpumodel.records.specs import UnknownNameError
 
     words = str(device_name).replace("NVIDIA ", "").split()
     for candidate in [str(device_name)] + [" ".join(words[:n]) for n in range(len(words), 0, -1)]:

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from gpumodel.opcost import OpName
+from gpumodel.core.opcost import OpName
 
 from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor, queued
 
@@ -64,7 +64,7 @@ def _flops_param(params: Mapping[str, float], op: Any) -> float:
         dt = "fp8"
     key = f"flops_{dt}"
     if key not in params:
-        from gpumodel.hardware import UnsupportedDTypeError
+        from gpumodel.records.gpu import UnsupportedDTypeError
 
         known = sorted(k[6:] for k in params if k.startswith("flops_"))
         raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model (known: {', '.join(known)}); "

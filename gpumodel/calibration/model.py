@@ -1,4 +1,4 @@
-"""The fitted efficiency model: time of one kernel from its :class:`~gpumodel.ops.OpCost` (numpy only).
+"""The fitted efficiency model: time of one kernel from its :class:`~gpumodel.core.ops.OpCost` (numpy only).
 
 A datasheet roofline is a ceiling; a kernel runs slower because (1) the achievable tensor
 and memory rates are below the datasheet's (clocks drop under sustained load: a power limit),
@@ -138,7 +138,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from gpumodel.opcost import OpName
+from gpumodel.core.opcost import OpName
 
 from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK
 from .parameters import (DEFAULT_EFFICIENCY, GEMM_DTYPES, PARAMETERS, ROW_FAMILIES,
@@ -155,7 +155,7 @@ __all__ = [
 class CalibrationModel:
     """A GPU's named model parameters (see :data:`PARAMETERS`), its SM count and its record.
 
-    ``gpu`` is the :class:`~gpumodel.hardware.GPUSpec` (or its name) the model describes; the
+    ``gpu`` is the :class:`~gpumodel.records.gpu.GPUSpec` (or its name) the model describes; the
     launch limits the kernel plans need (resident threads per SM, shared memory per block) are
     read from it and its architecture record. Without one, those of sm_70..sm_90 data-center
     GPUs are used (:data:`~gpumodel.calibration.kernels.MAX_THREADS_PER_SM`,
@@ -178,7 +178,7 @@ class CalibrationModel:
         if int(self.sm_count) < 1:
             raise ValueError(f"sm_count must be >= 1, got {self.sm_count!r}")
         if isinstance(self.gpu, str):  # a name: the catalog's record, or none for a GPU the catalog lacks
-            from gpumodel.errors import GpumodelError
+            from gpumodel.base.errors import GpumodelError
             from gpumodel.vocabulary import resolve_gpu
 
             try:
@@ -219,7 +219,7 @@ class CalibrationModel:
         thread (either may be an array), on this model's GPU (:func:`gpumodel.occupancy`; without a GPU record, 64 K registers and
         :attr:`threads_per_sm`)."""
         if self.gpu is not None and self.gpu.compute_capability:
-            from gpumodel.occupancy_model import occupancy
+            from gpumodel.core.occupancy import occupancy
 
             try:
                 return np.asarray(occupancy(self.gpu, threads, registers).blocks_per_sm, dtype=float)
@@ -233,7 +233,7 @@ class CalibrationModel:
         """Default shared memory per block [byte] (the architecture record's ``shared_memory_per_block``)."""
         if self.gpu is None or not self.gpu.compute_capability:
             return SMEM_PER_BLOCK
-        from gpumodel.arch import arch_limits
+        from gpumodel.records.arch import arch_limits
 
         try:
             return int(arch_limits(self.gpu).shared_memory_per_block)
@@ -272,7 +272,7 @@ def _f(x: Any) -> np.ndarray:
 
 
 def _bpe(op: Any) -> float:
-    from gpumodel.dtypes import bytes_per_element
+    from gpumodel.records.dtypes import bytes_per_element
 
     return float(bytes_per_element(op.dtype))
 
@@ -299,7 +299,7 @@ _PREDICTORS: dict[str, Callable[[CalibrationModel, Any], Prediction]] = {}
 
 
 def predictor(*names: OpName) -> Callable:
-    """Decorator: the model of the ops named ``names`` (members of :class:`~gpumodel.opcost.OpName`)."""
+    """Decorator: the model of the ops named ``names`` (members of :class:`~gpumodel.core.opcost.OpName`)."""
 
     def deco(func: Callable[[CalibrationModel, Any], Prediction]) -> Callable:
         for name in names:
@@ -318,10 +318,10 @@ def predicted_ops() -> list[str]:
 
 
 def predict(model: CalibrationModel, op: Any) -> Prediction:
-    """Model time of ``op`` (an :class:`~gpumodel.ops.OpCost`) on the modelled GPU.
+    """Model time of ``op`` (an :class:`~gpumodel.core.ops.OpCost`) on the modelled GPU.
 
     The op's name picks its model from the registry filled by :func:`predictor`; an op of another
-    name (a user's own :class:`~gpumodel.ops.OpCost`) is charged as a memory-bound stream.
+    name (a user's own :class:`~gpumodel.core.ops.OpCost`) is charged as a memory-bound stream.
 
     Examples
     --------
@@ -335,6 +335,7 @@ def predict(model: CalibrationModel, op: Any) -> Prediction:
 
 
 from .streams import NORM_VEC_SIZE, _memory_bound  # noqa: E402,F401  (the memory-bound kernels; registers theirs)
-from . import attention as _attention_models, composite as _composite_models  # noqa: E402,F401  (register theirs)
+from . import attention as _attention_models
+from . import composite as _composite_models
 from .gemm import (BMM_STREAM_MAX_EDGE, SPLITS, STREAM_MAX_EDGE, TILES, WHOLE_WAVE_DTYPES,  # noqa: E402,F401
                    _flops_param, _gemm, _load_alignment)  # the GEMM model (registers matmul and bmm), re-exported

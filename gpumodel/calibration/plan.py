@@ -1,7 +1,7 @@
 """What a calibration measures: the kernel cases of the quick and full plans (no torch needed).
 
 A case is a plain ``dict`` ``{"op", "kernel", "dtype", "shape"}``: ``op``, ``shape`` and ``dtype``
-are the arguments of the :mod:`gpumodel.ops` constructor named ``op``; ``kernel`` names the
+are the arguments of the :mod:`gpumodel.core.ops` constructor named ``op``; ``kernel`` names the
 PyTorch call that runs it (``mm``, ``linear``, ``bmm``, ``copy``, ``add``, ``sdpa``...).
 Random shapes come from a seeded generator, so a plan is the same on every machine.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..specs import Catalog
+from ..records.specs import Catalog
 
 __all__ = ["PriorValue", "AttentionPrior", "ArchPrior", "PRIORS", "prior_for", "list_priors"]
 
@@ -92,7 +92,7 @@ def list_priors() -> list[str]:
 
 
 def prior_for(gpu: Any) -> ArchPrior | None:
-    """The prior of a GPU's architecture (a :class:`~gpumodel.hardware.GPUSpec` or name), or ``None``.
+    """The prior of a GPU's architecture (a :class:`~gpumodel.records.gpu.GPUSpec` or name), or ``None``.
 
     Examples
     --------

@@ -5,7 +5,7 @@ driver, torch and CUDA versions, the clocks seen, the date), the measured points
 parameters of :mod:`gpumodel.calibration.model` and the fit's own error. Shipped calibrations
 live in ``specs/calibrations/*.yaml``, one per GPU, keyed by the GPU's canonical name; users
 load their own with :func:`load_calibration` and get the same validation (a
-:class:`~gpumodel.specs.SpecError` naming the file and the field). Files are written
+:class:`~gpumodel.records.specs.SpecError` naming the file and the field). Files are written
 atomically: to a temporary file in the same folder, then ``os.replace``.
 """
 
@@ -19,12 +19,12 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..specs import Catalog, SpecError, load_records
+from ..records.specs import Catalog, SpecError, load_records
 from .model import PARAMETERS, CalibrationModel, default_parameters
 
 #: parameters of records fitted to timings that counted the host's issue time (before 2026-12-04): host-time
 #: floors of one ``torch.autograd.grad`` or optimizer call. The kernel-time model prices the GPU's work alone
-#: (the host's cost is :mod:`gpumodel.hostcost`'s), so a record's values of these are dropped on loading; so is
+#: (the host's cost is :mod:`gpumodel.training.hostcost`'s), so a record's values of these are dropped on loading; so is
 #: ``strided_launch_s``, the generic elementwise kernel's extra fixed time, which its chain of dependent steps
 #: (``strided_step_s``) replaced; and ``rows_per_sm_softmax``, now the warp softmax's occupancy.
 RETIRED_PARAMETERS = frozenset({"attn_bwd_host_s", "naive_bwd_host_s", "loss_bwd_host_s", "adamw_host_s",
@@ -35,7 +35,7 @@ __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "cali
 
 
 class MeasuredPoint(BaseModel):
-    """One timed kernel: the :mod:`gpumodel.ops` constructor (``op``), its arguments, the time [s]."""
+    """One timed kernel: the :mod:`gpumodel.core.ops` constructor (``op``), its arguments, the time [s]."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -145,7 +145,7 @@ class Calibration(BaseModel):
             measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
         # a record fitted before a mechanism existed lacks its parameters: those take the datasheet default
         # (GEMM rates excepted: a dtype the record has no rate for stays unsupported)
-        from gpumodel.gpus import gpu as _gpu
+        from gpumodel.vocabulary.gpus import gpu as _gpu
 
         defaults = {k: v for k, v in default_parameters(_gpu(self.gpu)).items()
                     if k not in self.parameters and (not k.startswith("flops_") or k.endswith("_mm"))}
@@ -155,7 +155,7 @@ class Calibration(BaseModel):
 
     def efficiencies(self, gpu: Any = None) -> dict[str, float]:
         """Fitted rates as fractions of the datasheet (``flops_bf16 / peak bf16``, ``bandwidth / HBM``)."""
-        from gpumodel.gpus import gpu as _gpu
+        from gpumodel.vocabulary.gpus import gpu as _gpu
 
         g = _gpu(gpu or self.gpu) if not hasattr(gpu, "peak_flops") else gpu
         out = {"bandwidth": self.parameters["bandwidth"] / g.memory_bandwidth}
@@ -255,12 +255,12 @@ def list_calibrations() -> list[str]:
 
 
 def calibration_for(gpu: Any) -> Calibration | None:
-    """The shipped calibration of a GPU (a :class:`~gpumodel.hardware.GPUSpec` or name), or ``None``."""
+    """The shipped calibration of a GPU (a :class:`~gpumodel.records.gpu.GPUSpec` or name), or ``None``."""
     name = gpu.name if hasattr(gpu, "name") else str(gpu)
     if name in CALIBRATIONS:
         return CALIBRATIONS.get(name)
     try:
-        from gpumodel.gpus import gpu as _gpu
+        from gpumodel.vocabulary.gpus import gpu as _gpu
 
         canonical = _gpu(name).name
     except Exception:  # noqa: BLE001 - an unknown GPU simply has no calibration

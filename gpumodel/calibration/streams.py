@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gpumodel.opcost import OpName
+from gpumodel.core.opcost import OpName
 
 from .kernels import concat_steps, generic_unroll, softmax_plan, sum_plan
 from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor, queued
@@ -199,7 +199,7 @@ predictor(OpName.ELEMENTWISE, OpName.SOFTMAX, OpName.LAYER_NORM, OpName.RMS_NORM
 @predictor(OpName.FUSED)
 def _fused_op(model: CalibrationModel, op: Any) -> Prediction:
     if op.unit == "tensor":
-        from ..errors import UnsupportedError
+        from ..base.errors import UnsupportedError
 
         raise UnsupportedError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
     return _fused(model, op)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..errors import GpumodelError
+from ..base.errors import GpumodelError
 
 __all__ = ["CalibrationUnavailableError", "time_events", "host_seconds", "spin_rate", "launched_kernels",
            "device_seconds"]

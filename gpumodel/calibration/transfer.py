@@ -311,7 +311,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
-    from ..errors import UnsupportedError
+    from ..base.errors import UnsupportedError
     from ..vocabulary import resolve_gpu
     from .record import Calibration, calibration_for
 

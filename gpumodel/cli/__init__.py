@@ -4,7 +4,7 @@ Each module named in :data:`COMMANDS` defines ``register(subparsers)``, which ad
 sub-command and sets ``func`` (``args -> exit code``) on its parser.
 
 Exit codes: 0 done; 2 the input was refused (a usage error, or a
-:class:`~gpumodel.errors.GpumodelError` from the library: one line ``gpumodel CMD: error: ...`` on
+:class:`~gpumodel.base.errors.GpumodelError` from the library: one line ``gpumodel CMD: error: ...`` on
 stderr); 1 an internal error (one line naming it; set ``GPUMODEL_DEBUG=1`` for the traceback) or
 output cut short by a closed pipe (``gpumodel gpus | head -1`` ends quietly); 130 interrupted.
 """
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from gpumodel.errors import GpumodelError
+        from gpumodel.base.errors import GpumodelError
 
         if isinstance(exc, GpumodelError):
             message, code = str(exc), 2

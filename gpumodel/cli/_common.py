@@ -2,8 +2,8 @@
 
 Every option of every command that takes a count, a size in bytes or a duration is read by
 :func:`parse_count`, :func:`parse_bytes` or :func:`parse_seconds`: the package's own readers
-(:mod:`gpumodel.readable`, which the Python API uses too), whose
-:class:`~gpumodel.errors.ArgumentError` is re-raised here as one that is also an
+(:mod:`gpumodel.base.readable`, which the Python API uses too), whose
+:class:`~gpumodel.base.errors.ArgumentError` is re-raised here as one that is also an
 :class:`argparse.ArgumentTypeError`, so the functions can be given to ``add_argument(type=...)``
 directly and argparse prints their message.
 
@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from gpumodel import readable
-from gpumodel.errors import ArgumentError
+from gpumodel.base import readable
+from gpumodel.base.errors import ArgumentError
 
 __all__ = [
     "parse_count", "parse_bytes", "parse_seconds", "parse_number", "count_type", "output_path", "input_path",

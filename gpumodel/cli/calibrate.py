@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _load(path: str, option: str) -> tuple[dict, list]:
     """The measurements in a JSON-lines file, with any unreadable content reported against the option."""
     from gpumodel.calibration.fit import load_points
-    from gpumodel.errors import ArgumentError, GpumodelError
+    from gpumodel.base.errors import ArgumentError, GpumodelError
 
     input_path(path, option)
     try:
@@ -66,8 +66,8 @@ def _load(path: str, option: str) -> tuple[dict, list]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.errors import UnsupportedError
-    from gpumodel.gpus import gpu
+    from gpumodel.base.errors import UnsupportedError
+    from gpumodel.vocabulary.gpus import gpu
 
     output_path(args.out, "--out")
     if args.points:
@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     env, points = bench.run_benchmarks(mode="quick" if args.quick else "full", jsonl=args.points,
                                        show_progress=not args.no_progress)
     if args.host_out:
-        from gpumodel.calibration.host import fit_host_costs, measure_host, save_host_costs
+        from gpumodel.training.hostfit import fit_host_costs, measure_host, save_host_costs
 
         hc = fit_host_costs(measure_host("cuda", n=500 if args.quick else 2000), source=args.source)
         save_host_costs(hc, args.host_out, {"device_name": str(env.get("device_name", "")),
@@ -113,7 +113,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     slow = None
     if getattr(args, "sustained", None):
         from gpumodel.calibration.sustained import sustained_slowdown
-        from gpumodel.errors import ArgumentError
+        from gpumodel.base.errors import ArgumentError
 
         input_path(args.sustained, "--sustained")
         try:

@@ -42,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.estimate import _fmt, estimate
-    from gpumodel.roofline import roofline
-    from gpumodel.units import format_quantity as fq
+    from gpumodel.calibration.estimate import _fmt, estimate
+    from gpumodel.core.roofline import roofline
+    from gpumodel.base.units import format_quantity as fq
 
     if args.calibration:
         refuse(["--uncalibrated"] if args.uncalibrated else [], "cannot be given with --calibration")

@@ -18,7 +18,7 @@ JSON output (--json): a list with one object per GPU, SI units:
 def _gpu_epilog() -> str:
     import textwrap
 
-    from gpumodel.hardware import GPUSpec
+    from gpumodel.records.gpu import GPUSpec
 
     keys = textwrap.fill("keys (those of the GPU spec YAML): " + ", ".join(GPUSpec.model_fields) + ".",
                          width=100, initial_indent="  ", subsequent_indent="  ")
@@ -56,8 +56,8 @@ def _si_row(g) -> dict:
 
 
 def _gpus(args: argparse.Namespace) -> int:
-    from gpumodel.comparison import compare
-    from gpumodel.gpus import list_gpus
+    from gpumodel.core.comparison import compare
+    from gpumodel.vocabulary.gpus import list_gpus
 
     table = compare(list_gpus(args.vendor))
     if args.json:
@@ -68,7 +68,7 @@ def _gpus(args: argparse.Namespace) -> int:
 
 
 def _names(text: str) -> list[str]:
-    from gpumodel.errors import ArgumentError
+    from gpumodel.base.errors import ArgumentError
 
     names = [n.strip() for n in text.split(",")]
     if not all(names):
@@ -77,9 +77,9 @@ def _names(text: str) -> list[str]:
 
 
 def _gpu(args: argparse.Namespace) -> int:
-    from gpumodel.comparison import compare
-    from gpumodel.gpus import gpu
-    from gpumodel.units import format_quantity
+    from gpumodel.core.comparison import compare
+    from gpumodel.vocabulary.gpus import gpu
+    from gpumodel.base.units import format_quantity
 
     names = _names(args.name)
     if len(names) > 1:

@@ -92,7 +92,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _memory(args: argparse.Namespace) -> int:
     import gpumodel as gm
-    from gpumodel.sizing import max_batch_size
+    from gpumodel.core.sizing import max_batch_size
 
     _check_options(args)
     if args.list:
@@ -156,7 +156,7 @@ def _memory(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace, path, cfg, gpu, m, best: int, kw: dict) -> None:
     """Stacked bars for the requested batch and, when different, the largest batch that fits."""
     import gpumodel as gm
-    from gpumodel.plot_memory import plot_memory_breakdown
+    from gpumodel.plots.memory import plot_memory_breakdown
 
     runs = {f"batch {args.batch}": m}
     if best and best != args.batch:

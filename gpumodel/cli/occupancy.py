@@ -65,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.occupancy_helpers import next_occupancy_step
-    from gpumodel.occupancy_model import UNLIMITED, occupancy
+    from gpumodel.core.occupancy_helpers import next_occupancy_step
+    from gpumodel.core.occupancy import UNLIMITED, occupancy
 
     target = args.cc or args.gpu or "h100"
     static, dynamic = args.static_smem, args.smem
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     r = occupancy(target, args.threads, args.regs, static, dynamic, args.carveout)
     step = next_occupancy_step(target, args.threads, args.regs, static, dynamic, args.carveout)
     if plot:
-        from gpumodel.plot_occupancy import plot_occupancy
+        from gpumodel.plots.occupancy import plot_occupancy
 
         plot_occupancy(target, args.threads, args.regs, static, dynamic, args.carveout).savefig(plot, dpi=120)
     if args.json:

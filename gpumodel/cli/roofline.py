@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.roofline import arithmetic_intensity, roofline
-    from gpumodel.units import format_quantity as fq
+    from gpumodel.core.roofline import arithmetic_intensity, roofline
+    from gpumodel.base.units import format_quantity as fq
 
     op, gpus = build_op(args), selected_gpus(args)
     plot = output_path(args.plot, "--plot") if args.plot else None
@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace, path, op, gpus, levels) -> None:
-    from gpumodel import plot
+    from gpumodel.plots import charts as plot
 
     fig = plot.roofline(gpus, ops={op.label: op}, dtypes=[op.dtype.value if op.unit == "tensor" else "fp32"],
                         level=list(levels) if args.level == "all" else args.level, sparse=args.sparse)

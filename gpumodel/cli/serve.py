@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
                              dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, engine=args.engine)
     gpus = cap.gpus_for(args.rate) if args.rate and cap.requests_per_s > 0 else None
     if args.plot:
-        from gpumodel.serving.plot import plot_serving_curve
+        from gpumodel.plots.serving import plot_serving_curve
 
         ax = plot_serving_curve(cap)
         ax.set_title(f"{cap.model}: {args.prompt} in / {args.output} out, {cap.tp} x {cap.gpu}")

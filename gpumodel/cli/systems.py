@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _systems(args: argparse.Namespace) -> int:
-    from gpumodel.cluster.system import list_systems, system
+    from gpumodel.records.system import list_systems, system
 
     recs = [system(n) for n in list_systems(args.gpu)]
     if args.json:
@@ -37,7 +37,7 @@ def _systems(args: argparse.Namespace) -> int:
 
 
 def _system(args: argparse.Namespace) -> int:
-    from gpumodel.cluster.system import system
+    from gpumodel.records.system import system
 
     r = system(args.name)
     if args.json:

@@ -1,6 +1,6 @@
 """Training at cluster scale: systems, collectives, parallel layouts, step composition, planning.
 
-* :mod:`~gpumodel.cluster.system` — node and cloud-instance records (``gm.system``, ``gm.list_systems``).
+* :mod:`~gpumodel.records.system` — node and cloud-instance records (``gm.system``, ``gm.list_systems``).
 * :mod:`~gpumodel.cluster.collectives` — NCCL ring/tree/hierarchical collective times, nccl-tests busbw.
 * :mod:`~gpumodel.cluster.nvls` — NVLink SHARP: NCCL's NVLS and NVLS_TREE, reduced in the NVSwitch.
 * :mod:`~gpumodel.cluster.parallelism` — ``gm.Parallelism`` (dp, tp, pp, cp, ep, ZeRO, SP, virtual stages).

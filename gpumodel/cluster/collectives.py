@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from .._strenum import StrEnum
-from ..errors import ArgumentError
+from ..base.enums import StrEnum
+from ..base.errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
-from .system import Fabric, SystemSpec
+from ..records.system import Fabric, SystemSpec
 
 __all__ = ["Collective", "Algorithm", "bus_factor", "latency_steps", "collective_time", "algbw", "busbw",
            "link_bus_bandwidth", "group_bus_bandwidth", "system_collective_time", "BASE_LATENCY_S",
@@ -195,7 +195,7 @@ def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
 
 
 def link_bus_bandwidth(link) -> float:
-    """Bus bandwidth a :class:`~gpumodel.cluster.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s]."""
+    """Bus bandwidth a :class:`~gpumodel.records.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s]."""
     return float(link.bandwidth) * BUS_EFFICIENCY[link.fabric]
 
 
@@ -242,7 +242,7 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     algorithm : {"auto", "ring", "tree", "hierarchical", "nvls"}
         ``"auto"`` (default): the fastest of ring, tree and, where the system has NVLink SHARP, NVLS, as
         NCCL's tuner picks. ``"nvls"``: NVLink SHARP (NCCL's NVLS inside a node, NVLS_TREE across nodes,
-        :func:`~gpumodel.cluster.nvls.nvls_time`); an :class:`~gpumodel.errors.ArgumentError` where NCCL
+        :func:`~gpumodel.cluster.nvls.nvls_time`); an :class:`~gpumodel.base.errors.ArgumentError` where NCCL
         could not run it. ``"ring"``: one ring through all ranks, at the bus bandwidth of its slowest hop
         (:func:`group_bus_bandwidth`). ``"tree"``: the same bandwidth with ``2 ceil(log2 nodes)`` network
         steps (NCCL's tree across nodes, a chain inside). ``"hierarchical"``: reduce-scatter inside each

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..base.errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, resolve_system, scalar_or_array
 
 __all__ = ["NVLS_EFFICIENCY", "NVLS_LATENCY_S", "NVLS_TREE_HOP_LATENCY_S", "NVLS_TREE_RAIL_CAP",
@@ -140,7 +140,7 @@ def nvls_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1
         Group size, and the distance between its consecutive ranks (as
         :func:`~gpumodel.cluster.collectives.system_collective_time`).
     strict : bool
-        Raise :class:`~gpumodel.errors.ArgumentError` where NVLS is unavailable (default); when False,
+        Raise :class:`~gpumodel.base.errors.ArgumentError` where NVLS is unavailable (default); when False,
         those entries are ``inf``.
 
     Returns

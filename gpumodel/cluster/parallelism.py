@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..errors import ArgumentError
-from ..parallel_rules import divides
+from ..base.errors import ArgumentError
+from ..vocabulary.parallel_rules import divides
 from ..vocabulary import flag, nonnegative_int, positive_int
 
 __all__ = ["Parallelism"]
@@ -96,11 +96,11 @@ class Parallelism:
     def check(self, model) -> None:
         """Refuse a layout the model cannot be split into.
 
-        ``tp`` by the rule every function shares (:func:`gpumodel.parallel_rules.tensor_parallel`: it divides the
+        ``tp`` by the rule every function shares (:func:`gpumodel.vocabulary.parallel_rules.tensor_parallel`: it divides the
         heads and the MLP width, and divides the key/value heads or is a multiple of them); ``pp`` times
         ``virtual_stages`` at most the layers; ``ep`` a divisor of a mixture-of-experts model's experts.
         """
-        from ..parallel_rules import tensor_parallel
+        from ..vocabulary.parallel_rules import tensor_parallel
         from ..vocabulary import resolve_model
 
         cfg = resolve_model(model)
@@ -123,6 +123,6 @@ class Parallelism:
         return f"Parallelism({', '.join(parts)}; {self.num_gpus} GPUs)"
 
     def _repr_html_(self) -> str:
-        from .._repr import html_table
+        from ..base.reprs import html_table
 
         return html_table(f"Parallelism on {self.num_gpus} GPUs", [(k, str(v)) for k, v in self.to_dict().items()])

@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, UnsupportedError
-from ..memory import training_memory
-from ..parallel_rules import splits_model
+from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from ..core.memory import training_memory
+from ..vocabulary.parallel_rules import splits_model
 from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, positive_int, positive_number,
                           precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times

@@ -4,7 +4,7 @@ The model is cut as the engines cut it: tensor parallelism divides the attention
 key/value heads (replicated when fewer than ``tp``), the MLP width and the vocabulary; context
 parallelism divides the sequence, while each query chunk still attends to the whole sequence
 (attention time ``x cp``); expert parallelism divides the experts. The shard's kernels are those of
-:func:`gpumodel.steptime.step_kernels`, timed by :func:`gpumodel.estimate.estimate` on the GPU.
+:func:`gpumodel.training.steptime.step_kernels`, timed by :func:`gpumodel.calibration.estimate.estimate` on the GPU.
 
 ``framework="megatron"`` runs fused kernels (fused layer norm, bias-GeLU/SwiGLU, bias-dropout-add,
 fused softmax/flash attention, fused Adam): the memory-bound kernels of a layer move only the bytes
@@ -16,11 +16,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .. import ops
-from ..estimate import estimate
-from ..stepkernels import COMPUTE_DTYPE, memory_kernel
-from ..steptime import step_kernels
-from ..transformer import MLPType, TransformerConfig
+from ..core import ops
+from ..calibration.estimate import estimate
+from ..training.stepkernels import COMPUTE_DTYPE, memory_kernel
+from ..training.steptime import step_kernels
+from ..records.transformer import MLPType, TransformerConfig
 
 __all__ = ["ShardTimes", "shard_config", "shard_times"]
 
@@ -121,7 +121,7 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     embedding and the head. Attention kernels are scaled by ``cp`` (each query chunk meets every key).
     ``attention="naive"`` times attention as Megatron-LM ran it before FlashAttention (scores and
     probabilities written to device memory by batched matmuls and a fused softmax), see
-    :func:`gpumodel.ops.attention`.
+    :func:`gpumodel.core.ops.attention`.
     """
     phases, memo = {}, {}
     for layers in (1, 2):
@@ -147,7 +147,7 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     n_params = cfg.num_parameters()
     per_param = opt_one / n_params
     if fused:  # fused Adam: one pass reading p, g, m, v and writing p, m, v instead of the foreach passes
-        from ..stepkernels import OPTIMIZER_PASSES
+        from ..training.stepkernels import OPTIMIZER_PASSES
 
         traversals = sum(r + w for r, w in OPTIMIZER_PASSES[optimizer])
         per_param *= min(1.0, 7 / traversals) if optimizer in ("adamw", "adam") else 1.0

@@ -1,7 +1,7 @@
 """Training-step time of a parallel layout: the shard's kernels, the exposed communication, the bubble.
 
 One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Parallelism` on a
-:class:`~gpumodel.cluster.system.SystemSpec` is composed as the engines run it:
+:class:`~gpumodel.records.system.SystemSpec` is composed as the engines run it:
 
 * **Compute** of one micro-batch on the slowest pipeline stage, ``ceil(L / pp)`` layers plus the
   embedding and LM head (:mod:`gpumodel.cluster.shard`, the kernel model on the shard's shapes);
@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from .._strenum import StrEnum
-from ..errors import ArgumentError, DoesNotFitWarning
-from ..memory import training_memory
-from ..steptime import StepTime
+from ..base.enums import StrEnum
+from ..base.errors import ArgumentError, DoesNotFitWarning
+from ..core.memory import training_memory
+from ..training.steptime import StepTime
 from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
                           precision as _precision, resolve_model, resolve_system)
 from .collectives import system_collective_time as _coll

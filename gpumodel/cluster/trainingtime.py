@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..steptime import StepTime
+from ..training.steptime import StepTime
 from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
 
 __all__ = ["TrainingTime", "training_time", "parse_tokens"]
@@ -84,7 +84,7 @@ class TrainingTime:
                 f"MFU {self.step.mfu:.1%})")
 
     def _repr_html_(self) -> str:
-        from .._repr import html_table
+        from ..base.reprs import html_table
 
         rows = [("wall-clock", f"{self.days:.2f} days"), ("GPUs", str(self.num_gpus)), ("steps", f"{self.steps:,}"),
                 ("step", format_seconds(self.step.seconds)), ("MFU", f"{self.step.mfu:.1%}"),
@@ -128,7 +128,7 @@ def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, 
     >>> run.num_gpus, run.steps, run.power_basis
     (1, 122071, 'h200-sxm board TDP')
     """
-    from ..steptime import training_step_time
+    from ..training.steptime import training_step_time
 
     n_tokens = token_count(tokens)
     passed_on(step_options, training_step_time, "training_time",
@@ -147,7 +147,7 @@ def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, 
         power, basis = positive_number(power_per_gpu_watts, "power_per_gpu_watts"), "given"
     else:
         sysm = resolve_system(gpu_or_system, "gpu_or_system")
-        from .system import SYSTEM_CATALOG, SystemSpec
+        from ..records.system import SYSTEM_CATALOG, SystemSpec
 
         is_system = isinstance(gpu_or_system, SystemSpec) or (isinstance(gpu_or_system, str)
                                                                and gpu_or_system in SYSTEM_CATALOG)

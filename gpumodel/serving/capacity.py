@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .._repr import html_table
-from ..errors import ArgumentError
-from ..inference import inference_memory
+from ..base.reprs import html_table
+from ..base.errors import ArgumentError
+from ..core.inference import inference_memory
 from ..vocabulary import duration, format_seconds, kv_cache_dtype, positive_int, positive_number
 from .timing import resolve_serving_args, step_time
 

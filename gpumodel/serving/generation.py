@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._repr import html_table
-from ..errors import ArgumentError
+from ..base.reprs import html_table
+from ..base.errors import ArgumentError
 from ..vocabulary import format_seconds, positive_int
 from .timing import ServingTime, resolve_serving_args, step_time
 

@@ -2,9 +2,9 @@
 KV-cache write, weight-only quantised matmuls, the tensor-parallel all-reduce, and the host's cost of
 dispatching an eager op.
 
-Each function returns :class:`~gpumodel.ops.OpCost` records that :func:`gpumodel.estimate.estimate`
+Each function returns :class:`~gpumodel.core.ops.OpCost` records that :func:`gpumodel.calibration.estimate.estimate`
 times, except :func:`allreduce_time` and :data:`HOST_OP_S` (seconds). They are the ops of
-:mod:`gpumodel.ops`, so each is timed by the model of the kernels PyTorch launches for it:
+:mod:`gpumodel.core.ops`, so each is timed by the model of the kernels PyTorch launches for it:
 
 * decode and chunked-prefill attention: ``attention(..., kv_seq=)`` (flash attention with its
   split-KV decode kernels); an fp8 cache reads its keys and values at one byte;
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
-from ..dtypes import DType, bytes_per_element
+from ..core import ops
+from ..records.dtypes import DType, bytes_per_element
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
            "HOST_STEP_S"]
@@ -93,7 +93,7 @@ def matmul(m: Any, n: Any, k: Any, dtype: Any = "bf16", weight_dtype: Any = None
 
     fp8 weights with ``dtype="fp8"`` run an fp8 GEMM. int8/int4 (weight-only) keep 16-bit math and
     read ``k n`` packed weights plus a 16-bit scale per ``group_size`` (int4 also a zero point):
-    int4 as :func:`gpumodel.ops.matmul` with ``weight_dtype="int4"``, int8 as the 16-bit GEMM
+    int4 as :func:`gpumodel.core.ops.matmul` with ``weight_dtype="int4"``, int8 as the 16-bit GEMM
     streaming those bytes (module notes).
     """
     wd = DType(str(getattr(weight_dtype, "value", weight_dtype))) if weight_dtype is not None else None
@@ -120,7 +120,7 @@ def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
     """Time of one all-reduce of ``nbytes`` over the ``tp`` GPUs of one node [s] (0 when ``tp == 1``).
 
     NCCL's all-reduce as :func:`gpumodel.cluster.collectives.system_collective_time` models it on one node of
-    the GPU (:func:`gpumodel.cluster.system.node_system`: the shipped system built on it, else its NVLink or
+    the GPU (:func:`gpumodel.records.system.node_system`: the shipped system built on it, else its NVLink or
     PCIe): ring or tree with the fastest of NCCL's LL, LL128 and Simple protocols, or NVLink SHARP where the
     node has it, as NCCL's tuner picks. A decode step's all-reduces are small (``batch x hidden`` values),
     so they cost the LL protocol's latency, ``6.6 us + 2 (tp - 1) x 0.6 us`` over NVLink, more than their
@@ -133,7 +133,7 @@ def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
     15.1
     """
     from ..cluster.collectives import system_collective_time
-    from ..cluster.system import node_system
+    from ..records.system import node_system
 
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:

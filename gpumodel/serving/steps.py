@@ -14,7 +14,7 @@ add; then the final norm and the LM head on the last position of each sequence o
 
 ``engine="compiled"`` is the same step after a compiler has fused it (gpt-fast's ``torch.compile``,
 TensorRT-LLM's fused kernels), replayed as a CUDA graph: every run of norms and elementwise kernels
-between two matmul, attention or KV-write kernels becomes one kernel (:func:`gpumodel.ops.fuse`: its
+between two matmul, attention or KV-write kernels becomes one kernel (:func:`gpumodel.core.ops.fuse`: its
 external traffic once, no strided-kernel penalty, a row-wise part's floor kept).
 
 ``engine="hf"`` is Hugging Face ``generate`` in eager mode: separate q/k/v and gate/up projections, the
@@ -32,10 +32,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import ops
-from ..dtypes import DType
-from ..stepkernels import with_operands
-from ..transformer import MLPType, NormType, PositionType, TransformerConfig
+from ..core import ops
+from ..records.dtypes import DType
+from ..training.stepkernels import with_operands
+from ..records.transformer import MLPType, NormType, PositionType, TransformerConfig
 from . import kernels as K
 
 __all__ = ["Kernel", "step_kernels", "host_ops", "allreduces_per_step"]
@@ -51,7 +51,7 @@ def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: b
          operands: int | None = None) -> ops.OpCost:
     """A streaming kernel over ``numel`` elements reading/writing the given bytes per element; ``strided``:
     over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel) of ``operands``
-    tensors (:func:`gpumodel.stepkernels.memory_kernel`)."""
+    tensors (:func:`gpumodel.training.stepkernels.memory_kernel`)."""
     op = ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
     return with_operands(op, operands, write if strided else None)
 

@@ -2,7 +2,7 @@
 all-reduces and, for eager Hugging Face ``generate``, the host's dispatch time.
 
 A step on an engine that replays CUDA graphs (``engine="graph"``) costs its kernels' times
-(:func:`gpumodel.estimate.estimate`, one stream, no overlap) plus ``2 L`` all-reduces of the hidden
+(:func:`gpumodel.calibration.estimate.estimate`, one stream, no overlap) plus ``2 L`` all-reduces of the hidden
 state when ``tp > 1`` (:func:`gpumodel.serving.kernels.allreduce_time`). Eager HF ``generate``
 (``engine="hf"``) dispatches every op from Python: the GPU cannot run ahead of the host, so a step
 takes :math:`\\max(t_{kernels}, t_{host})` with :math:`t_{host} = n_{ops} \\cdot` ``HOST_OP_S`` ``+``
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .._strenum import StrEnum
-from .._repr import html_table
-from ..errors import ArgumentError
-from ..numeric import broadcastable
-from ..estimate import estimate as _estimate
+from ..base.enums import StrEnum
+from ..base.reprs import html_table
+from ..base.errors import ArgumentError
+from ..base.numeric import broadcastable
+from ..calibration.estimate import estimate as _estimate
 from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
                           weight_dtype, within_positions)
 from . import kernels as K
@@ -286,7 +286,7 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
     .. math:: t = \\sum_k n_k\\, t_k + 2 L\\, t_{AR}(b\\, s\\, h\\, e) \\quad (tp > 1)
 
     over the step's kernels :math:`k` (:mod:`gpumodel.serving.steps`), each timed by
-    :func:`gpumodel.estimate.estimate`; :math:`t_{AR}` is the ring all-reduce of the hidden state.
+    :func:`gpumodel.calibration.estimate.estimate`; :math:`t_{AR}` is the ring all-reduce of the hidden state.
 
     Examples
     --------

@@ -1,0 +1,279 @@
+"""Time estimates: how long an op takes on a GPU, calibrated where a measurement exists.
+
+:func:`estimate_time` returns seconds; :func:`estimate` returns a :class:`TimeEstimate` that
+also says which ceiling or overhead decided the time, and whether a calibration measured on
+that GPU was used. The model is :mod:`gpumodel.calibration.model` (achievable rates, tile and
+wave quantization, launch overhead, row parallelism). Its parameters come from
+
+1. the ``calibration`` argument (a :class:`~gpumodel.calibration.record.Calibration` or a YAML path),
+2. else, with ``calibrated=True``, the shipped calibration of that GPU (``specs/calibrations/``),
+   ``source="calibrated"``,
+3. else, with ``calibrated=True``, the shipped calibration carried to that GPU with its datasheet and
+   architecture priors (:mod:`gpumodel.calibration.transfer`), ``source="transferred"``,
+4. else the GPU's datasheet with the default efficiencies of
+   :data:`~gpumodel.calibration.model.DEFAULT_EFFICIENCY`, ``source="datasheet"``.
+
+For the pure datasheet ceiling (no efficiencies, no overheads) see :func:`gpumodel.core.roofline`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..base.reprs import ResultRecord
+from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from ..vocabulary import flag, format_seconds, path_argument, resolve_gpu, resolve_op
+
+from ..base.callmodule import make_callable
+
+from .model import CalibrationModel, Prediction, default_parameters, predict
+
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
+
+_BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
+
+
+def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
+    """(model, source label, description, calibration or transfer record) for a GPU record."""
+    from .record import Calibration, calibration_for, load_calibration
+    from .transfer import transfer_for
+
+    if calibration is not None:
+        if not isinstance(calibration, Calibration):
+            try:
+                path = path_argument(calibration, "calibration")
+            except ArgumentTypeError:
+                raise ArgumentTypeError(f"calibration must be a Calibration record or the path of a calibration YAML "
+                                        f"file, got {type(calibration).__name__}") from None
+        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(path))
+        if cal.gpu != g.name:
+            raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
+    elif calibrated:
+        cal = calibration_for(g)
+        if cal is None:
+            moved = transfer_for(g)
+            if moved is not None:
+                return (moved.model, "transferred", f"transferred from the {moved.reference} calibration with the "
+                        f"{moved.prior.name} priors", moved)
+    else:
+        cal = None
+    if cal is None:
+        return (CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, name=f"{g.name} datasheet",
+                                 gpu=g),
+                "datasheet", "uncalibrated: datasheet peaks x default efficiencies", None)
+    return cal.model(), "calibrated", f"calibrated on {cal.device_name}, {cal.date[:10]}", cal
+
+
+def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> tuple[CalibrationModel, str]:
+    """The model used for ``gpu`` and a description of where its parameters come from.
+
+    Calibrated (the ``calibration`` given, else the GPU's shipped one) before transferred (the shipped
+    reference calibration carried to the GPU, where its architecture has priors) before datasheet
+    (default efficiencies; also what ``calibrated=False`` asks for).
+
+    Raises
+    ------
+    ValueError
+        ``calibration`` was measured on another GPU than ``gpu``.
+
+    Examples
+    --------
+    >>> [model_for(g)[1].split(" ")[0] for g in ("h200", "a100", "v100")]
+    ['calibrated', 'transferred', 'uncalibrated:']
+    """
+    model, _, detail, _ = _resolve(resolve_gpu(gpu), flag(calibrated, "calibrated"), calibration)
+    return model, detail
+
+
+def _expected_error(record: Any, op: Any) -> Any:
+    if record is None:
+        return None
+    if hasattr(record, "expected_error"):
+        return record.expected_error(op)
+    from .fit import op_family
+
+    hit = record.validation_error.get(op_family(op))
+    return None if hit is None else hit.median
+
+
+_fmt = format_seconds  # the package's one time formatter (kept under this name for the command line)
+
+
+@dataclass(frozen=True, repr=False)
+class TimeEstimate(ResultRecord):
+    """Estimated time of an op (or a broadcast array of ops) on one GPU.
+
+    Attributes
+    ----------
+    time_s : float or ndarray
+        Estimated kernel time [s].
+    bound : str or ndarray of str
+        What decided it: ``"compute"`` (tensor/CUDA-core rate incl. tile and wave quantization),
+        ``"memory"`` (device-memory traffic), ``"launch"`` (the fixed per-launch time exceeds both),
+        ``"parallelism"`` (a row-wise kernel with too few rows to fill the SMs).
+    compute_s, memory_s, overhead_s : float or ndarray
+        The model's parts [s]: compute (incl. quantization), memory, fixed launch overhead.
+    parallelism : float or ndarray
+        Fraction of the GPU's tile (or row) slots doing useful work in the last wave.
+    calibrated : bool
+        True when the parameters were fitted to kernels of this op family (and, for GEMMs, this
+        dtype) measured on this GPU.
+    source : str
+        Which model made it: ``"calibrated"`` (fitted on this GPU), ``"transferred"`` (a calibration
+        carried from another GPU, :mod:`gpumodel.calibration.transfer`) or ``"datasheet"`` (default
+        efficiencies).
+    op : str
+        Op family.
+    gpu : str
+        GPU canonical name.
+    detail : str
+        Where the parameters come from, in words.
+    expected_error : float or None
+        Expected median relative error of ``time_s`` [1]: the calibration's validation error for
+        this op family, or for a transferred estimate that combined with its priors' uncertainty;
+        ``None`` where nothing measured backs it (datasheet).
+    kernels : float or ndarray
+        GPU kernels one call launches (a split-K GEMM's reduce kernel, split-KV attention's merge, a
+        composite's parts); ``overhead_s`` is their launches, queued back to back.
+    """
+
+    time_s: Any
+    bound: Any
+    compute_s: Any
+    memory_s: Any
+    overhead_s: Any
+    parallelism: Any
+    calibrated: bool
+    source: str
+    op: str
+    gpu: str
+    detail: str = ""
+    expected_error: Any = None
+    kernels: Any = 1.0
+
+    def __float__(self) -> float:
+        """Seconds (scalar results only)."""
+        return float(self.time_s)
+
+    def __repr__(self) -> str:
+        if np.ndim(self.time_s) == 0:
+            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.time_s)}, {self.bound}-bound; "
+                    f"compute {_fmt(self.compute_s)}, memory {_fmt(self.memory_s)}, launch {_fmt(self.overhead_s)}; "
+                    f"{self.detail or self.source})")
+        t = np.asarray(self.time_s)
+        return (f"TimeEstimate({self.op} on {self.gpu}: {t.size} configs, {_fmt(t.min())} .. {_fmt(t.max())}; "
+                f"{self.detail or self.source})")
+
+    def _repr_html_(self) -> str:
+        rows = [("time", _fmt(np.max(self.time_s)) if np.ndim(self.time_s) == 0 else repr(self)),
+                ("bound", str(self.bound)), ("source", f"{self.source}: {self.detail}" if self.detail else self.source)]
+        if self.expected_error is not None:
+            rows.append(("expected error", f"{self.expected_error:.0%}"))
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in rows)
+        return f"<table><caption>{self.op} on {self.gpu}</caption>{body}</table>"
+
+
+def _bound(pred: Prediction) -> Any:
+    c, m, o = (np.asarray(x, dtype=float) for x in (pred.compute_s, pred.memory_s, pred.overhead_s))
+    rows = np.asarray(pred.extra.get("row_limited_s", 0.0), dtype=float)
+    par = np.asarray(pred.parallelism, dtype=float)
+    parts = np.stack(np.broadcast_arrays(c, m, o, rows))
+    # the row term is part of memory_s: call it "parallelism" when it set memory_s AND row slots sat idle
+    # (too few rows to fill the SMs); with every slot busy the per-row rate is a memory-side limit
+    starved = (rows >= m) & (par < 1.0)
+    parts[1] = np.where(starved, 0.0, parts[1])
+    parts[3] = np.where(starved, m, 0.0)
+    idx = np.argmax(parts, axis=0)
+    out = _BOUNDS[idx]
+    return str(out) if out.ndim == 0 else out
+
+
+def _scalar(x: Any) -> Any:
+    arr = np.asarray(x, dtype=float)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,
+             sustained: bool = False) -> TimeEstimate:
+    """Estimate the time of ``op`` on ``gpu`` and say what decided it.
+
+    Parameters
+    ----------
+    op : OpCost
+        From :mod:`gpumodel.core.ops` (scalar or broadcast sizes).
+    gpu : GPUSpec or str
+        The GPU (a name such as ``"h200"``).
+    calibrated : bool
+        Use the GPU's shipped calibration when there is one (default). False: datasheet with
+        default efficiencies.
+    calibration : Calibration or path, optional
+        A calibration to use instead of the shipped one (must be for this GPU).
+    sustained : bool
+        Price the op inside seconds of back-to-back work (a training step), where the power limit lowers
+        the SM clock: compute rates divided by the calibration's measured ``sustained_slowdown``
+        (:meth:`CalibrationModel.sustained <gpumodel.calibration.model.CalibrationModel.sustained>`).
+        Default False: the op timed on its own, as the calibration measured it.
+
+    Returns
+    -------
+    TimeEstimate
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> est = gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100", calibrated=False)
+    >>> est.bound, est.calibrated, est.source
+    ('memory', False, 'datasheet')
+    >>> gm.estimate(gm.ops.elementwise(2**28, "bf16"), "h100").source     # no H100 calibration ships
+    'transferred'
+    """
+    op = resolve_op(op)
+    g = resolve_gpu(gpu)
+    model, label, detail, record = _resolve(g, flag(calibrated, "calibrated"), calibration)
+    if flag(sustained, "sustained"):
+        model = model.sustained()
+    pred = _predict(model, op)
+    covered = model.covers(op)
+    if model.calibrated and not covered:
+        how = "built from its parts' fitted rates" if op.name == "fused" else "default efficiencies for it"
+        detail += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
+    return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
+                        _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, label,
+                        op.name, g.name, detail, _expected_error(record, op), _scalar(pred.kernels))
+
+
+def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,
+                  sustained: bool = False) -> Any:
+    """Estimated time of ``op`` on ``gpu`` [s]: a float, or an array broadcast like the op's sizes.
+
+    See :func:`estimate` for the parameters and the result that explains the number.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> t = gm.estimate_time(gm.ops.matmul([1024, 8192], 8192, 8192), "h100", calibrated=False)
+    >>> t.shape
+    (2,)
+    >>> bool(t[1] > 7 * t[0])      # 8x the FLOPs, a bit less than 8x the time (fixed costs)
+    True
+    """
+    op = resolve_op(op)
+    model, _ = model_for(gpu, calibrated=calibrated, calibration=calibration)
+    if flag(sustained, "sustained"):
+        model = model.sustained()
+    return _scalar(_predict(model, op).time_s)
+
+
+def _predict(model: CalibrationModel, op: Any) -> Prediction:
+    """The time model's prediction; a fused op with tensor-core parts is refused (the model has no rate for it)."""
+    if op.name == "fused" and op.unit == "tensor":
+        raise UnsupportedError("op: a fused op with tensor-core parts (a matmul, an attention) has no time model; "
+                               "estimate its parts and add the times")
+    return predict(model, op)
+
+
+make_callable(__name__, estimate)

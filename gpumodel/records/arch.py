@@ -1,0 +1,195 @@
+"""Per-compute-capability limits of NVIDIA streaming multiprocessors (what occupancy is made of).
+
+An :class:`ArchLimits` record holds what the CUDA runtime's occupancy calculator knows about one
+compute capability: thread, warp and block caps per SM, the register file and how it is handed out
+(256 registers per warp), shared memory per SM and per block (default, opt-in and the driver's
+per-block reservation), the shared-memory allocation unit and the carveouts the SM can be set to.
+The data live in ``specs/arch/*.yaml``, one file per compute capability, each with its sources; a
+GPU record links to its limits through ``compute_capability``.
+
+Examples
+--------
+>>> import gpumodel as gm
+>>> a = gm.arch_limits("9.0")
+>>> a.max_warps_per_sm, a.max_blocks_per_sm, a.registers_per_sm
+(64, 32, 65536)
+>>> a.shared_memory_carveouts_kib[-3:]
+(164, 196, 228)
+>>> gm.arch_limits("h100").compute_capability      # a GPU name works too
+'9.0'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from ..base.errors import ArgumentTypeError, UnsupportedError
+from .specs import Catalog, UnknownNameError
+from ..base.units import parse_quantity
+
+__all__ = ["ArchLimits", "arch_limits", "list_archs", "load_archs", "ARCH_CATALOG", "UnknownArchError"]
+
+
+_CC_PATTERN = re.compile(r"^(\d+\.\d+|sm_?\d+)$")
+
+
+class UnknownArchError(UnknownNameError):
+    """No per-architecture limits for that compute capability."""
+
+
+def _bytes(value: object) -> int:
+    number = parse_quantity(value, "bytes")
+    if number != int(number):
+        raise ValueError(f"{value!r} is not a whole number of bytes")
+    return int(number)
+
+
+IntBytes = Annotated[int, BeforeValidator(_bytes), Field(ge=0)]
+
+
+class ArchLimits(BaseModel):
+    """Occupancy-relevant limits of one compute capability (sizes in [bytes], counts per SM).
+
+    Attributes mirror ``cudaDeviceProp`` and the tables in ``cuda_occupancy.h``:
+    ``shared_memory_per_sm`` is ``sharedMemPerMultiprocessor`` (the largest carveout),
+    ``shared_memory_per_block`` the default per-block limit (``sharedMemPerBlock``),
+    ``shared_memory_per_block_optin`` the opt-in maximum (``sharedMemPerBlockOptin``) and
+    ``reserved_shared_memory_per_block`` the driver's reservation (``reservedSharedMemPerBlock``).
+    ``barriers_per_sm`` and ``virtual_resources_per_sm`` are ``None`` where the runtime does not
+    count them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    architecture: str
+    examples: str = ""
+    warp_size: int = Field(32, gt=0)
+    max_threads_per_block: int = Field(gt=0)
+    max_threads_per_sm: int = Field(gt=0)
+    max_warps_per_sm: int = Field(gt=0)
+    max_blocks_per_sm: int = Field(gt=0)
+    registers_per_sm: int = Field(gt=0)
+    registers_per_block: int = Field(gt=0)
+    max_registers_per_thread: int = Field(gt=0, le=256)
+    register_allocation_unit: int = Field(gt=0, description="registers per allocation unit")
+    register_allocation_granularity: Literal["warp", "block"] = "warp"
+    warp_allocation_granularity: int = Field(gt=0, description="warps rounded up to this for the per-block register check")
+    sub_partitions_per_sm: int = Field(gt=0, description="SM sub-partitions (warp schedulers) sharing the register file")
+    shared_memory_per_sm: IntBytes
+    shared_memory_per_block: IntBytes
+    shared_memory_per_block_optin: IntBytes
+    max_static_shared_memory_per_block: IntBytes
+    reserved_shared_memory_per_block: IntBytes
+    shared_memory_allocation_unit: int = Field(gt=0)
+    shared_memory_carveouts_kib: tuple[int, ...] = Field(min_length=1)
+    barriers_per_sm: int | None = Field(None, gt=0)
+    virtual_resources_per_sm: int | None = Field(None, gt=0)
+    source: str = Field(min_length=3)
+    notes: str = ""
+
+    @field_validator("shared_memory_carveouts_kib")
+    @classmethod
+    def _sorted(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if list(value) != sorted(set(value)) or value[0] < 0:
+            raise ValueError("carveouts must be distinct, non-negative and ascending")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ArchLimits":
+        problems = []
+        if self.max_warps_per_sm * self.warp_size != self.max_threads_per_sm:
+            problems.append(f"max_warps_per_sm {self.max_warps_per_sm} x warp_size {self.warp_size} "
+                            f"!= max_threads_per_sm {self.max_threads_per_sm}")
+        if self.shared_memory_carveouts_kib[-1] * 1024 != self.shared_memory_per_sm:
+            problems.append(f"largest carveout {self.shared_memory_carveouts_kib[-1]} KiB != shared_memory_per_sm "
+                            f"{self.shared_memory_per_sm} bytes")
+        if not self.shared_memory_per_block <= self.shared_memory_per_block_optin <= self.shared_memory_per_sm:
+            problems.append("need shared_memory_per_block <= shared_memory_per_block_optin <= shared_memory_per_sm")
+        if self.registers_per_block > self.registers_per_sm:
+            problems.append("registers_per_block exceeds registers_per_sm")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def shared_memory_carveouts(self) -> tuple[int, ...]:
+        """Supported shared-memory carveouts [bytes], ascending."""
+        return tuple(k * 1024 for k in self.shared_memory_carveouts_kib)
+
+    @property
+    def major(self) -> int:
+        return int(self.compute_capability.split(".")[0])
+
+    @property
+    def minor(self) -> int:
+        return int(self.compute_capability.split(".")[1])
+
+    def __repr__(self) -> str:
+        return (f"ArchLimits({self.compute_capability} {self.architecture}: {self.max_warps_per_sm} warps, "
+                f"{self.max_blocks_per_sm} blocks, {self.registers_per_sm} regs, "
+                f"{self.shared_memory_per_sm // 1024} KiB smem/SM ({self.shared_memory_per_block_optin // 1024} KiB/block opt-in))")
+
+    __str__ = __repr__
+
+
+#: Shipped per-compute-capability limits plus those from ``GPUMODEL_SPEC_PATH`` and :func:`load_archs`.
+ARCH_CATALOG: Catalog[ArchLimits] = Catalog(
+    "arch", ArchLimits, key=lambda r: r.compute_capability,
+    aliases=lambda r: (f"sm_{r.compute_capability.replace('.', '')}", f"sm{r.compute_capability.replace('.', '')}"),
+    error=UnknownArchError, label="compute capability",
+)
+
+
+def arch_limits(cc_or_gpu: object) -> ArchLimits:
+    """The :class:`ArchLimits` of a compute capability ("9.0", "sm_90", ``(9, 0)``), a GPU name or a GPUSpec.
+
+    Raises
+    ------
+    UnknownArchError
+        No limits for that compute capability (the message lists the known ones).
+    UnknownGPUError
+        Neither a compute capability nor a known GPU name.
+    ValueError
+        The GPU has no compute capability (e.g. an AMD part).
+    """
+    if isinstance(cc_or_gpu, ArchLimits):
+        return cc_or_gpu
+    if isinstance(cc_or_gpu, tuple) and len(cc_or_gpu) == 2:
+        from ..vocabulary import bounded_int
+
+        major, minor = (bounded_int(int(p) if isinstance(p, str) and p.isdigit() else p, "compute capability", 0,
+                                    allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in cc_or_gpu)
+        if np.ndim(major) or np.ndim(minor):
+            raise ArgumentTypeError(f"compute capability must be a (MAJOR, MINOR) pair such as (9, 0), "
+                                    f"got {cc_or_gpu!r}")
+        cc_or_gpu = f"{int(major)}.{int(minor)}"
+    if isinstance(cc_or_gpu, (int, float)) and not isinstance(cc_or_gpu, bool):
+        cc_or_gpu = f"{float(cc_or_gpu):.1f}"
+    if isinstance(cc_or_gpu, str):
+        if _CC_PATTERN.match(cc_or_gpu.strip().lower()):
+            return ARCH_CATALOG.get(cc_or_gpu)  # an unknown one raises UnknownArchError listing the known ones
+        from ..vocabulary.gpus import gpu
+
+        cc_or_gpu = gpu(cc_or_gpu)
+    cc = getattr(cc_or_gpu, "compute_capability", "missing")
+    if cc == "missing":
+        raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {cc_or_gpu!r}")
+    if cc is None:
+        note = getattr(cc_or_gpu, "occupancy_note", None) or "no CUDA compute capability"
+        raise UnsupportedError(f"{cc_or_gpu.name} has no CUDA occupancy limits: {note}")
+    return ARCH_CATALOG.get(cc)
+
+
+def list_archs() -> list[str]:
+    """Compute capabilities with known limits, ascending ("7.0", ..., "12.0")."""
+    return sorted(ARCH_CATALOG.names(), key=lambda s: tuple(int(p) for p in s.split(".")))
+
+
+def load_archs(path, replace: bool = False) -> list[ArchLimits]:
+    """Validate the ArchLimits records in a YAML file or folder and make them known to :func:`arch_limits`."""
+    return ARCH_CATALOG.load(path, replace=replace)

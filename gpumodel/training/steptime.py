@@ -1,0 +1,316 @@
+"""Training-step time of a decoder-only transformer on one GPU: kernels on a host/device timeline.
+
+A step (one optimizer update) is written out as the kernels eager PyTorch and Hugging Face launch,
+in order (:mod:`gpumodel.training.stepplan`, :mod:`gpumodel.training.stepkernels`, :mod:`gpumodel.training.moe`: unfused norms,
+casts, rotary embedding, activations, residual adds, the fp32 loss, MoE routing and experts, the
+optimizer's passes), each kernel timed with :func:`gpumodel.calibration.estimate.estimate` (calibrated on GPUs
+that ship a calibration, the datasheet with default efficiencies elsewhere). The host dispatches
+every kernel for its per-op cost (:class:`gpumodel.training.hostcost.HostCosts`, measured on the machine by
+microbenchmarks; defaults elsewhere) and the GPU waits whenever its kernels are shorter than their
+dispatch (:func:`gpumodel.training.hostcost.timeline`). Nothing here is fitted to step times; the step-time
+measurements in ``tests/data/steptime/`` only check the result (``python bench/step_time_accuracy.py``).
+
+MFU follows Chowdhery et al. (2022, PaLM, appendix B): model FLOPs ``6 N T + 12 L h s T``
+(the attention term with causal masking counted in full, as there), over step time and the dense
+peak of the compute dtype; HFU counts the FLOPs the kernels execute, recomputation included.
+
+References
+----------
+Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, appendix B.
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+PyTorch, "Automatic Mixed Precision package - torch.amp": ops that autocast to float32 (``pow``, ``softmax``,
+``layer_norm``, ...).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import ArgumentError, DoesNotFitWarning
+from ..calibration.estimate import estimate as _estimate
+from ..core.memory import training_memory
+from .hostcost import host_costs_for, timeline
+from .stepkernels import Kernels, training_step
+from .stepplan import step_plan
+from ..records.transformer import TransformerConfig
+from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
+                         format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
+                         resolve_gpu, resolve_model)
+
+__all__ = ["StepTime", "training_step_time", "step_kernels"]
+
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Estimated time of one training step (one optimizer update).
+
+    Attributes
+    ----------
+    seconds : float
+        Step time [s]; ``float(step)`` gives it.
+    tokens_per_s : float
+        Tokens of the global batch over the step time [token/s].
+    mfu : float
+        Model FLOPs utilisation: ``model_flops / seconds / (num_gpus * peak)`` (dense peak of the compute dtype).
+    model_flops : float
+        ``6 N T + 12 L h s T`` over the global batch [FLOP].
+    breakdown : dict
+        Seconds of kernel time by phase ("forward", "backward", "recompute", "optimizer"), plus
+        "host_wait" (the GPU idle, waiting for the host's dispatch) and "sync" (synchronisation
+        round trips); the values add up to ``seconds``.
+    calibrated : bool
+        Whether a GPU calibration timed the kernels and the host's costs were measured (else datasheet
+        with default efficiencies, or default host costs).
+    kernels : int
+        Kernels launched per step in this model of the step (per GPU).
+    hardware_flops : float
+        FLOPs the hardware executes, recomputation included [FLOP].
+    hfu : float
+        Hardware FLOPs utilisation, ``hardware_flops / seconds / (num_gpus * peak)``.
+    num_gpus : int
+        GPUs the step runs on.
+    fits : bool or None
+        Whether the run fits in each GPU's memory (``training_memory`` with the same arguments);
+        None where it was not checked.
+    peak_bytes : float
+        Peak allocated bytes per GPU from ``training_memory`` [B] (nan where not checked).
+    host_bound : bool
+        Whether the GPU waits on the host's kernel launches for more than 2 % of the step.
+    host_calibrated : bool
+        Whether the host's per-op costs were measured on the host (else defaults).
+    """
+
+    seconds: float
+    tokens_per_s: float
+    mfu: float
+    model_flops: float
+    breakdown: dict = field(default_factory=dict)
+    calibrated: bool = False
+    kernels: int = 0
+    hardware_flops: float = float("nan")
+    hfu: float = float("nan")
+    num_gpus: int = 1
+    fits: bool | None = None
+    peak_bytes: float = float("nan")
+    host_bound: bool = False
+    host_calibrated: bool = False
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Throughput per GPU [token/s]."""
+        return self.tokens_per_s / self.num_gpus
+
+    def __float__(self) -> float:
+        return float(self.seconds)
+
+    def to_dict(self) -> dict:
+        """Plain fields (SI units) for JSON or a DataFrame row."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["breakdown"] = dict(self.breakdown)
+        out["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        return out
+
+    def _repr_html_(self) -> str:
+        from ..base.reprs import html_table
+        rows = [("step", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.0f}"),
+                ("MFU", f"{self.mfu:.1%}"), ("HFU", f"{self.hfu:.1%}"), ("host-bound", str(self.host_bound)),
+                ("calibrated", str(self.calibrated)), ("fits", str(self.fits))]
+        rows += [(k, format_seconds(v)) for k, v in self.breakdown.items() if v]
+        return html_table("StepTime", rows)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.breakdown.items() if v)
+        label = "calibrated" if self.calibrated else "uncalibrated"
+        label += ", host-bound" if self.host_bound else ""
+        fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
+        gpus = f" on {self.num_gpus} GPUs" if self.num_gpus > 1 else ""
+        return (f"StepTime({format_seconds(self.seconds)}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
+                f"MFU {self.mfu:.1%}, {label}{fit}; {parts})")
+
+
+def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, precision: str = "amp_bf16",
+                 optimizer: str = "adamw", checkpointing: Any = False) -> dict[str, Kernels]:
+    """The kernels of one training step: phase -> list of (op, launches per step).
+
+    Phases are "forward", "backward", "recompute" and "optimizer"; parameters are those of
+    :func:`training_step_time`. See :mod:`gpumodel.training.stepkernels` for what is counted.
+    """
+    cfg = resolve_model(model)
+    prec = _precision(precision)
+    opt = choice(Optimizer, optimizer, "optimizer")
+    batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
+    if np.ndim(batch_size) or np.ndim(seq_len):
+        raise ArgumentError("batch_size and seq_len must be scalars here; loop over a sweep of step times")
+    ckpt = checkpointing_mode(checkpointing)
+    return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL)
+
+
+def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
+                       precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
+                       fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
+                       clip_grad_norm: float | None = None, compile: bool = False,
+                       experts_implementation: str = "grouped_mm", expert_load: Any = None,
+                       calibrated: bool = True, calibration: Any = None, host: Any = None,
+                       parallelism: Any = None, framework: str = "hf") -> StepTime:
+    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
+
+    On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
+    ``parallelism``, a system (``gm.system``) or a ``framework`` other than "hf", the step of a parallel
+    layout (:func:`gpumodel.cluster.step.parallel_training_step_time`, modelled, not measured).
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec, SystemSpec or str
+        A GPU (the one-GPU model), or a system (``gm.system``) for a parallel layout.
+    batch_size, seq_len : int
+        Micro-batch size [sequences] and sequence length [tokens].
+    precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
+    optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
+    checkpointing : bool or {"none", "full", "selective"}
+        Activation checkpointing per decoder layer (``True`` means "full": the forward is recomputed in
+        the backward).
+    fused : bool
+        ``torch.optim.AdamW(..., fused=True)`` (one kernel per step; adamw, adam, sgd, sgd_momentum).
+    foreach : bool
+        ``foreach=False``: the optimizer loops over the parameter tensors (ignored when ``fused``).
+    gradient_accumulation_steps : int
+        Forward/backward passes per optimizer step.
+    clip_grad_norm : float or None
+        ``torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)`` before the optimizer step.
+    compile : bool
+        The model is ``torch.compile``d (fused memory-bound kernels, no per-op dispatch); the optimizer
+        stays eager.
+    experts_implementation : {"grouped_mm", "eager"}
+        How a MoE layer runs (transformers v5: ``grouped_mm`` by default).
+    expert_load : array of float, optional
+        Share of the routed tokens each expert receives (``num_experts`` values; balanced by default).
+    calibrated, calibration :
+        Passed to :func:`gpumodel.calibration.estimate.estimate` for the kernels.
+    host : HostCosts or path, optional
+        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
+        :data:`gpumodel.training.hostcost.DEFAULT_HOST`).
+    parallelism : Parallelism, optional
+        A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
+        PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,
+        ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
+
+    Returns
+    -------
+    StepTime
+        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.hfu``, ``.host_bound``, ``.fits`` and a ``breakdown``
+        that splits kernel time by phase from host wait. A run that does not fit in the GPU's memory still
+        gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
+
+    Notes
+    -----
+    The step is a timeline of two resources (:func:`gpumodel.training.hostcost.timeline`): the host dispatches
+    each kernel of :func:`gpumodel.training.stepplan.step_plan` for its per-op host cost, the GPU runs it for
+    its estimated time once it has been launched and the previous kernel is done, and the step ends
+    with a synchronisation. Accuracy on Hugging Face steps measured on an H200 is printed by
+    ``bench/step_time_accuracy.py``.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> st = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
+    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0 and 0.0 < st.hfu < 1.0, st.fits
+    (True, True)
+    >>> abs(sum(st.breakdown.values()) - st.seconds) < 1e-9
+    True
+    """
+    from ..cluster.step import Framework
+    from ..records.system import SYSTEM_CATALOG, SystemSpec  # a layout or a system: the cluster composition
+    fw = choice(Framework, framework, "framework")
+    if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
+            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
+        from ..cluster.step import parallel_training_step_time as _parallel
+        eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
+                 "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
+                 "expert_load": expert_load is not None, "host": host is not None}
+        given = [name for name, on in eager.items() if on]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: options of the one-GPU model of eager PyTorch; they cannot be "
+                                f"combined with a parallel layout, a system or framework={fw.value!r}")
+        return _parallel(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, calibrated=calibrated,
+                         calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
+                         parallelism=parallelism, framework=framework)
+    cfg = resolve_model(model)
+    g = resolve_gpu(gpu)
+    calibrated = flag(calibrated, "calibrated")
+    prec = _precision(precision)
+    opt = choice(Optimizer, optimizer, "optimizer")
+    fused, foreach, compile = flag(fused, "fused"), flag(foreach, "foreach"), flag(compile, "compile")
+    accum = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
+    batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
+    if np.ndim(batch_size) or np.ndim(seq_len) or np.ndim(accum):
+        raise ArgumentError("batch_size, seq_len and gradient_accumulation_steps must be scalars here; "
+                            "loop over a sweep of step times")
+    if clip_grad_norm is not None:
+        clip_grad_norm = positive_number(clip_grad_norm, "clip_grad_norm")
+    if fused and opt.value not in ("adamw", "adam", "sgd", "sgd_momentum"):
+        raise ArgumentError(f"fused=True needs optimizer 'adamw', 'adam', 'sgd' or 'sgd_momentum', got {opt.value!r}")
+    experts = choice(ExpertsImplementation, experts_implementation, "experts_implementation")
+    if expert_load is not None:
+        expert_load = np.atleast_1d(nonnegative_number(expert_load, "expert_load"))
+        if not cfg.is_moe or expert_load.shape != (cfg.num_experts,) or not expert_load.sum() > 0:
+            raise ArgumentError(f"expert_load must be {cfg.num_experts or 'no'} non-negative shares, one per expert "
+                                f"of {cfg.name} (not all zero), got {expert_load.shape[0]} values")
+    ckpt = checkpointing_mode(checkpointing)
+    hc = host_costs_for(g.name, host)
+    batch_size, seq_len, accum = int(batch_size), int(seq_len), int(accum)
+    blocks = step_plan(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL, host=hc,
+                       fused=fused, foreach=foreach, gradient_accumulation_steps=accum, clip_grad_norm=clip_grad_norm,
+                       compile=compile, experts=experts.value, expert_load=expert_load)
+    cache: dict[int, tuple[float, bool]] = {}
+
+    def device_s(op) -> tuple[float, bool]:
+        if op is None:
+            return 0.0, False
+        if id(op) not in cache:
+            est = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
+            cache[id(op)] = (float(est.time_s), bool(est.calibrated))
+        return cache[id(op)]
+
+    hosts, devices, syncs = [], [], []
+    kernel_by_phase = {"forward": 0.0, "backward": 0.0, "recompute": 0.0, "optimizer": 0.0}
+    count, hardware_flops, kernels_calibrated = 0, 0.0, False
+    for block in blocks:
+        h = np.array([k[1] for k in block.kernels], float)
+        d = np.array([device_s(k[0])[0] for k in block.kernels], float)
+        s = np.array([k[2] for k in block.kernels], bool)
+        hosts.append(np.tile(h, block.repeat))
+        devices.append(np.tile(d, block.repeat))
+        syncs.append(np.tile(s, block.repeat))
+        for (op, _h, _s), dt, phase in zip(block.kernels, d, block.phases()):
+            if op is not None:
+                kernel_by_phase[phase] += block.repeat * float(dt)
+                hardware_flops += block.repeat * float(op.flops)
+                count += block.repeat
+                kernels_calibrated = kernels_calibrated or device_s(op)[1]
+    tl = timeline(np.concatenate(hosts), np.concatenate(devices), np.concatenate(syncs), hc.item_s)
+    seconds = tl.seconds
+    breakdown = dict(kernel_by_phase, host_wait=tl.host_wait_s, sync=tl.sync_s)
+    tokens = batch_size * seq_len * accum
+    model_flops = 6.0 * cfg.active_parameters() * tokens + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len * tokens
+    peak = g.peak_flops(prec.compute_dtype.value)
+    mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
+                          checkpointing=checkpointing)
+    fits = bool(mem.total_bytes <= g.usable_memory_bytes)
+    if not fits:
+        warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "
+                      f"{mem.total_bytes / 2**30:.1f} GiB, more than the {g.usable_memory_bytes / 2**30:.1f} GiB "
+                      f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=2)
+    return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
+                    model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
+                    kernels=count, hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1,
+                    fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=bool(tl.host_wait_s > 0.02 * seconds),
+                    host_calibrated=hc.calibrated)
