@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "max_dynamic_shared_memory": "core.occupancy_helpers", "next_occupancy_step": "core.occupancy_helpers", "occupancy_curves": "core.occupancy_helpers",
     # time estimates
     "estimate_time": "calibration.estimate", "TimeEstimate": "calibration.estimate",
-    "training_step_time": "training.steptime", "StepTime": "training.steptime", "HostCosts": "training.hostcost",
+    "training_step_time": "cluster.step", "StepTime": "training.steptime", "HostCosts": "training.hostcost",
     # serving
     "prefill_time": "serving", "decode_step_time": "serving", "ServingTime": "serving",
     "generation_time": "serving", "Generation": "serving", "serving_capacity": "serving",

@@ -28,6 +28,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .errors import ArgumentError
+from .numeric import positive_number
 
 __all__ = ["parse_count", "parse_bytes", "parse_seconds", "parse_number", "token_count", "duration"]
 
@@ -166,8 +167,6 @@ def token_count(value: Any, name: str = "tokens") -> float:
     >>> token_count("1T"), token_count("15.6T"), token_count(2e9)
     (1000000000000.0, 15600000000000.0, 2000000000.0)
     """
-    from ..vocabulary import positive_number
-
     if isinstance(value, str):
         return float(parse_count(value, name, minimum=1))
     out = positive_number(value, name)
@@ -184,8 +183,6 @@ def duration(value: Any, name: str) -> float:
     >>> duration("50ms", "tpot_slo"), duration(2, "ttft_slo"), duration("1.5 min", "t")
     (0.05, 2.0, 90.0)
     """
-    from ..vocabulary import positive_number
-
     if isinstance(value, str):
         seconds = parse_seconds(value, name)
         if seconds <= 0:

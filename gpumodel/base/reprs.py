@@ -5,11 +5,34 @@ from __future__ import annotations
 import dataclasses
 import enum
 import html
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["html_table", "breakdown_html", "plain", "record_dict", "ResultRecord"]
+__all__ = ["text_table", "html_table", "breakdown_html", "plain", "record_dict", "ResultRecord"]
+
+
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align_numbers: bool = True) -> str:
+    """A plain, aligned text table; numbers right-aligned (but in the first column) unless ``align_numbers`` is false.
+
+    >>> print(text_table(["gpu", "TB/s"], [["h100-sxm", 3.35], ["a100", 2.0]]))
+    gpu       TB/s
+    --------  ----
+    h100-sxm  3.35
+    a100       2.0
+    """
+    rows = [[("" if c is None else str(c)) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def fmt(cells):
+        out = []
+        for i, c in enumerate(cells):
+            numeric = align_numbers and c[:1].isdigit() or c[:1] in "-." and c[1:2].isdigit() and align_numbers
+            out.append(c.rjust(widths[i]) if numeric and i else c.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    lines = [fmt(headers), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
+    return "\n".join(lines)
 
 
 def html_table(caption: str, rows: Iterable[tuple[str, str]]) -> str:

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..base.reprs import ResultRecord
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
-from ..vocabulary import flag, format_seconds, path_argument, resolve_gpu, resolve_op
+from ..core.opcost import resolve_op
+from ..vocabulary import flag, format_seconds, path_argument, resolve_gpu
 
 from ..base.callmodule import make_callable
 

@@ -335,7 +335,6 @@ def predict(model: CalibrationModel, op: Any) -> Prediction:
 
 
 from .streams import NORM_VEC_SIZE, _memory_bound  # noqa: E402,F401  (the memory-bound kernels; registers theirs)
-from . import attention as _attention_models
-from . import composite as _composite_models
+from . import attention as _attention_models, composite as _composite_models  # noqa: E402,F401  (register theirs)
 from .gemm import (BMM_STREAM_MAX_EDGE, SPLITS, STREAM_MAX_EDGE, TILES, WHOLE_WAVE_DTYPES,  # noqa: E402,F401
                    _flops_param, _gemm, _load_alignment)  # the GEMM model (registers matmul and bmm), re-exported

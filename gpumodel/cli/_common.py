@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from gpumodel.base import readable
 from gpumodel.base.errors import ArgumentError
+from gpumodel.base.reprs import text_table
 
 __all__ = [
     "parse_count", "parse_bytes", "parse_seconds", "parse_number", "count_type", "output_path", "input_path",
@@ -149,19 +150,5 @@ def print_json(value: Any, file=None) -> None:
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], file=None, align_numbers: bool = True) -> None:
-    """A plain, aligned text table; numbers right-aligned unless ``align_numbers`` is false."""
-    rows = [[("" if c is None else str(c)) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def fmt(cells):
-        out = []
-        for i, c in enumerate(cells):
-            numeric = align_numbers and c[:1].isdigit() or c[:1] in "-." and c[1:2].isdigit() and align_numbers
-            out.append(c.rjust(widths[i]) if numeric and i else c.ljust(widths[i]))
-        return "  ".join(out).rstrip()
-
-    out = file or sys.stdout
-    out.write(fmt(headers) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for r in rows:
-        out.write(fmt(r) + "\n")
+    """A plain, aligned text table (:func:`gpumodel.base.reprs.text_table`) written to ``file`` (stdout)."""
+    (file or sys.stdout).write(text_table(headers, rows, align_numbers) + "\n")

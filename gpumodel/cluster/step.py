@@ -53,14 +53,16 @@ import numpy as np
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..core.memory import training_memory
-from ..training.steptime import StepTime
+from ..records.system import SYSTEM_CATALOG, SystemSpec
+from ..records.transformer import TransformerConfig
+from ..training.steptime import StepTime, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
                           precision as _precision, resolve_model, resolve_system)
 from .collectives import system_collective_time as _coll
 from .parallelism import Parallelism
 from .shard import shard_config, shard_times
 
-__all__ = ["Framework", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
+__all__ = ["Framework", "training_step_time", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
 
 #: Phases of the step breakdown [s].
 PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
@@ -266,3 +268,101 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
         "hardware_flops": (cfg.num_layers * (layer_flops + rec_flops) + head_flops) * tp * m * dp * cp,
         "stage_parameters": n_stage,
     }
+
+
+def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
+                       precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
+                       fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
+                       clip_grad_norm: float | None = None, compile: bool = False,
+                       experts_implementation: str = "grouped_mm", expert_load: Any = None,
+                       calibrated: bool = True, calibration: Any = None, host: Any = None,
+                       parallelism: Any = None, framework: str = "hf") -> StepTime:
+    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
+
+    On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
+    ``parallelism``, a system (``gm.system``) or a ``framework`` other than "hf", the step of a parallel
+    layout (:func:`parallel_training_step_time`, modelled, not measured). This function chooses between the
+    two (:func:`gpumodel.training.steptime.single_gpu_step_time` is the one-GPU model).
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec, SystemSpec or str
+        A GPU (the one-GPU model), or a system (``gm.system``) for a parallel layout.
+    batch_size, seq_len : int
+        Micro-batch size [sequences] and sequence length [tokens].
+    precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
+    optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
+    checkpointing : bool or {"none", "full", "selective"}
+        Activation checkpointing per decoder layer (``True`` means "full": the forward is recomputed in
+        the backward).
+    fused : bool
+        ``torch.optim.AdamW(..., fused=True)`` (one kernel per step; adamw, adam, sgd, sgd_momentum).
+    foreach : bool
+        ``foreach=False``: the optimizer loops over the parameter tensors (ignored when ``fused``).
+    gradient_accumulation_steps : int
+        Forward/backward passes per optimizer step.
+    clip_grad_norm : float or None
+        ``torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)`` before the optimizer step.
+    compile : bool
+        The model is ``torch.compile``d (fused memory-bound kernels, no per-op dispatch); the optimizer
+        stays eager.
+    experts_implementation : {"grouped_mm", "eager"}
+        How a MoE layer runs (transformers v5: ``grouped_mm`` by default).
+    expert_load : array of float, optional
+        Share of the routed tokens each expert receives (``num_experts`` values; balanced by default).
+    calibrated, calibration :
+        Passed to :func:`gpumodel.calibration.estimate.estimate` for the kernels.
+    host : HostCosts or path, optional
+        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
+        :data:`gpumodel.training.hostcost.DEFAULT_HOST`).
+    parallelism : Parallelism, optional
+        A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
+        PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,
+        ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
+
+    Returns
+    -------
+    StepTime
+        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.hfu``, ``.host_bound``, ``.fits`` and a ``breakdown``
+        that splits kernel time by phase from host wait. A run that does not fit in the GPU's memory still
+        gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
+
+    Notes
+    -----
+    The step is a timeline of two resources (:func:`gpumodel.training.hostcost.timeline`): the host dispatches
+    each kernel of :func:`gpumodel.training.stepplan.step_plan` for its per-op host cost, the GPU runs it for
+    its estimated time once it has been launched and the previous kernel is done, and the step ends
+    with a synchronisation. Accuracy on Hugging Face steps measured on an H200 is printed by
+    ``bench/step_time_accuracy.py``.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> st = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
+    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0 and 0.0 < st.hfu < 1.0, st.fits
+    (True, True)
+    >>> abs(sum(st.breakdown.values()) - st.seconds) < 1e-9
+    True
+    """
+    fw = choice(Framework, framework, "framework")
+    if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
+            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
+        eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
+                 "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
+                 "expert_load": expert_load is not None, "host": host is not None}
+        given = [name for name, on in eager.items() if on]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: options of the one-GPU model of eager PyTorch; they cannot be "
+                                f"combined with a parallel layout, a system or framework={fw.value!r}")
+        return parallel_training_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing,
+                                           calibrated=calibrated, calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
+                                           parallelism=parallelism, framework=framework)
+    return single_gpu_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, fused=fused,
+                                foreach=foreach, gradient_accumulation_steps=gradient_accumulation_steps,
+                                clip_grad_norm=clip_grad_norm, compile=compile,
+                                experts_implementation=experts_implementation, expert_load=expert_load,
+                                calibrated=calibrated, calibration=calibration, host=host)

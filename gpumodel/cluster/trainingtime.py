@@ -128,7 +128,7 @@ def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, 
     >>> run.num_gpus, run.steps, run.power_basis
     (1, 122071, 'h200-sxm board TDP')
     """
-    from ..training.steptime import training_step_time
+    from .step import training_step_time
 
     n_tokens = token_count(tokens)
     passed_on(step_options, training_step_time, "training_time",

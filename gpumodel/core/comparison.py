@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..base.errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
-from ..base.reprs import ResultRecord
+from ..base.reprs import ResultRecord, text_table
 from ..vocabulary.gpus import all_gpus
 from ..records.gpu import GPUSpec
 from ..vocabulary import resolve_gpus
@@ -81,13 +81,7 @@ class Comparison(ResultRecord):
         return [["-" if v is None else str(v) for v in row.values()] for row in self.rows]
 
     def __repr__(self) -> str:
-        import io
-
-        from ..cli._common import print_table
-
-        buf = io.StringIO()
-        print_table(self.headers(), self._cells(), file=buf)
-        return buf.getvalue().rstrip("\n")
+        return text_table(self.headers(), self._cells())
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers())

@@ -23,9 +23,10 @@ from ..base.reprs import ResultRecord, html_table
 from ..base.enums import StrEnum
 from ..records.dtypes import DType, dtype as _dtype
 from ..base.errors import ArgumentError, ArgumentTypeError, GpumodelError, UnknownNameError
+from ..base.numeric import broadcastable, nonnegative_number, positive_int
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
-           "size_arguments"]
+           "size_arguments", "resolve_op"]
 
 
 class OpArgumentError(ArgumentError):
@@ -212,8 +213,6 @@ def _vocab(resolver: Callable[..., Any], *args: Any) -> Any:
 
 def _size(value: Any, name: str) -> Any:
     """A size argument (a positive integer or integer array, :func:`~gpumodel.vocabulary.positive_int`) as floats."""
-    from ..vocabulary import positive_int
-
     v = _vocab(positive_int, value, name)
     return float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=float)
 
@@ -221,15 +220,11 @@ def _size(value: Any, name: str) -> Any:
 def _together(**values: Any) -> None:
     """Refuse size arguments whose array shapes do not broadcast together (:func:`~gpumodel.base.numeric.broadcastable`)."""
     if sum(np.ndim(v) > 0 for v in values.values()) > 1:
-        from ..base.numeric import broadcastable
-
         _vocab(lambda: broadcastable(**values))
 
 
 def _amount(value: Any, name: str) -> Any:
     """A count that may be fractional or zero (:func:`~gpumodel.vocabulary.nonnegative_number`)."""
-    from ..vocabulary import nonnegative_number
-
     return _vocab(nonnegative_number, value, name)
 
 
@@ -288,3 +283,12 @@ def size_arguments(name: str) -> list[str]:
     """
     params = inspect.signature(_lookup(name)).parameters.values()
     return [p.name for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+def resolve_op(op: Any, name: str = "op"):
+    """An :class:`~gpumodel.core.opcost.OpCost` (the record ``gm.ops.<op>(...)`` returns); anything else is refused."""
+    if isinstance(op, OpCost):
+        return op
+    hint = f"; build one with gm.ops.{op}(...)" if isinstance(op, str) else ""
+    raise ArgumentTypeError(f"{name} must be an OpCost from gm.ops, e.g. gm.ops.matmul(4096, 4096, 4096), "
+                            f"got {type(op).__name__}{hint}")

@@ -41,7 +41,8 @@ from ..base.callmodule import make_callable
 from ..base.reprs import ResultRecord, html_table
 from ..base.errors import ArgumentError
 from ..vocabulary import broadcastable, flag, format_seconds, nonnegative_number, positive_number, resolve_gpu, \
-    resolve_op, scalar_or_array
+    scalar_or_array
+from .opcost import resolve_op
 from ..records.dtypes import DType
 from ..records.gpu import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost

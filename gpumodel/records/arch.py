@@ -28,6 +28,8 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..base.errors import ArgumentTypeError, UnsupportedError
+from ..base.numeric import bounded_int
+from .gpu import GPU_CATALOG
 from .specs import Catalog, UnknownNameError
 from ..base.units import parse_quantity
 
@@ -160,8 +162,6 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
     if isinstance(cc_or_gpu, ArchLimits):
         return cc_or_gpu
     if isinstance(cc_or_gpu, tuple) and len(cc_or_gpu) == 2:
-        from ..vocabulary import bounded_int
-
         major, minor = (bounded_int(int(p) if isinstance(p, str) and p.isdigit() else p, "compute capability", 0,
                                     allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in cc_or_gpu)
         if np.ndim(major) or np.ndim(minor):
@@ -173,9 +173,7 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
     if isinstance(cc_or_gpu, str):
         if _CC_PATTERN.match(cc_or_gpu.strip().lower()):
             return ARCH_CATALOG.get(cc_or_gpu)  # an unknown one raises UnknownArchError listing the known ones
-        from ..vocabulary.gpus import gpu
-
-        cc_or_gpu = gpu(cc_or_gpu)
+        cc_or_gpu = GPU_CATALOG.get(cc_or_gpu)
     cc = getattr(cc_or_gpu, "compute_capability", "missing")
     if cc == "missing":
         raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {cc_or_gpu!r}")

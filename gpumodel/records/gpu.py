@@ -35,8 +35,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from ..base.enums import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
+from ..base.arguments import flag
 from ..base.errors import ArgumentError, UnitError, UnsupportedError
 from ..base.units import format_quantity, parse_quantity
+from .specs import Catalog, UnknownGPUError
 
 __all__ = [
     "GPUSpec", "Peaks", "MemoryLevel", "NVLink", "Vendor", "Bytes", "BytesPerSecond", "FlopsPerSecond",
@@ -219,8 +221,6 @@ class GPUSpec(_Record):
         UnsupportedDTypeError
             The GPU has no published peak for this format (e.g. fp8 on an A100).
         """
-        from ..vocabulary import flag
-
         sparse = flag(sparse, "sparse")
         if accumulate not in (None, "fp32", "fp16"):
             raise ArgumentError(f"accumulate={accumulate!r} is not one of None, 'fp32', 'fp16'")
@@ -382,3 +382,7 @@ def _peak_problems(spec: GPUSpec):
             shown = " or ".join(f"{r:g}" for r in allowed)
             yield (f"{name} peak {value / 1e12:.1f} is not {shown} x the {ref_name} peak {ref / 1e12:.1f} TFLOP/s "
                    f"(ratio {value / ref:.3g}; the published ratio is {shown}); check dense vs sparse")
+
+
+#: Shipped GPUs plus those from ``GPUMODEL_SPEC_PATH`` and :func:`gpumodel.vocabulary.gpus.load_gpus`.
+GPU_CATALOG: Catalog[GPUSpec] = Catalog("gpus", GPUSpec, error=UnknownGPUError)

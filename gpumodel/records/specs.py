@@ -30,6 +30,7 @@ ENV_VAR = "GPUMODEL_SPEC_PATH"
 T = TypeVar("T", bound=BaseModel)
 
 
+from ..base.arguments import flag, path_argument  # noqa: E402
 from ..base.errors import ArgumentTypeError, SpecError, UnknownNameError  # noqa: E402  (re-exported)
 
 
@@ -73,7 +74,7 @@ def read_yaml(path: Path) -> object:
         raise SpecError(f"{path}: not valid YAML: {exc}") from exc
 
 
-def _describe_errors(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(record)"
@@ -98,7 +99,7 @@ def load_records(path: Path, model: type[T]) -> list[T]:
         try:
             records.append(model.model_validate(item, context={"units_required": True}))
         except ValidationError as exc:
-            raise SpecError(f"{path}: {label}: {_describe_errors(exc)}") from None
+            raise SpecError(f"{path}: {label}: {describe_errors(exc)}") from None
     return records
 
 
@@ -182,8 +183,6 @@ class Catalog(Generic[T]):
 
         All or nothing: if any record of any file is invalid or clashes with a known name, nothing is added.
         """
-        from ..vocabulary import flag, path_argument
-
         replace = flag(replace, "replace")
         path = path_argument(path, "path").expanduser()
         self._ensure()

@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from ..base.enums import StrEnum
 from ..base.errors import UnknownNameError
+from .gpu import GPU_CATALOG
 from .specs import Catalog
 from ..base.units import parse_quantity
 
@@ -144,8 +145,6 @@ class SystemSpec(_Record):
 
     @model_validator(mode="after")
     def _gpu_known(self) -> "SystemSpec":
-        from ..vocabulary.gpus import GPU_CATALOG
-
         if self.gpu_name not in GPU_CATALOG:
             raise ValueError(f"gpu {self.gpu_name!r} is not a known GPU (gm.list_gpus())")
         if self.nvlink_sharp:
@@ -160,9 +159,7 @@ class SystemSpec(_Record):
     @property
     def gpu(self):
         """The :class:`~gpumodel.records.gpu.GPUSpec` of each GPU."""
-        from ..vocabulary.gpus import gpu
-
-        return gpu(self.gpu_name)
+        return GPU_CATALOG.get(self.gpu_name)
 
     @property
     def gpu_power_watts(self) -> float:
@@ -205,9 +202,7 @@ def list_systems(gpu: str | None = None) -> list[str]:
     """Canonical names of all known systems, sorted; optionally only those built on one GPU."""
     if gpu is None:
         return SYSTEM_CATALOG.names()
-    from ..vocabulary import resolve_gpu
-
-    g = resolve_gpu(gpu).name
+    g = GPU_CATALOG.get(gpu).name
     return [s.name for s in SYSTEM_CATALOG.records() if s.gpu_name == g]
 
 
@@ -229,9 +224,7 @@ NODE_POWER_OVER_GPUS = 1.8
 def node_system(gpu, gpus_per_node: int = 8) -> SystemSpec:
     """A one-node system of a bare GPU: the shipped system built on it when there is one, else a record
     with the GPU's NVLink (or PCIe) and no network, node power ``1.8 x`` the GPUs' board power."""
-    from ..vocabulary import resolve_gpu
-
-    g = resolve_gpu(gpu)
+    g = GPU_CATALOG.get(gpu)
     known = [s for s in SYSTEM_CATALOG.records() if s.gpu_name == g.name and not s.cloud]
     if known:
         return min(known, key=lambda s: (s.gpus_per_node != 8, s.name))

@@ -302,9 +302,9 @@ class TransformerConfig(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:  # a value out of range: the record's own checks
-            from .specs import _describe_errors
+            from .specs import describe_errors
 
-            raise HFConfigError(f"the {mtype} config does not make a valid model: {_describe_errors(exc)}") from None
+            raise HFConfigError(f"the {mtype} config does not make a valid model: {describe_errors(exc)}") from None
 
 
 #: the record's sizes and counts (integer fields), refused as booleans or text

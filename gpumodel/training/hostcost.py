@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -41,7 +41,7 @@ from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, check
                          format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
                          resolve_gpu, resolve_model)
 
-__all__ = ["StepTime", "training_step_time", "step_kernels"]
+__all__ = ["StepTime", "single_gpu_step_time", "step_kernels"]
 
 
 
@@ -138,7 +138,7 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
     """The kernels of one training step: phase -> list of (op, launches per step).
 
     Phases are "forward", "backward", "recompute" and "optimizer"; parameters are those of
-    :func:`training_step_time`. See :mod:`gpumodel.training.stepkernels` for what is counted.
+    :func:`single_gpu_step_time`. See :mod:`gpumodel.training.stepkernels` for what is counted.
     """
     cfg = resolve_model(model)
     prec = _precision(precision)
@@ -150,99 +150,41 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
     return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL)
 
 
-def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
-                       precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
-                       fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
-                       clip_grad_norm: float | None = None, compile: bool = False,
-                       experts_implementation: str = "grouped_mm", expert_load: Any = None,
-                       calibrated: bool = True, calibration: Any = None, host: Any = None,
-                       parallelism: Any = None, framework: str = "hf") -> StepTime:
-    """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
+def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
+                         precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
+                         fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
+                         clip_grad_norm: float | None = None, compile: bool = False,
+                         experts_implementation: str = "grouped_mm", expert_load: Any = None,
+                         calibrated: bool = True, calibration: Any = None, host: Any = None) -> StepTime:
+    """The step of eager PyTorch / Hugging Face on one GPU, on a host/device timeline.
 
-    On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
-    ``parallelism``, a system (``gm.system``) or a ``framework`` other than "hf", the step of a parallel
-    layout (:func:`gpumodel.cluster.step.parallel_training_step_time`, modelled, not measured).
+    The one-GPU model behind :func:`gpumodel.training_step_time` (which chooses between it and the
+    parallel layouts of :mod:`gpumodel.cluster.step`); the arguments are those of that function.
 
     Parameters
     ----------
-    model : TransformerConfig, str or dict
-        A config, a preset name (``gm.model``) or a Hugging Face config dict.
-    gpu : GPUSpec, SystemSpec or str
-        A GPU (the one-GPU model), or a system (``gm.system``) for a parallel layout.
+    model : TransformerConfig or str
+        The model (a record, or a preset name).
+    gpu : GPUSpec or str
+        The GPU (a record, or a name).
     batch_size, seq_len : int
         Micro-batch size [sequences] and sequence length [tokens].
-    precision : {"amp_bf16", "amp_fp16", "bf16", "fp16", "fp32"}
-    optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
-    checkpointing : bool or {"none", "full", "selective"}
-        Activation checkpointing per decoder layer (``True`` means "full": the forward is recomputed in
-        the backward).
-    fused : bool
-        ``torch.optim.AdamW(..., fused=True)`` (one kernel per step; adamw, adam, sgd, sgd_momentum).
-    foreach : bool
-        ``foreach=False``: the optimizer loops over the parameter tensors (ignored when ``fused``).
-    gradient_accumulation_steps : int
-        Forward/backward passes per optimizer step.
-    clip_grad_norm : float or None
-        ``torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)`` before the optimizer step.
-    compile : bool
-        The model is ``torch.compile``d (fused memory-bound kernels, no per-op dispatch); the optimizer
-        stays eager.
-    experts_implementation : {"grouped_mm", "eager"}
-        How a MoE layer runs (transformers v5: ``grouped_mm`` by default).
-    expert_load : array of float, optional
-        Share of the routed tokens each expert receives (``num_experts`` values; balanced by default).
-    calibrated, calibration :
-        Passed to :func:`gpumodel.calibration.estimate.estimate` for the kernels.
-    host : HostCosts or path, optional
-        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
-        :data:`gpumodel.training.hostcost.DEFAULT_HOST`).
-    parallelism : Parallelism, optional
-        A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
-        PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,
-        ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
-    framework : {"hf", "megatron", "fsdp", "deepspeed"}
-        The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
+    precision, optimizer, checkpointing, fused, foreach, gradient_accumulation_steps, clip_grad_norm, compile, \
+experts_implementation, expert_load, calibrated, calibration, host :
+        As in :func:`gpumodel.training_step_time`.
 
     Returns
     -------
     StepTime
-        ``.seconds``, ``.tokens_per_s``, ``.mfu``, ``.hfu``, ``.host_bound``, ``.fits`` and a ``breakdown``
-        that splits kernel time by phase from host wait. A run that does not fit in the GPU's memory still
-        gets a time, with ``fits=False`` and a :class:`DoesNotFitWarning`.
+        The step's time [s], throughput, MFU and HFU, and what decided them.
 
     Notes
     -----
     The step is a timeline of two resources (:func:`gpumodel.training.hostcost.timeline`): the host dispatches
     each kernel of :func:`gpumodel.training.stepplan.step_plan` for its per-op host cost, the GPU runs it for
     its estimated time once it has been launched and the previous kernel is done, and the step ends
-    with a synchronisation. Accuracy on Hugging Face steps measured on an H200 is printed by
-    ``bench/step_time_accuracy.py``.
-
-    Examples
-    --------
-    >>> import gpumodel as gm
-    >>> st = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
-    >>> 0.05 < st.seconds < 1.0 and 0.0 < st.mfu < 1.0 and 0.0 < st.hfu < 1.0, st.fits
-    (True, True)
-    >>> abs(sum(st.breakdown.values()) - st.seconds) < 1e-9
-    True
+    with a synchronisation.
     """
-    from ..cluster.step import Framework
-    from ..records.system import SYSTEM_CATALOG, SystemSpec  # a layout or a system: the cluster composition
-    fw = choice(Framework, framework, "framework")
-    if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
-            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
-        from ..cluster.step import parallel_training_step_time as _parallel
-        eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
-                 "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
-                 "expert_load": expert_load is not None, "host": host is not None}
-        given = [name for name, on in eager.items() if on]
-        if given:
-            raise ArgumentError(f"{', '.join(given)}: options of the one-GPU model of eager PyTorch; they cannot be "
-                                f"combined with a parallel layout, a system or framework={fw.value!r}")
-        return _parallel(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, calibrated=calibrated,
-                         calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
-                         parallelism=parallelism, framework=framework)
     cfg = resolve_model(model)
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import os
 
-from ..records.gpu import GPUSpec
-from ..records.specs import Catalog, UnknownGPUError
+from ..base.arguments import choice
+from ..records.gpu import GPU_CATALOG, GPUSpec, Vendor
 
 __all__ = ["gpu", "list_gpus", "load_gpus", "all_gpus", "GPU_CATALOG"]
-
-#: Shipped GPUs plus those from ``GPUMODEL_SPEC_PATH`` and :func:`load_gpus`.
-GPU_CATALOG: Catalog[GPUSpec] = Catalog("gpus", GPUSpec, error=UnknownGPUError)
-
 
 def gpu(name: str | GPUSpec) -> GPUSpec:
     """The GPU record called ``name`` (case-insensitive; aliases such as "h100", "4090", "a100").
@@ -36,9 +32,6 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
 def list_gpus(vendor: str | None = None) -> list[str]:
     """Canonical names of all known GPUs, sorted; optionally only one vendor's ("nvidia", "amd")."""
     if vendor is not None:
-        from ..records.gpu import Vendor
-        from . import choice
-
         vendor = choice(Vendor, vendor, "vendor")
     return [g.name for g in all_gpus() if vendor is None or g.vendor == vendor]
 

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError
-from . import deprecated_alias, nonnegative_int, positive_int
+from ..base.arguments import deprecated_alias
+from ..base.numeric import nonnegative_int, positive_int
 
 __all__ = ["divides", "tensor_parallel", "splits_model", "parallel_degrees"]
 

@@ -1,0 +1,201 @@
+"""Precisions, number formats of weights and KV caches, optimizers and recomputation modes: the training and
+serving options' vocabulary.
+
+Examples
+--------
+>>> from gpumodel.vocabulary.precision import precision
+>>> p = precision("amp_bf16")
+>>> p.param_dtype.value, p.compute_dtype.value, p.is_amp
+('fp32', 'bf16', True)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..base.arguments import choice, flag
+from ..base.enums import StrEnum
+from ..base.errors import ArgumentError
+from ..records.dtypes import DType, UnknownDTypeError, dtype as _dtype
+
+__all__ = ["Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
+           "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode"]
+
+
+# ---------------------------------------------------------------------------------------------- precisions
+@dataclass(frozen=True)
+class Precision:
+    """A training precision mode: which number format each tensor of a step is kept in.
+
+    Attributes
+    ----------
+    name : str
+        The name users type: ``"fp32"``, ``"amp_bf16"``, ``"amp_fp16"``, ``"bf16"``, ``"fp16"``.
+    param_dtype : DType
+        Weights, gradients and optimizer states (fp32 master weights under autocast).
+    compute_dtype : DType
+        Inputs and outputs of the matmuls and attention (what autocast casts to).
+    residual_dtype : DType
+        The residual stream, norms and the loss's input (fp32 under autocast).
+    """
+
+    name: str
+    param_dtype: DType
+    compute_dtype: DType
+    residual_dtype: DType
+
+    @property
+    def is_amp(self) -> bool:
+        """Whether the mode is autocast over fp32 parameters (``torch.autocast``)."""
+        return self.name.startswith("amp_")
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per parameter, gradient and (for Adam-like optimizers) state element [B]."""
+        return int(_BYTES[self.param_dtype])
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of a matmul output [B]."""
+        return int(_BYTES[self.compute_dtype])
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per element of the residual stream [B]."""
+        return int(_BYTES[self.residual_dtype])
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_BYTES = {DType.FP32: 4, DType.BF16: 2, DType.FP16: 2}
+
+#: The training precision modes, by the name users type.
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", DType.FP32, DType.FP32, DType.FP32),
+    "amp_bf16": Precision("amp_bf16", DType.FP32, DType.BF16, DType.FP32),
+    "amp_fp16": Precision("amp_fp16", DType.FP32, DType.FP16, DType.FP32),
+    "bf16": Precision("bf16", DType.BF16, DType.BF16, DType.BF16),
+    "fp16": Precision("fp16", DType.FP16, DType.FP16, DType.FP16),
+}
+
+
+def precision(value: Any, name: str = "precision") -> Precision:
+    """The :class:`Precision` a training-precision argument names.
+
+    Accepts a :class:`Precision`, one of the names in :data:`PRECISIONS`, or a dtype name that
+    :func:`gpumodel.dtype` reads as fp32, bf16 or fp16 (``"torch.bfloat16"`` means pure bf16).
+    """
+    if isinstance(value, Precision):
+        return value
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in PRECISIONS:
+            return PRECISIONS[key]
+        try:
+            dt = _dtype(key)
+        except UnknownDTypeError:
+            dt = None
+        if dt is not None and dt.value in PRECISIONS:
+            return PRECISIONS[dt.value]
+    raise ArgumentError(f"{name}={value!r} is not one of {', '.join(map(repr, PRECISIONS))}")
+
+
+#: Number formats a model's weights may be stored in for inference (int8/int4 are weight-only).
+WEIGHT_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8, DType.INT4)
+
+
+def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = WEIGHT_DTYPES) -> DType:
+    """The :class:`~gpumodel.records.dtypes.DType` an inference ``dtype``/``kv_dtype`` argument names.
+
+    Accepts every spelling :func:`gpumodel.dtype` does (``"bf16"``, ``"bfloat16"``, ``"torch.bfloat16"``).
+    """
+    try:
+        dt = _dtype(value)
+    except (UnknownDTypeError, TypeError, AttributeError):
+        dt = None
+    if dt == DType.FP8_E4M3:
+        dt = DType.FP8
+    if dt is None or dt not in allowed:
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in allowed)}")
+    return dt
+
+
+#: Number formats of a KV cache. ``inference_memory`` sizes all of them; the serving time model
+#: (``prefill_time``, ``decode_step_time``, ``generation_time``, ``serving_capacity``) has attention and
+#: cache-write kernels for the floating-point ones only (:data:`TIMED_KV_DTYPES`): an int8 cache would need
+#: its own kernel model (quantising writes, dequantising attention reads).
+KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8)
+TIMED_KV_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.FP8)
+
+
+def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed: bool = False) -> DType:
+    """The :class:`~gpumodel.records.dtypes.DType` of a KV cache: the one rule of ``kv_dtype`` arguments.
+
+    ``None`` means the activations' format: fp32 with fp32 weights, else bf16 (the weights' ``dtype``
+    is the resolved one). With ``timed`` (the serving time model) only :data:`TIMED_KV_DTYPES` are taken.
+
+    >>> kv_cache_dtype(None, DType.BF16).value, kv_cache_dtype("float8_e4m3fn", DType.BF16).value
+    ('bf16', 'fp8')
+    >>> kv_cache_dtype("int8", DType.BF16, timed=True)
+    Traceback (most recent call last):
+    ...
+    gpumodel.base.errors.ArgumentError: kv_dtype='int8' is not one of 'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has no int8 KV-cache kernels (inference_memory sizes an int8 cache)
+    """
+    if value is None:
+        return DType.FP32 if weights == DType.FP32 else DType.BF16
+    dt = weight_dtype(value, name, KV_DTYPES)
+    flag(timed, "timed")
+    if timed and dt not in TIMED_KV_DTYPES:
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in TIMED_KV_DTYPES)} here: "
+                            f"the serving time model has no {dt.value} KV-cache kernels (inference_memory sizes an "
+                            f"{dt.value} cache)")
+    return dt
+
+
+# ---------------------------------------------------------------------------------------------- training options
+class Optimizer(StrEnum):
+    """Optimizers, valued by the names users type (lower-case member names are kept as aliases)."""
+
+    ADAMW = "adamw"
+    ADAM = "adam"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd_momentum"
+    ADAFACTOR = "adafactor"
+    ADAMW_8BIT = "adamw_8bit"
+    adamw, adam, sgd, sgd_momentum, adafactor, adamw_8bit = ADAMW, ADAM, SGD, SGD_MOMENTUM, ADAFACTOR, ADAMW_8BIT
+
+
+class Checkpointing(StrEnum):
+    """Activation recomputation: none, full (every decoder layer) or selective (attention's core only)."""
+
+    NONE = "none"
+    FULL = "full"
+    SELECTIVE = "selective"
+    none, full, selective = NONE, FULL, SELECTIVE
+
+
+class ExpertsImplementation(StrEnum):
+    """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
+
+    GROUPED_MM = "grouped_mm"
+    EAGER = "eager"
+
+
+def checkpointing_mode(value: Any, name: str = "checkpointing") -> Checkpointing:
+    """``False``/``True`` or a :class:`Checkpointing` name; ``True`` means ``"full"``.
+
+    >>> checkpointing_mode("none"), checkpointing_mode(True)
+    (<Checkpointing.NONE: 'none'>, <Checkpointing.FULL: 'full'>)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return Checkpointing.FULL if value else Checkpointing.NONE
+    if value is None:
+        return Checkpointing.NONE
+    return choice(Checkpointing, value, name)
