@@ -466,7 +466,7 @@ MODEL_GPU_CALLS.update({
     "rank_gpus": (lambda m, g: [p.num_gpus for p in gm.rank_gpus(m, 2, 128, gpus=[g])]),
     "decode_step_time": (lambda m, g: float(gm.decode_step_time(m, g, batch_size=2, context_len=128))),
     "training_time": (lambda m, g: gm.training_time(m, g, 1e9, 2, 128).seconds),
-    "required_bytes": (lambda m, g: float(gm.sizing.required_bytes(m, 2, 128))),
+    "required_bytes": (lambda m, g: float(gm.core.sizing.required_bytes(m, 2, 128))),
 })
 #: one number out of each function that takes a GPU alone (a name, an alias or a record)
 GPU_CALLS = {

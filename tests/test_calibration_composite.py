@@ -182,7 +182,7 @@ def test_naive_attention_backward_is_its_kernels_alone(model):
 
 def test_bmm_with_a_128_edge_streams(model):
     """``bmm(32, 2048, 2048, 128)`` (measured 89 us on the H200, 3.4 TB/s of its 302 MB) runs as a stream."""
-    from gpumodel.calibration.model import BMM_STREAM_MAX_EDGE
+    from gpumodel.calibration.gemm import BMM_STREAM_MAX_EDGE
 
     p = model.params
     op = gm.ops.bmm(32, 2048, 2048, 128)
@@ -197,7 +197,7 @@ def test_a_gemm_within_one_row_of_tiles_streams_its_weights():
     """A served batch's projection (m = 128 tokens, a 24576 x 6144 bf16 weight of 302 MB; measured 84 us on the
     H200, 3.6 TB/s) reads its weights once: the largest tile (256) covers m, so it may run as a stream."""
     from gpumodel.calibration import calibration_for
-    from gpumodel.calibration.model import STREAM_MAX_EDGE, TILES
+    from gpumodel.calibration.gemm import STREAM_MAX_EDGE, TILES
 
     model = calibration_for("h200").model()
     p = model.params

@@ -47,7 +47,7 @@ import numpy as np
 from gpumodel.records.dtypes import bytes_per_element
 from gpumodel.core.opcost import OpName
 
-from .model import CalibrationModel, Prediction, _f, _soft_max, predictor, queued
+from .predictors import CalibrationModel, Prediction, farray, predictor, queued, soft_max
 
 __all__ = ["num_splits", "decode_splits", "flash_tiles", "bwd_side_bytes", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
 
@@ -102,7 +102,7 @@ def num_splits(tiles: Any, sm_count: int, kv_blocks: Any, max_splits: int = MAX_
     >>> int(num_splits(132, 132, 32))     # the tiles fill the SMs: no split
     1
     """
-    tiles, kv_blocks = np.broadcast_arrays(_f(tiles), _f(kv_blocks))
+    tiles, kv_blocks = np.broadcast_arrays(farray(tiles), farray(kv_blocks))
     cap = np.minimum(np.minimum(float(max_splits), float(sm_count)), kv_blocks)
     effs = []
     for s in range(1, max_splits + 1):
@@ -129,7 +129,7 @@ def decode_splits(tiles: Any, sm_count: int, kv_seq: Any) -> np.ndarray:
     >>> int(decode_splits(8, 132, 512)), int(decode_splits(8, 132, 558))
     (1, 4)
     """
-    tiles, kv_seq = np.broadcast_arrays(_f(tiles), _f(kv_seq))
+    tiles, kv_seq = np.broadcast_arrays(farray(tiles), farray(kv_seq))
     cap = np.minimum(DECODE_CTAS_PER_SM * sm_count / np.maximum(tiles, 1.0), np.floor(kv_seq / DECODE_BLOCK_N))
     pow2 = 2.0 ** np.floor(np.log2(np.maximum(cap, 1.0)))
     return np.where((kv_seq > DECODE_SPLIT_MIN_KEYS) & (tiles <= sm_count / 2), pow2, 1.0)
@@ -138,8 +138,8 @@ def decode_splits(tiles: Any, sm_count: int, kv_seq: Any) -> np.ndarray:
 def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
     """Tiles, splits and rows per tile of a flash-attention forward (see the module notes)."""
     s = op.shape
-    b, h, seq, d = _f(s["batch"]), _f(s["heads"]), _f(s["seq"]), _f(s["head_dim"])
-    kvh, skv = _f(s.get("kv_heads", s["heads"])), _f(s.get("kv_seq", s["seq"]))
+    b, h, seq, d = farray(s["batch"]), farray(s["heads"]), farray(s["seq"]), farray(s["head_dim"])
+    kvh, skv = farray(s.get("kv_heads", s["heads"])), farray(s.get("kv_seq", s["seq"]))
     decode = (seq == 1) & (skv > 1)
     packed = decode & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
     rows, heads = np.where(packed, h / kvh, seq), np.where(packed, kvh, h)
@@ -170,7 +170,7 @@ def bwd_side_bytes(op: Any) -> np.ndarray:
     """
     s = op.shape
     e = float(bytes_per_element(op.dtype))
-    return (8.0 + 3.0 * e) * _f(s["batch"]) * _f(s["heads"]) * _f(s["seq"]) * _f(s["head_dim"])
+    return (8.0 + 3.0 * e) * farray(s["batch"]) * farray(s["heads"]) * farray(s["seq"]) * farray(s["head_dim"])
 
 
 @predictor(OpName.ATTENTION)
@@ -182,8 +182,8 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         return math_attention(model, op) if impl == "math" else naive_attention(model, op)
     p, P = model.params, float(model.sm_count)
     s = op.shape
-    b, h, seq = _f(s["batch"]), _f(s["heads"]), _f(s["seq"])
-    skv = _f(s.get("kv_seq", s["seq"]))
+    b, h, seq = farray(s["batch"]), farray(s["heads"]), farray(s["seq"])
+    skv = farray(s.get("kv_seq", s["seq"]))
     causal = bool(s.get("causal", False))
     bwd = bool(s.get("backward", False))
     # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
@@ -215,16 +215,16 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     else:  # a tile computes all its query rows: fewer queries than a tile's rows (a short chunk) still cost the tile
         block = np.where(splits > 1, SPLIT_BLOCK_M, BLOCK_M)
         pad = np.where(seq > 1, np.ceil(k["rows"] / block) * block / np.maximum(k["rows"], 1.0), 1.0)
-    per_sm = pad * _soft_max(_f(op.flops) * (frac / op_frac) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
+    per_sm = pad * soft_max(farray(op.flops) * (frac / op_frac) / rate, scores / p[f"attn_score_rate_{d}"], p["attn_overlap_p"])
     per_tile = resident * per_sm * P / np.maximum(tiles, 1.0)
     if not bwd and "attn_kv_block_s" in p:
         # a forward tile walks its key blocks one after another (load K, scores, softmax, load V, P V): with few
         # rows a tile (decode, a short chunk) each block's latency, not its math, sets the pace
-        hd = _f(s["head_dim"])
+        hd = farray(s["head_dim"])
         kv_block = np.where(decode, float(DECODE_BLOCK_N),
                             np.where(splits > 1, _kv_block(hd), np.where(fa2, _fa2_kv_block(hd), float(BLOCK_M))))
         blocks = np.ceil(np.ceil(skv * frac / kv_block) / splits)
-        per_tile = _soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
+        per_tile = soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
     overhead = p[f"attn_tile_overhead_{d}_s"]
     if not bwd and "attn_tile_overhead_fa2_s" in p:  # FlashAttention-2's kernels: their own fixed time a tile
         overhead = np.where(fa2, p["attn_tile_overhead_fa2_s"], overhead)
@@ -238,7 +238,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         t_c = np.where((seq == skv) & (tiles > slots), np.maximum(longest, spread), np.maximum(t_c, longest))
     t_c = t_c + waves * overhead
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
-    t_m = _f(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
+    t_m = farray(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
                                     np.minimum(tiles, P) * p["sm_bandwidth"])
     # FlashAttention-2's kernels over a longer cache (decode, chunks) stream a tile's keys only once its fixed work
     # is done (no warp specialisation): their tile time and the cache stream add; cuDNN's square-attention kernels
@@ -246,7 +246,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     body = np.where((fa2 | decode) & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
     # split-KV: + the combine kernel; cuDNN's square forward (never split): a Memset, then the fprop kernel
     kernels = BWD_KERNELS if bwd else np.where(fa2 | decode, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
-    combine = np.where(splits > 1, b * h * seq * _f(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
+    combine = np.where(splits > 1, b * h * seq * farray(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     # the backward's dot(dO, O) before its main kernel and the dQ conversion after it: memory-bound, in series
     side = bwd_side_bytes(op) / p["bandwidth"] if bwd else 0.0

@@ -56,8 +56,8 @@ from gpumodel.records.dtypes import bytes_per_element
 from gpumodel.core.opcost import OpName
 
 from .kernels import softmax_plan
-from .model import CalibrationModel, Prediction, _f, _soft_max, predict, predictor
-from .streams import _memory_bound
+from .predictors import CalibrationModel, Prediction, dispatch, farray, predictor, soft_max
+from .streams import memory_bound
 
 __all__ = ["naive_attention", "math_attention", "WEIGHT_ONLY_PATH", "EMBEDDING_SORT_MIN_TOKENS", "NLL_THREADS"]
 
@@ -74,7 +74,7 @@ WEIGHT_ONLY_PATH = {"int8": "weight_int8pack_mm", "int4": "weight_int4pack_mm", 
 
 
 def _t(model: CalibrationModel, op: Any) -> np.ndarray:
-    return _f(predict(model, op).time_s)
+    return farray(dispatch(model, op).time_s)
 
 
 def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
@@ -82,10 +82,10 @@ def _sum(model: CalibrationModel, parts: list) -> tuple[np.ndarray, ...]:
     pieces (one a part, each priced as launched alone) and the GPU kernels they launch."""
     total = compute = memory = launch = kernels = 0.0
     for part in parts:
-        pred = predict(model, part)
-        total, launch = total + _f(pred.time_s), launch + _f(pred.overhead_s)
-        compute, memory = compute + _f(pred.compute_s), memory + _f(pred.memory_s)
-        kernels = kernels + _f(pred.kernels)
+        pred = dispatch(model, part)
+        total, launch = total + farray(pred.time_s), launch + farray(pred.overhead_s)
+        compute, memory = compute + farray(pred.compute_s), memory + farray(pred.memory_s)
+        kernels = kernels + farray(pred.kernels)
     return (*(np.asarray(x, dtype=float) for x in (total, compute, memory, launch)), float(len(parts)),
             np.asarray(kernels, dtype=float))
 
@@ -100,7 +100,7 @@ def _pred(model: CalibrationModel, total: Any, compute: Any, memory: Any, launch
     ``(pieces - 1) x (launch_s - kernel_gap_s)`` comes off.
     """
     p = model.params
-    pieces, kernels = _f(pieces) + _f(extra_kernels), _f(kernels) + _f(extra_kernels)
+    pieces, kernels = farray(pieces) + farray(extra_kernels), farray(kernels) + farray(extra_kernels)
     saved = np.maximum(pieces - 1.0, 0.0) * (p["launch_s"] - p.get("kernel_gap_s", p["launch_s"]))
     total = np.asarray(total + extra_s, dtype=float) - saved
     launch = np.broadcast_to(np.asarray(launch + extra_launch_s, dtype=float) - saved, total.shape)
@@ -117,9 +117,9 @@ def _softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any)
     The row stays in registers, so the extra read costs time only where the traffic sets it: the larger of the
     forward's time (its passes over each row) and 3/2 of its bytes at the softmax's bandwidth."""
     op = ops.softmax(rows, cols, dtype)
-    pred, p = predict(model, op), model.params
-    traffic = 1.5 * _f(op.bytes) / (p["bandwidth"] * p.get("bw_eff_softmax", 1.0))
-    return _f(pred.overhead_s) + np.maximum(_f(pred.time_s) - _f(pred.overhead_s), traffic)
+    pred, p = dispatch(model, op), model.params
+    traffic = 1.5 * farray(op.bytes) / (p["bandwidth"] * p.get("bw_eff_softmax", 1.0))
+    return farray(pred.overhead_s) + np.maximum(farray(pred.time_s) - farray(pred.overhead_s), traffic)
 
 
 def _attention_softmax_backward(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> np.ndarray:
@@ -128,8 +128,8 @@ def _attention_softmax_backward(model: CalibrationModel, rows: Any, cols: Any, d
     ``cunn_SoftMaxBackward(Smem)``, a block per row, which streams ``dY`` and ``Y`` in and ``dX`` out
     (not the forward's per-element register kernel)."""
     warp = _softmax_backward(model, rows, cols, dtype)
-    stream = _t(model, ops.elementwise(_f(rows) * _f(cols), dtype, inputs=2, outputs=1))
-    fits = (_f(cols) <= SOFTMAX_WARP_BWD_MAX_COLS) & (_f(cols) * bytes_per_element(dtype) <= 4096)
+    stream = _t(model, ops.elementwise(farray(rows) * farray(cols), dtype, inputs=2, outputs=1))
+    fits = (farray(cols) <= SOFTMAX_WARP_BWD_MAX_COLS) & (farray(cols) * bytes_per_element(dtype) <= 4096)
     return np.where(fits, warp, stream)
 
 
@@ -138,15 +138,15 @@ def _masked_fill(model: CalibrationModel, n: Any, dt: Any) -> list:
     ``masked_fill_`` as a non-vectorised ``elementwise_kernel<128, 4>`` (the mask is broadcast over batch and
     heads, so each element's offsets are computed: a strided elementwise op, bound by ``strided_elem_rate``
     unless its traffic takes longer). Returns ``[kernels priced as ops, extra seconds, extra launch seconds]``."""
-    fill = predict(model, ops.elementwise(n, dt, strided=True))
-    return [ops.elementwise(n, dt), _f(fill.time_s), _f(fill.overhead_s)]
+    fill = dispatch(model, ops.elementwise(n, dt, strided=True))
+    return [ops.elementwise(n, dt), farray(fill.time_s), farray(fill.overhead_s)]
 
 
 def naive_attention(model: CalibrationModel, op: Any) -> Prediction:
     """Naive attention as the sum of its kernels (module notes)."""
     s, dt, p = op.shape, op.dtype, model.params
-    bh = _f(s["batch"]) * _f(s["heads"])
-    seq, skv, d = _f(s["seq"]), _f(s.get("kv_seq", s["seq"])), _f(s["head_dim"])
+    bh = farray(s["batch"]) * farray(s["heads"])
+    seq, skv, d = farray(s["seq"]), farray(s.get("kv_seq", s["seq"])), farray(s["head_dim"])
     n = bh * seq * skv
     e = bytes_per_element(dt)
     causal, drop = bool(s.get("causal", False)), float(s.get("dropout", 0.0)) > 0
@@ -190,8 +190,8 @@ def math_attention(model: CalibrationModel, op: Any) -> Prediction:
     e = bytes_per_element(dt)
     if e >= 4:                      # fp32 inputs: nothing to cast; the maths is the naive form's
         return naive_attention(model, op)
-    bh = _f(s["batch"]) * _f(s["heads"])
-    seq, skv, d = _f(s["seq"]), _f(s.get("kv_seq", s["seq"])), _f(s["head_dim"])
+    bh = farray(s["batch"]) * farray(s["heads"])
+    seq, skv, d = farray(s["seq"]), farray(s.get("kv_seq", s["seq"])), farray(s["head_dim"])
     n, nq, nkv = bh * seq * skv, bh * seq * d, bh * skv * d
     causal = bool(s.get("causal", False))
     f32 = "fp32"
@@ -250,7 +250,7 @@ def _log_softmax(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> n
     """
     p, P = model.params, float(model.sm_count)
     e = bytes_per_element(dtype)
-    rows, cols = _f(rows), _f(cols)
+    rows, cols = farray(rows), farray(cols)
     k = softmax_plan(rows, cols, e, model.smem_per_block)
     three = k["block"] & (k["passes"] == 3.0)
     stream = 4.0 * rows * cols * e / (p["bandwidth"] * p["bw_eff_log_softmax"])
@@ -263,7 +263,7 @@ def _log_softmax(model: CalibrationModel, rows: Any, cols: Any, dtype: Any) -> n
 def _cast_copy(model: CalibrationModel, n: Any, src: Any, dst: Any) -> np.ndarray:
     """``x.to(dst)`` of ``n`` elements as ``unrolled_elementwise_kernel`` runs it (no vectorised loads) [s]."""
     p = model.params
-    nbytes = _f(n) * (bytes_per_element(src) + bytes_per_element(dst))
+    nbytes = farray(n) * (bytes_per_element(src) + bytes_per_element(dst))
     return p["launch_s"] + nbytes / (p["bandwidth"] * p["bw_eff_cast_copy"])
 
 
@@ -275,7 +275,7 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
     ``cunn_SoftMaxForward``, ``nll_loss_forward_reduce_cuda_kernel_2d``; ``FillFunctor``,
     ``nll_loss_backward_reduce_cuda_kernel_2d``, ``cunn_SoftMaxBackward``, ``bfloat16_copy_kernel_cuda``)."""
     s, dt, p = op.shape, op.dtype, model.params
-    t, v = _f(s["tokens"]), _f(s["vocab"])
+    t, v = farray(s["tokens"]), farray(s["vocab"])
     e = bytes_per_element(dt)
     up = bool(s.get("upcast", True)) and e < 4
     work = "fp32" if up else dt
@@ -295,8 +295,8 @@ def _cross_entropy(model: CalibrationModel, op: Any) -> Prediction:
 def _embedding(model: CalibrationModel, op: Any) -> Prediction:
     s, dt, p = op.shape, op.dtype, model.params
     if not s.get("backward", False):
-        return _memory_bound(model, op)
-    t, v, h = _f(s["tokens"]), _f(s["vocab"]), _f(s["hidden"])
+        return memory_bound(model, op)
+    t, v, h = farray(s["tokens"]), farray(s["vocab"]), farray(s["hidden"])
     e = bytes_per_element(dt)
     zero = _t(model, ops.elementwise(v * h, dt, inputs=0, outputs=1, flops_per_element=0))
     # few tokens: 32 x 32-thread blocks of 32 feature columns each walk every token; as many of them run at
@@ -318,18 +318,18 @@ def _embedding(model: CalibrationModel, op: Any) -> Prediction:
 @predictor(OpName.ADAMW_STEP)
 def _adamw(model: CalibrationModel, op: Any) -> Prediction:
     s, p = op.shape, model.params
-    numel, tensors = _f(s["numel"]), _f(s["tensors"])
+    numel, tensors = farray(s["numel"]), farray(s["tensors"])
     chunks = np.ceil(numel / MTA_CHUNK) + np.maximum(tensors - 1.0, 0.0)        # each tensor starts a chunk
     launches = np.maximum(np.ceil(tensors / MTA_MAX_TENSORS), np.ceil(chunks / MTA_MAX_BLOCKS))
     launches = launches + np.ceil(tensors / FOREACH_MAX_TENSORS)                 # the step counters
     # the fused kernel works through kILP = 4 elements a thread and step whatever their width: 16-bit
     # parameters and states load 8 bytes a step, so a bf16 step is bound by an element rate, not the bytes
-    body = np.maximum(_f(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"]), numel / p["adamw_elem_rate"])
+    body = np.maximum(farray(op.bytes) / (p["bandwidth"] * p["bw_eff_adamw_step"]), numel / p["adamw_elem_rate"])
     # one block a chunk, on one SM: each wave of chunks lasts as long as its largest chunk takes one SM, at
     # the SM's share of the element rate or its own byte rate (the profiler on the H200: one fp32 tensor of
     # 65536 parameters, one chunk, is 36 us of kernels; eight tensors of 8192, 8 us)
     chunk = np.minimum(numel / np.maximum(tensors, 1.0), MTA_CHUNK)
-    per_chunk = np.maximum(chunk * _f(op.bytes) / numel / p["sm_bandwidth"],
+    per_chunk = np.maximum(chunk * farray(op.bytes) / numel / p["sm_bandwidth"],
                            chunk / (p["adamw_elem_rate"] / model.sm_count))
     body = np.maximum(body, np.ceil(chunks / model.sm_count) * per_chunk)
     total = launches * p["launch_s"] + body
@@ -344,10 +344,10 @@ def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
     unless the traffic takes longer; and every thread first loads its index, then the element it
     addresses: two dependent memory latencies (``mem_latency_s``) before anything streams."""
     s, p = op.shape, model.params
-    numel = _f(s["batch"]) * _f(s["kv_heads"]) * _f(s["tokens"]) * _f(s["head_dim"])
-    half = predict(model, ops.elementwise(numel, op.dtype))
-    launch = _f(half.overhead_s)
-    body = np.maximum(_f(half.time_s) - launch, numel / p["index_copy_rate"]) + 2.0 * p["mem_latency_s"]
+    numel = farray(s["batch"]) * farray(s["kv_heads"]) * farray(s["tokens"]) * farray(s["head_dim"])
+    half = dispatch(model, ops.elementwise(numel, op.dtype))
+    launch = farray(half.overhead_s)
+    body = np.maximum(farray(half.time_s) - launch, numel / p["index_copy_rate"]) + 2.0 * p["mem_latency_s"]
     total = 2.0 * (launch + body)
     return _pred(model, total, 0.0 * total, total - 2.0 * launch, 2.0 * launch, 2.0, 2.0)
 
@@ -355,7 +355,7 @@ def _kv_cache_write(model: CalibrationModel, op: Any) -> Prediction:
 def weight_only_matmul(model: CalibrationModel, op: Any) -> Prediction:
     """A GEMM with quantised weights, as :data:`WEIGHT_ONLY_PATH` says PyTorch runs it."""
     s, dt, p = op.shape, op.dtype, model.params
-    m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
+    m, n, k = farray(s["m"]), farray(s["n"]), farray(s["k"])
     wdt = s["weight_dtype"]
     path = WEIGHT_ONLY_PATH[wdt]
     if path == "scaled_mm_dynamic" and "flops_fp8" not in p:   # no fp8 tensor cores: dequantise instead
@@ -394,6 +394,6 @@ def _weight_stream(model: CalibrationModel, op: Any, wdt: str) -> np.ndarray:
     H200), so its time grows with ``m`` from a handful of tokens on.
     """
     p = model.params
-    stream = _f(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{wdt}_mm"])
-    math = _f(op.flops) / p[f"flops_{wdt}_mm"]
-    return _soft_max(stream, math, p["overlap_p"])
+    stream = farray(op.bytes) / (p["bandwidth"] * p[f"bw_eff_{wdt}_mm"])
+    math = farray(op.flops) / p[f"flops_{wdt}_mm"]
+    return soft_max(stream, math, p["overlap_p"])

@@ -11,7 +11,7 @@ import numpy as np
 
 from gpumodel.core.opcost import OpName
 
-from .model import CalibrationModel, Prediction, _bpe, _f, _soft_max, predictor, queued
+from .predictors import CalibrationModel, Prediction, elem_bytes, farray, predictor, queued, soft_max
 
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -139,9 +139,9 @@ def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.nd
 def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     p, P = model.params, float(model.sm_count)
     s = op.shape
-    m, n, k = _f(s["m"]), _f(s["n"]), _f(s["k"])
-    batch = _f(s.get("batch", 1.0))
-    e = _bpe(op)
+    m, n, k = farray(s["m"]), farray(s["n"]), farray(s["k"])
+    batch = farray(s.get("batch", 1.0))
+    e = elem_bytes(op)
     align = _load_alignment(op, k, n, e)
     rate = _rate(p, op, align, e) / P
     # the older kernels an unaligned GEMM falls back to do not overlap a tile's prologue and epilogue with
@@ -149,7 +149,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     overhead = np.where(align >= 16, p["tile_overhead_s"],
                         p.get("unaligned_tile_overhead_s", p["tile_overhead_s"]))
     feed = p["l2_bandwidth"] / P
-    bytes_min = _f(op.bytes)
+    bytes_min = farray(op.bytes)
     best = best_c = best_m = best_par = None
     # fp32-data GEMMs (tf32 on tensor cores, fp32 on CUDA cores) run as whole waves of output tiles:
     # the H200's tf32 times step with the waves of 128 x 128 tiles at one rate (1024^3: 1 wave of 64
@@ -212,7 +212,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             reduce_s = batch * m * n * (4.0 * split + e) / p["bandwidth"]
             fixup = np.where(split_many, p["split_overhead_s"] + np.where(own_reduce, reduce_s, 0.0), 0.0)
             kernels = np.where(split_many & own_reduce, 2.0, 1.0) * np.ones_like(align)
-            t = _soft_max(t_c, t_m, p["overlap_p"]) + fixup
+            t = soft_max(t_c, t_m, p["overlap_p"]) + fixup
             t = np.where(runs, t, np.inf)
             par = tiles / (waves * P)
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
@@ -222,7 +222,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
                 # plus a fix-up pass
                 # (cuBLAS's own Hopper kernels only: the CUTLASS fallbacks of unaligned operands run whole tiles)
                 t_c2 = base_tiles / P * t_tile
-                t2 = np.where(runs & (align >= 16), _soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
+                t2 = np.where(runs & (align >= 16), soft_max(t_c2, t_m, p["overlap_p"]) + p["split_overhead_s"], np.inf)
                 cands.append((t2, t_c2, t_m, np.ones_like(t2), np.ones_like(t2)))
             for t, t_c, t_m, par, kern in cands:
                 if best is None:
@@ -243,7 +243,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
         streams = streams & (not cutlass_only or np.minimum(m, n) <= 1)
         t_v = np.where(streams,
                        p["stream_overhead_s"] + np.maximum(bytes_min / (p["bandwidth"] * p["bw_eff_stream"]),
-                                                           _f(op.flops) / (rate * P)), np.inf)
+                                                           farray(op.flops) / (rate * P)), np.inf)
     else:
         t_v = np.full_like(best, np.inf)
     take = t_v < best
