@@ -67,7 +67,7 @@ def test_adamw_foreach_passes_move_80_bytes_per_fp32_parameter():
 
 def test_autocast_residual_add_reads_fp32_and_bf16():
     # amp: residual stream fp32 (4 B) + bf16 branch (2 B) read, fp32 written: 10 B per element
-    from gpumodel.training.stepkernels import _layer
+    from gpumodel.training.stepkernels import decoder_layer as _layer
     cfg = gm.model("llama-3.2-1b")
     t = 2 * 64
     layer = _layer(cfg, 2, 64, "amp_bf16")
@@ -76,7 +76,7 @@ def test_autocast_residual_add_reads_fp32_and_bf16():
 
 
 def test_gpt2_gelu_new_is_eight_unfused_kernels():
-    from gpumodel.training.stepkernels import _layer
+    from gpumodel.training.stepkernels import decoder_layer as _layer
     cfg = gm.model("gpt2")
     layer = _layer(cfg, 1, 32, "bf16")
     mlp_width = [op for op in layer.forward if op.name == "elementwise" and float(op.shape["numel"]) == 32 * 3072]
@@ -195,7 +195,7 @@ def test_foreach_optimizer_passes_split_into_launches_of_320_chunks():
 
 
 def test_phi3_slices_its_fused_projection_and_sums_three_full_gradients():
-    from gpumodel.training.stepkernels import _Layer, _split_backward
+    from gpumodel.training.layer import Layer as _Layer, add_split_backward as _split_backward
     phi3 = gm.TransformerConfig.from_hf({"model_type": "phi3", "hidden_size": 512, "num_hidden_layers": 2,
                                          "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
                                          "vocab_size": 1000})

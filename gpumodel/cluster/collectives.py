@@ -46,23 +46,13 @@ import numpy as np
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
-from ..records.system import Fabric, SystemSpec
+from ..records.system import Fabric
+from .groups import BUS_EFFICIENCY, Collective, group_layout, link_bus_bandwidth
+from .nvls import NVLS_COLLECTIVES, nvls_time
 
 __all__ = ["Collective", "Algorithm", "bus_factor", "latency_steps", "collective_time", "algbw", "busbw",
            "link_bus_bandwidth", "group_bus_bandwidth", "system_collective_time", "BASE_LATENCY_S",
            "STEP_LATENCY_S", "BUS_EFFICIENCY", "PROTOCOLS"]
-
-
-class Collective(StrEnum):
-    """The collectives, valued by nccl-tests' names without ``_perf``."""
-
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    SEND_RECV = "send_recv"
 
 
 class Algorithm(StrEnum):
@@ -89,16 +79,6 @@ PROTOCOLS = {
     "simple": (BASE_LATENCY_S, STEP_LATENCY_S, 1.0),
 }
 
-#: Bus bandwidth a link sustains in nccl-tests, over its per-direction rate. NVLink/NVSwitch: NCCL's
-#: protocol overhead is ~20 %, so an H100's 450 GB/s line rate gives ~370 GB/s busbw with the ring
-#: algorithm (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024); the same fraction is used for other
-#: NVLink generations. NVLink SHARP (NVLS, ~480 GB/s all-reduce busbw on 8 H100s, same source) reduces in
-#: the switch and is modelled apart (:mod:`gpumodel.cluster.nvls`). Networks: ~90 % of
-#: line rate (InfiniBand), a little less for RoCE and EFA; PCIe without peer-to-peer goes through host memory.
-BUS_EFFICIENCY = {
-    Fabric.NVSWITCH: 0.80, Fabric.NVLINK: 0.80, Fabric.INFINITY_FABRIC: 0.70, Fabric.PCIE: 0.60,
-    Fabric.INFINIBAND: 0.90, Fabric.ROCE: 0.88, Fabric.EFA: 0.85, Fabric.ETHERNET: 0.80,
-}
 _STEP_KIND = {Fabric.NVSWITCH: "nvlink", Fabric.NVLINK: "nvlink", Fabric.INFINITY_FABRIC: "nvlink",
               Fabric.PCIE: "pcie"}
 
@@ -194,21 +174,6 @@ def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
     return scalar_or_array(np.asarray(algbw(nbytes, seconds)) * np.asarray(bus_factor(collective, n)))
 
 
-def link_bus_bandwidth(link) -> float:
-    """Bus bandwidth a :class:`~gpumodel.records.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s]."""
-    return float(link.bandwidth) * BUS_EFFICIENCY[link.fabric]
-
-
-def _split(system: SystemSpec, n, stride):
-    """(ranks per node k, nodes) of groups of ``n`` ranks ``stride`` apart, ranks numbered node by node."""
-    g = system.gpus_per_node
-    n, stride = np.asarray(n, float), np.asarray(stride, float)
-    span = n * stride
-    k = np.where(span <= g, n, np.maximum(1.0, np.floor(g / np.minimum(stride, g))))
-    k = np.minimum(k, n)
-    return k, np.ceil(n / k)
-
-
 def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
     """Bus bandwidth of a ring over ``n`` ranks placed ``stride`` apart on ``system`` [B/s].
 
@@ -216,7 +181,7 @@ def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
     node (a ring through ``k`` GPUs of a node uses ``k`` NICs at once).
     """
     s = resolve_system(system)
-    k, nodes = _split(s, positive_int(n, "n"), positive_int(stride, "stride"))
+    k, nodes = group_layout(s, positive_int(n, "n"), positive_int(stride, "stride"))
     intra = link_bus_bandwidth(s.intra_node)
     if s.inter_node is None:
         net = np.where(nodes > 1, np.nan, np.inf)
@@ -264,8 +229,6 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     >>> round(1e9 * 1.75 / t / 1e9)
     473
     """
-    from .nvls import NVLS_COLLECTIVES, nvls_time
-
     s = resolve_system(system)
     alg = choice(Algorithm, algorithm, "algorithm")
     op = choice(Collective, collective, "collective")
@@ -280,7 +243,7 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
         return scalar_or_array(best)
     n = positive_int(n, "n")
     stride = positive_int(stride, "stride")
-    k, nodes = _split(s, n, stride)
+    k, nodes = group_layout(s, n, stride)
     nbytes = np.asarray(nonnegative_number(nbytes, "nbytes"), float)
     intra_bw = link_bus_bandwidth(s.intra_node)
     kind = _STEP_KIND.get(s.intra_node.fabric, "nvlink")

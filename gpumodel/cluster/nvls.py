@@ -63,6 +63,7 @@ import numpy as np
 
 from ..base.errors import ArgumentError
 from ..vocabulary import choice, nonnegative_number, positive_int, resolve_system, scalar_or_array
+from .groups import Collective, group_layout, link_bus_bandwidth
 
 __all__ = ["NVLS_EFFICIENCY", "NVLS_LATENCY_S", "NVLS_TREE_HOP_LATENCY_S", "NVLS_TREE_RAIL_CAP",
            "NVLS_MAX_HEADS", "NVLS_COLLECTIVES", "nvls_efficiency", "nvls_available", "nvls_time"]
@@ -97,9 +98,7 @@ def nvls_efficiency(system: Any) -> float:
 
 
 def _layout(s, n, stride):
-    from .collectives import _split
-
-    return _split(s, positive_int(n, "n"), positive_int(stride, "stride"))
+    return group_layout(s, positive_int(n, "n"), positive_int(stride, "stride"))
 
 
 def nvls_available(collective: Any, system: Any, n: Any, stride: Any = 1) -> Any:
@@ -113,8 +112,6 @@ def nvls_available(collective: Any, system: Any, n: Any, stride: Any = 1) -> Any
     >>> nvls_available("all_reduce", "dgx-h100", 16, stride=8)   # one GPU per node
     False
     """
-    from .collectives import Collective
-
     op = choice(Collective, collective, "collective")
     s = resolve_system(system)
     k, nodes = _layout(s, n, stride)
@@ -156,8 +153,6 @@ def nvls_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1
     >>> round(8e9 / t / 1e9, 1), round(8e9 / t * 2 * 7 / 8 / 1e9)   # algbw, busbw [GB/s]
     (271.8, 476)
     """
-    from .collectives import Collective, link_bus_bandwidth
-
     op = choice(Collective, collective, "collective")
     s = resolve_system(system)
     nbytes = np.asarray(nonnegative_number(nbytes, "nbytes"), float)

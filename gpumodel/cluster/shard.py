@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from ..core import ops
 from ..calibration.estimate import estimate
-from ..training.stepkernels import COMPUTE_DTYPE, memory_kernel
+from ..training.layer import COMPUTE_DTYPE, memory_kernel
+from ..training.stepkernels import OPTIMIZER_PASSES
 from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
 
@@ -147,7 +148,6 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     n_params = cfg.num_parameters()
     per_param = opt_one / n_params
     if fused:  # fused Adam: one pass reading p, g, m, v and writing p, m, v instead of the foreach passes
-        from ..training.stepkernels import OPTIMIZER_PASSES
 
         traversals = sum(r + w for r, w in OPTIMIZER_PASSES[optimizer])
         per_param *= min(1.0, 7 / traversals) if optimizer in ("adamw", "adam") else 1.0

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..core import ops
 from ..records.dtypes import DType
-from ..training.stepkernels import with_operands
+from ..training.layer import with_operands
 from ..records.transformer import MLPType, NormType, PositionType, TransformerConfig
 from . import kernels as K
 
@@ -51,7 +51,7 @@ def _mem(numel: float, read: float, write: float, flops: float = 1.0, strided: b
          operands: int | None = None) -> ops.OpCost:
     """A streaming kernel over ``numel`` elements reading/writing the given bytes per element; ``strided``:
     over slices, transposed or broadcast operands (PyTorch's generic, non-vectorised kernel) of ``operands``
-    tensors (:func:`gpumodel.training.stepkernels.memory_kernel`)."""
+    tensors (:func:`gpumodel.training.layer.memory_kernel`)."""
     op = ops.elementwise(numel, "int8", inputs=read, outputs=write, flops_per_element=flops, strided=strided)
     return with_operands(op, operands, write if strided else None)
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..core import ops
-from .stepkernels import _Layer, _cast_for_matmul, _linear, _mlp, _norm, _rope, memory_kernel
+from .layer import Layer, add_cast_for_matmul, add_linear, add_mlp, add_norm, add_rope, memory_kernel
 from ..records.transformer import TransformerConfig
 
 __all__ = ["moe_block", "mla_projections", "expert_tokens"]
@@ -52,9 +52,9 @@ def expert_tokens(cfg: TransformerConfig, tokens: int, expert_load: Any = None) 
     return tokens * cfg.experts_per_token * load / load.sum()
 
 
-def _router(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int) -> None:
+def _router(L: Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int) -> None:
     e, k = cfg.num_experts, cfg.experts_per_token
-    _linear(L, t, e, cfg.hidden_size, n, c, p)
+    add_linear(L, t, e, cfg.hidden_size, n, c, p)
     L.mem(t * e, c, 4)                         # logits.float()
     if cfg.family == "deepseek_v3":            # sigmoid, + correction bias, group top-k, gather, normalise, scale
         for _ in range(8):
@@ -70,7 +70,7 @@ def _router(L: _Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int) -
     L.views += 4
 
 
-def _grouped(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, load: Any = None) -> None:
+def _grouped(L: Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, load: Any = None) -> None:
     h, k, i = cfg.hidden_size, cfg.experts_per_token, cfg.expert_size
     tk = t * k
     w = p                                      # grouped_mm runs in the weights' dtype
@@ -108,7 +108,7 @@ def _grouped(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, 
     L.views += 10
 
 
-def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, load: Any) -> None:
+def _eager(L: Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, load: Any) -> None:
     h, e, i = cfg.hidden_size, cfg.num_experts, cfg.expert_size
     tk = t * cfg.experts_per_token
     L.mem(tk * (e + 1), 8, 8, grad=False)      # one_hot (int64)
@@ -138,7 +138,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
             if m_out == h:
                 L.mem(m * i, c, c, 4)          # act(gate)
                 L.mem(m * i, 2 * c, c, inputs=2)  # * up
-            _cast_for_matmul(L, m * m_in, n if m_out != h else c, c)
+            add_cast_for_matmul(L, m * m_in, n if m_out != h else c, c)
             L.sync()                           # the weight slice ``w[expert_idx]``: a 0-dim CUDA index, read back
             if p != c:
                 L.cast(m_out * m_in, p, c)     # the weight slice, cast again for every expert
@@ -156,7 +156,7 @@ def _eager(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p:
         L.experts.append(((n0, len(L.forward)), (b0, len(L.backward)), (L.modules - g0[0], L.views - g0[1])))
 
 
-def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, experts: str,
+def moe_block(L: Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int, experts: str,
               expert_load: Any) -> None:
     """Append a MoE feed-forward (router, experts, shared expert) to the layer ``L``."""
     L.modules += 2
@@ -166,29 +166,29 @@ def moe_block(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int,
     else:
         _grouped(L, cfg, t, n, r, c, p, expert_load)
     if cfg.shared_expert_intermediate_size:
-        _mlp(L, cfg, t, n, c, p, cfg.shared_expert_intermediate_size)
+        add_mlp(L, cfg, t, n, c, p, cfg.shared_expert_intermediate_size)
         if cfg.shared_expert_gate:
-            _linear(L, t, 1, cfg.hidden_size, n, c, p)
+            add_linear(L, t, 1, cfg.hidden_size, n, c, p)
             L.mem(t, c, c)                     # sigmoid
             L.mem(t * cfg.hidden_size, c + c, c, inputs=2)  # gate * shared
         L.mem(t * cfg.hidden_size, r + c, r, inputs=2)      # + routed experts
 
 
-def mla_projections(L: _Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int) -> None:
+def mla_projections(L: Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p: int) -> None:
     """Multi-head latent attention's projections, norms and rotary part (DeepSeek-V3 in HF)."""
     h, heads = cfg.hidden_size, cfg.num_heads
     rope, nope = cfg.qk_rope_head_dim, cfg.head_dim - cfg.qk_rope_head_dim
     v = cfg.v_head_dim or cfg.head_dim
     if cfg.q_lora_rank:
-        _linear(L, t, cfg.q_lora_rank, h, n, c, p, cfg.qkv_bias)
-        qn = _norm(L, cfg, t, c, p, cfg.q_lora_rank)
-        _linear(L, t, heads * cfg.head_dim, cfg.q_lora_rank, qn, c, p)
+        add_linear(L, t, cfg.q_lora_rank, h, n, c, p, cfg.qkv_bias)
+        qn = add_norm(L, cfg, t, c, p, cfg.q_lora_rank)
+        add_linear(L, t, heads * cfg.head_dim, cfg.q_lora_rank, qn, c, p)
     else:
-        _linear(L, t, heads * cfg.head_dim, h, n, c, p)
-    _linear(L, t, cfg.kv_lora_rank + rope, h, n, c, p, cfg.qkv_bias)
-    kn = _norm(L, cfg, t, c, p, cfg.kv_lora_rank)
-    _linear(L, t, heads * (nope + v), cfg.kv_lora_rank, kn, c, p)
-    _rope(L, t, (heads * rope, rope), r, c)
+        add_linear(L, t, heads * cfg.head_dim, h, n, c, p)
+    add_linear(L, t, cfg.kv_lora_rank + rope, h, n, c, p, cfg.qkv_bias)
+    kn = add_norm(L, cfg, t, c, p, cfg.kv_lora_rank)
+    add_linear(L, t, heads * (nope + v), cfg.kv_lora_rank, kn, c, p)
+    add_rope(L, t, (heads * rope, rope), r, c)
     L.mem(t * heads * cfg.head_dim, 2 * c, c, inputs=2)  # cat(q_pass, q_rot)
     L.mem(t * heads * cfg.head_dim, 2 * c, c, inputs=2)  # cat(k_pass, k_rot.expand)
     L.views += 10

@@ -37,11 +37,12 @@ import numpy as np
 
 from ..core import ops
 from .hostcost import DEFAULT_HOST, HostCosts
-from .stepkernels import (COMPUTE_DTYPE, FUSED_PASSES, OPTIMIZER_PASSES, PARAM_DTYPE, _SIZE, _Layer, _cast_for_matmul,
-                          _layer, _norm, memory_kernel, parameter_tensors)
+from .layer import (COMPUTE_DTYPE, ELEMENT_BYTES, PARAM_DTYPE, Kernels, Layer, add_cast_for_matmul, add_norm,
+                    memory_kernel)
+from .stepkernels import FUSED_PASSES, OPTIMIZER_PASSES, decoder_layer, parameter_tensors
 from ..records.transformer import PositionType, TransformerConfig
 
-__all__ = ["Block", "step_plan"]
+__all__ = ["Block", "step_plan", "training_step"]
 
 Entry = tuple  # (OpCost or None, host seconds, sync after)
 
@@ -60,9 +61,9 @@ class Block:
         return ["recompute"] * self.recompute + [self.phase] * (len(self.kernels) - self.recompute)
 
 
-def _fuse_chains(L: _Layer) -> _Layer:
+def _fuse_chains(L: Layer) -> Layer:
     """torch.compile: merge each run of memory-bound kernels between matmul/attention kernels into one."""
-    out = _Layer(L.dt)
+    out = Layer(L.dt)
     chain: list[ops.OpCost] = []
 
     def flush():
@@ -85,12 +86,12 @@ def _fuse_chains(L: _Layer) -> _Layer:
     return out
 
 
-def _gemms(L: _Layer, f0: int, f1: int) -> int:
+def _gemms(L: Layer, f0: int, f1: int) -> int:
     """GEMMs among the forward kernels ``f0:f1`` (an iteration of the eager expert loop)."""
     return sum(1 for op in L.forward[f0:f1] if op.name == "matmul")
 
 
-def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0,
+def _forward_entries(L: Layer, host: HostCosts, amp: bool, compiled: bool, scale: float = 1.0,
                      ckpt: bool = False) -> list[Entry]:
     if compiled:
         return [(op, host.compiled_launch(), False) for op in L.forward]
@@ -113,7 +114,7 @@ def _forward_entries(L: _Layer, host: HostCosts, amp: bool, compiled: bool, scal
                      for i, (op, k) in enumerate(zip(L.forward, L.kinds))]
 
 
-def _backward_entries(L: _Layer, host: HostCosts, compiled: bool, scale: float = 1.0,
+def _backward_entries(L: Layer, host: HostCosts, compiled: bool, scale: float = 1.0,
                       ckpt: bool = False) -> list[Entry]:
     per = host.compiled_launch() if compiled else scale * (host.backward_op_s +
                                                            (host.checkpoint_backward_s if ckpt else 0.0))
@@ -141,20 +142,20 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
               experts: str = "grouped_mm", expert_load=None) -> list[Block]:
     """The ordered blocks of one training step (see the module docstring)."""
     dt, t, h, v = COMPUTE_DTYPE[precision], batch_size * seq_len, cfg.hidden_size, cfg.vocab_size
-    c, p = _SIZE[dt], _SIZE[PARAM_DTYPE[precision]]
+    c, p = ELEMENT_BYTES[dt], ELEMENT_BYTES[PARAM_DTYPE[precision]]
     r = max(c, p)
     amp = precision.startswith("amp")
     n_tensors = parameter_tensors(cfg)
     n_moe = cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else 0
-    layers = [(_layer(cfg, batch_size, seq_len, precision, moe=False), cfg.num_layers - n_moe)]
+    layers = [(decoder_layer(cfg, batch_size, seq_len, precision, moe=False), cfg.num_layers - n_moe)]
     if n_moe:
-        layers.append((_layer(cfg, batch_size, seq_len, precision, moe=True, experts=experts,
+        layers.append((decoder_layer(cfg, batch_size, seq_len, precision, moe=True, experts=experts,
                               expert_load=expert_load), n_moe))
     layers = [(L, n) for L, n in layers if n > 0]
     if compile:
         layers = [(_fuse_chains(L), n) for L, n in layers]
 
-    embed = _Layer(dt)
+    embed = Layer(dt)
     # embedding backward: zero-fill the table's gradient, then accumulate the token rows (index add)
     embed.add(ops.embedding(t, v, h, "fp32" if r == 4 else dt),
               [(memory_kernel(v * h, 0, p, 0), 1), (memory_kernel(t * h, r + 8, p), 1),
@@ -167,9 +168,9 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     if cfg.position == PositionType.rope:
         embed.mem(seq_len * cfg.head_dim, 4, 4)  # cos, sin of the rotary embedding
         embed.mem(seq_len * cfg.head_dim, 4, 4, grad=False)
-    head = _Layer(dt)
-    n = _norm(head, cfg, t, r, p)
-    _cast_for_matmul(head, t * h, n, c)
+    head = Layer(dt)
+    n = add_norm(head, cfg, t, r, p)
+    add_cast_for_matmul(head, t * h, n, c)
     if p != c:
         head.cast(v * h, p, c)
     head.mm(t, v, h)
@@ -256,3 +257,14 @@ def _optimizer_block(cfg: TransformerConfig, optimizer: str, p: int, n_tensors: 
     kernels = [(memory_kernel(per, rd * p, wr * p, 2), host_s / (len(passes) * n_tensors), False)
                for rd, wr in passes]
     return Block("optimizer", kernels, n_tensors)
+
+
+def training_step(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: str, optimizer: str,
+                  checkpointing: bool) -> dict[str, Kernels]:
+    """Phase ("forward", "backward", "recompute", "optimizer") -> kernels of one eager training step."""
+    phases: dict[str, Kernels] = {"forward": [], "backward": [], "recompute": [], "optimizer": []}
+    for block in step_plan(cfg, batch_size, seq_len, precision, optimizer, checkpointing):
+        for (op, _host, _sync), phase in zip(block.kernels, block.phases()):
+            if op is not None:
+                phases[phase].append((op, block.repeat))
+    return phases

@@ -34,8 +34,8 @@ from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.estimate import estimate as _estimate
 from ..core.memory import training_memory
 from .hostcost import host_costs_for, timeline
-from .stepkernels import Kernels, training_step
-from .stepplan import step_plan
+from .layer import Kernels
+from .stepplan import step_plan, training_step
 from ..records.transformer import TransformerConfig
 from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
                          format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
