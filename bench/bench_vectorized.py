@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     vec = gm.roofline(gm.ops.matmul(m, n, k, args.dtype), gpu)
     for i in list(loop)[:200]:
         one = gm.roofline(gm.ops.matmul(m[i], n[i], k[i], args.dtype), gpu)
-        assert one.time_s == vec.time_s[i] and one.bound == vec.bound[i], "vector and scalar paths disagree"
+        assert one.seconds == vec.seconds[i] and one.bound == vec.bound[i], "vector and scalar paths disagree"
 
     cases = {
         "ops.matmul": (lambda: gm.ops.matmul(m, n, k, args.dtype),

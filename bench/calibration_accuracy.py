@@ -5,7 +5,7 @@ For each point of a measurement file (JSON lines from ``bench/measure_kernels.py
 
 * the calibrated estimate (``gm.estimate_time`` with the given calibration),
 * the uncalibrated estimate (datasheet peaks x the default efficiencies), and
-* the datasheet roofline alone (``gm.roofline(op, gpu).time_s``: peak rates, no overheads),
+* the datasheet roofline alone (``gm.roofline(op, gpu).seconds``: peak rates, no overheads),
 
 and prints, per op family and overall, the median and 90th percentile of
 ``|predicted / measured - 1|`` (and the median signed error, to show bias).
@@ -54,7 +54,7 @@ def evaluate(calibration, points_path, gpu=None) -> dict:
     for _, op, _, idx in ps.groups:
         for name, model in models.items():
             preds[name][idx] = predict(model, op).time_s
-        preds["roofline"][idx] = gm.roofline(op, g).time_s
+        preds["roofline"][idx] = gm.roofline(op, g).seconds
     fams = ps.families()
     out = {}
     for name, pred in preds.items():

@@ -199,8 +199,8 @@ def fit_constants(path: Path) -> None:
     try:
         for r in lean:
             cfg = lean_config(r)
-            t = (decode_step_time(cfg, gpu, r["batch"], r["context_len"]) if r["kind"] == "decode"
-                 else prefill_time(cfg, gpu, r["batch"], r["prompt_len"]))
+            t = (decode_step_time(cfg, gpu, batch_size=r["batch"], context_len=r["context_len"]) if r["kind"] == "decode"
+                 else prefill_time(cfg, gpu, batch_size=r["batch"], prompt_len=r["prompt_len"]))
             m, body, n = r["seconds"], float(t), t.kernels
             num += n / m * (1 - body / m)
             den += (n / m) ** 2
@@ -273,9 +273,11 @@ def layer_time(r: dict, engine: str) -> float:
     for layers in (1, 2):
         cfg = lean_config({**r, "layers": layers})
         if r["kind"] == "decode":
-            t.append(float(decode_step_time(cfg, "h200", r["batch"], r["context_len"], engine=engine).seconds))
+            t.append(float(decode_step_time(cfg, "h200", batch_size=r["batch"], context_len=r["context_len"],
+                                            engine=engine).seconds))
         else:
-            t.append(float(prefill_time(cfg, "h200", r["batch"], r["prompt_len"], engine=engine).seconds))
+            t.append(float(prefill_time(cfg, "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
+                                        engine=engine).seconds))
     return t[1] - t[0]
 
 

@@ -72,7 +72,7 @@ def evaluate(gpu: str, paths: list[Path]) -> dict:
     for _, op, _, idx in ps.groups:
         for name, model in models.items():
             preds[name][idx] = predict(model, op).time_s
-        preds["roofline"][idx] = gm.roofline(op, g).time_s
+        preds["roofline"][idx] = gm.roofline(op, g).seconds
         e = t.expected_error(op)
         expected[idx] = np.nan if e is None else e
     fams = ps.families()

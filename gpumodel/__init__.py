@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     # records and catalogs
     "GPUSpec": "records.gpu", "UnsupportedDTypeError": "records.gpu",
     "gpu": "vocabulary.gpus", "list_gpus": "vocabulary.gpus", "load_gpus": "vocabulary.gpus", "all_gpus": "vocabulary.gpus",
-    "SpecError": "base.errors", "UnknownGPUError": "records.specs", "UnknownNameError": "base.errors",
+    "SpecError": "base.errors", "RecordError": "base.errors", "UnknownGPUError": "records.specs", "UnknownNameError": "base.errors",
     "GpumodelError": "base.errors", "ArgumentError": "base.errors", "ArgumentTypeError": "base.errors", "UnitError": "base.errors", "UnsupportedError": "base.errors",
     "GpumodelWarning": "base.errors", "DoesNotFitWarning": "base.errors", "Precision": "vocabulary",
     "DType": "records.dtypes", "dtype": "records.dtypes", "UnknownDTypeError": "records.dtypes",
@@ -90,3 +90,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .vocabulary.gpus import all_gpus, gpu, list_gpus, load_gpus
     from .records.gpu import GPUSpec, UnsupportedDTypeError
     from .records.specs import SpecError, UnknownGPUError, UnknownNameError
+    from .base.errors import RecordError

@@ -104,7 +104,7 @@ CALLS = {  # name -> (function, valid keyword arguments)
     "model": (gm.model, dict(name="gpt2")),
     "system": (gm.system, dict(name="dgx-h100")),
     "dtype": (gm.dtype, dict(name="bf16")),
-    "arch_limits": (gm.arch_limits, dict(cc_or_gpu="h100")),
+    "arch_limits": (gm.arch_limits, dict(gpu_or_cc="h100")),
     "list_systems": (gm.list_systems, dict(gpu="h100")),
     "compare": (lambda gpu, **kw: gm.compare(["h100", gpu], **kw), dict(gpu="a100")),
     "rank_gpus": (lambda gpu, **kw: gm.rank_gpus(gpus=["h100", gpu], **kw),
@@ -167,7 +167,7 @@ TAKES = {  # kind -> [(function, argument)]
             ("max_batch_size", "gpu"), ("max_seq_len", "gpu"), ("min_gpus", "gpu"), ("training_step_time", "gpu"),
             ("roofline", "gpu"), ("ridge_point", "gpu"), ("estimate_time", "gpu"), ("estimate", "gpu"),
             *[(f, "gpu") for f in _SERVING]],
-    "gpu_or_cc": [("arch_limits", "cc_or_gpu"), ("occupancy", "gpu_or_cc"), ("max_potential_block_size", "gpu_or_cc"),
+    "gpu_or_cc": [("arch_limits", "gpu_or_cc"), ("occupancy", "gpu_or_cc"), ("max_potential_block_size", "gpu_or_cc"),
                   ("max_dynamic_shared_memory", "gpu_or_cc"), ("next_occupancy_step", "gpu_or_cc"),
                   ("occupancy_curves", "gpu_or_cc")],
     "system": [("system", "name"), ("training_time", "gpu_or_system"), ("plan_training", "gpu_or_system")],
@@ -322,7 +322,7 @@ BROADCASTS = {
     "fits batch_size": (lambda x: gm.fits(M8, "h100", x, 4096), None, _ints(1, 64)),
     "max_batch_size seq_len": (lambda x: gm.max_batch_size("gpt2", "h100", x, limit=4096), None, _ints(1, 1024)),
     "max_seq_len batch_size": (lambda x: gm.max_seq_len("gpt2", "h100", x), None, _ints(1, 64)),
-    "ops.matmul + roofline": (lambda x: gm.roofline(gm.ops.matmul(x, 256, 512), "h100"), "time_s", _ints(1, 1 << 16)),
+    "ops.matmul + roofline": (lambda x: gm.roofline(gm.ops.matmul(x, 256, 512), "h100"), "seconds", _ints(1, 1 << 16)),
     "arithmetic_intensity": (lambda x: gm.arithmetic_intensity(gm.ops.softmax(x, 4096)), None, _ints(1, 1 << 16)),
     "attainable_flops": (lambda x: gm.attainable_flops(x, 989.4e12, 3.35e12), None, _ints(0, 4096)),
     "estimate_time": (lambda x: gm.estimate_time(gm.ops.matmul(x, 256, 512), "h200"), None, _ints(1, 1 << 16)),
@@ -382,7 +382,7 @@ def test_arrays_broadcast_and_agree_with_scalar_calls(name, data):
 @pytest.mark.parametrize("name, fn, attr", [
     ("training_memory", lambda a, b: gm.training_memory("gpt2", a, b), "peak_bytes"),
     ("inference_memory", lambda a, b: gm.inference_memory("gpt2", a, b), "peak_bytes"),
-    ("roofline", lambda a, b: gm.roofline(gm.ops.matmul(a, b, 512), "h100"), "time_s"),
+    ("roofline", lambda a, b: gm.roofline(gm.ops.matmul(a, b, 512), "h100"), "seconds"),
     ("occupancy", lambda a, b: gm.occupancy("h100", a, b), "occupancy"),
 ])
 @settings(FAST, max_examples=3)
@@ -399,13 +399,14 @@ def test_a_grid_of_arrays_broadcasts_to_the_outer_shape(name, fn, attr, a, b):
     ("training_step_time", lambda n: gm.training_step_time("gpt2", "h100", n, 128), "seconds"),
     ("training_step_time parallel", lambda n: gm.training_step_time(M8, "dgx-h100", 1, 128,
                                                                     parallelism=gm.Parallelism(dp=n, tp=n)), "seconds"),
-    ("training_time", lambda n: gm.training_time("gpt2", "h100", 1e9, n, 128), "seconds"),
+    ("training_time", lambda n: gm.training_time("gpt2", "h100", tokens=1e9, batch_size=n, seq_len=128), "seconds"),
     ("generation_time", lambda n: gm.generation_time("gpt2", "h100", batch_size=n, new_tokens=n), "ttft_s"),
     ("serving_capacity", lambda n: gm.serving_capacity("gpt2", "h100", prompt_len=64 * n, output_len=n),
      "max_concurrency"),
     ("min_gpus", lambda n: gm.min_gpus(M8, "h100", n, 4096).num_gpus, None),
     ("next_occupancy_step", lambda n: gm.next_occupancy_step("h100", 128 * n, 64).registers_per_thread, None),
-    ("plan_training", lambda n: gm.plan_training("gpt2", "h100", 1e9, 8 * n, 128, max_gpus=n).best["step_s"], None),
+    ("plan_training", lambda n: gm.plan_training("gpt2", "h100", tokens=1e9, global_batch=8 * n, seq_len=128,
+                                                 max_gpus=n).best["seconds"], None),
 ])
 def test_scalar_only_functions_take_numpy_and_integral_floats(name, fn, attr):
     with warnings.catch_warnings():
@@ -465,12 +466,12 @@ MODEL_GPU_CALLS.update({
     "max_seq_len": (lambda m, g: gm.max_seq_len(m, g, 2, limit=4096)),
     "rank_gpus": (lambda m, g: [p.num_gpus for p in gm.rank_gpus(m, 2, 128, gpus=[g])]),
     "decode_step_time": (lambda m, g: float(gm.decode_step_time(m, g, batch_size=2, context_len=128))),
-    "training_time": (lambda m, g: gm.training_time(m, g, 1e9, 2, 128).seconds),
+    "training_time": (lambda m, g: gm.training_time(m, g, tokens=1e9, batch_size=2, seq_len=128).seconds),
     "required_bytes": (lambda m, g: float(gm.core.sizing.required_bytes(m, 2, 128))),
 })
 #: one number out of each function that takes a GPU alone (a name, an alias or a record)
 GPU_CALLS = {
-    "roofline": lambda g: gm.roofline(OP, g).time_s,
+    "roofline": lambda g: gm.roofline(OP, g).seconds,
     "ridge_point": lambda g: gm.ridge_point(g),
     "estimate_time": lambda g: gm.estimate_time(OP, g),
     "occupancy": lambda g: gm.occupancy(g, 256, 64).occupancy,
@@ -487,9 +488,11 @@ def test_a_gpu_name_an_alias_and_a_record_give_one_answer(name):
 
 
 @pytest.mark.parametrize("name, fn", [
-    ("training_time", lambda m, s: gm.training_time(m, s, 1e9, 1, 128, parallelism=gm.Parallelism(dp=2)).seconds),
+    ("training_time", lambda m, s: gm.training_time(m, s, tokens=1e9, batch_size=1, seq_len=128,
+                                                     parallelism=gm.Parallelism(dp=2)).seconds),
     ("training_step_time", lambda m, s: float(gm.training_step_time(m, s, 1, 128, parallelism=gm.Parallelism(tp=2)))),
-    ("plan_training", lambda m, s: gm.plan_training(m, s, 1e9, 8, 128, num_gpus=8).best["step_s"]),
+    ("plan_training", lambda m, s: gm.plan_training(m, s, tokens=1e9, global_batch=8, seq_len=128,
+                                                    num_gpus=8).best["seconds"]),
 ])
 def test_a_system_name_and_a_system_record_give_one_answer(name, fn):
     with warnings.catch_warnings():
@@ -519,9 +522,9 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     (lambda: gm.max_seq_len(M8, "h100", 1, seq_len=5), "seq_len"),
     (lambda: gm.max_seq_len(M8, "h100", 1, multiple_of=[64, 128]), "multiple_of"),
     (lambda: gm.min_gpus(M8, "h100", 1, 128, tp=2), "tp"),
-    (lambda: gm.training_time("gpt2", "h100", 1e9, 2, 128, bogus=1), "bogus"),
-    (lambda: gm.training_time("gpt2", "h100", [1e9, 2e9], 2, 128), "tokens"),
-    (lambda: gm.training_time("gpt2", "h100", 0.5, 2, 128), "tokens"),
+    (lambda: gm.training_time("gpt2", "h100", tokens=1e9, batch_size=2, seq_len=128, bogus=1), "bogus"),
+    (lambda: gm.training_time("gpt2", "h100", tokens=[1e9, 2e9], batch_size=2, seq_len=128), "tokens"),
+    (lambda: gm.training_time("gpt2", "h100", tokens=0.5, batch_size=2, seq_len=128), "tokens"),
     # lists of GPUs
     (lambda: gm.rank_gpus(M8, 1, 128, gpus=5), "gpus"),
     (lambda: gm.rank_gpus(M8, 1, 128, gpus=[]), "gpus"),
@@ -559,7 +562,7 @@ def test_a_name_a_record_and_a_config_dict_give_one_answer(name):
     (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "num_hidden_layers": True}), "num_layers"),
     (lambda: gm.TransformerConfig.from_hf({**HF_LLAMA, "hidden_size": "64"}), "hidden_size"),
     # the searched options of plan_training
-    *[(lambda kw=kw: gm.plan_training("gpt2", "h100", 1e9, 8, 128, **kw), needle) for kw, needle in [
+    *[(lambda kw=kw: gm.plan_training("gpt2", "h100", tokens=1e9, global_batch=8, seq_len=128, **kw), needle) for kw, needle in [
         (dict(max_gpus=8, micro_batches=()), "micro_batches"), (dict(max_gpus=8, micro_batches=(0,)), "micro_batches"),
         (dict(max_gpus=8, checkpointing=("zz",)), "checkpointing"),
         (dict(max_gpus=8, virtual_stages=(0,)), "virtual_stages"), (dict(max_gpus=8, zero_stages=(5,)), "zero_stages"),
@@ -579,7 +582,8 @@ def test_one_gpu_name_compares_that_gpu():
 
 
 def test_plan_training_takes_one_value_for_a_searched_option():
-    plan = gm.plan_training("gpt2", "h100", 1e9, 8, 128, max_gpus=8, micro_batches=1, checkpointing="full")
+    plan = gm.plan_training("gpt2", "h100", tokens=1e9, global_batch=8, seq_len=128, max_gpus=8, micro_batches=1,
+                            checkpointing="full")
     assert plan.best["micro_batch"] == 1 and plan.best["checkpointing"] == "full"
 
 
@@ -607,7 +611,7 @@ def test_more_bad_inputs_end_in_typed_errors():
     with pytest.raises(GpumodelError, match="batch_size .* and prompt_len .* do not broadcast"):
         gm.prefill_time("llama-3-8b", "h200", batch_size=[1, 2], prompt_len=[128, 256, 512])
     with pytest.warns(gm.errors.GpumodelWarning, match="learned positions"):
-        gm.decode_step_time("gpt2", "h200", 1, 4096)
+        gm.decode_step_time("gpt2", "h200", batch_size=1, context_len=4096)
     fused = gm.ops.fuse(gm.ops.matmul(64, 64, 64), gm.ops.elementwise(64 * 64))
     from gpumodel.calibration import calibration_for
     from gpumodel.calibration.model import predict

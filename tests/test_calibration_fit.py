@@ -118,7 +118,7 @@ def test_calibration_beats_the_datasheet(validation, h200):
     cal = accuracy_table(calibration_for("h200").model(), validation)["overall"]
     err = []
     for _, op, t, _ in validation.groups:
-        err.append(np.abs(gm.roofline(op, h200).time_s / t - 1))
+        err.append(np.abs(gm.roofline(op, h200).seconds / t - 1))
     datasheet = float(np.median(np.concatenate(err)))
     assert datasheet > 0.3            # measured: ~46% median error for the bare roofline
     assert cal["median"] < datasheet / 3

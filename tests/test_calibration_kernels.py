@@ -87,7 +87,7 @@ def _profiled(op: str):
 def test_softmax_registers_give_the_profiled_occupancy():
     """The registers softmax_plan assigns each kernel give the same resident blocks (64 K registers an SM,
     2048 threads) as the registers the profiler reported, for every profiled softmax kernel on the H200."""
-    from gpumodel.core import occupancy
+    from gpumodel.core.occupancy import occupancy
 
     seen = 0
     for shape, dtype, k in _profiled("softmax"):

@@ -86,7 +86,7 @@ def test_json_numbers_are_si(capsys):
     assert mem["peak_bytes"] == sum(mem["breakdown"].values()) or mem["peak_bytes"] > 1e6  # bytes, not GiB
     assert mem["gpu_memory_bytes"] > 70 * 2 ** 30
     roof = json_of(["roofline", "matmul", "4096", "4096", "4096", "--json"], capsys)["results"][0]
-    assert roof["time_s"] == pytest.approx(2 * 4096 ** 3 / 989.4e12, rel=1e-3)  # 2*m*n*k / dense bf16 peak [s]
+    assert roof["seconds"] == pytest.approx(2 * 4096 ** 3 / 989.4e12, rel=1e-3)  # 2*m*n*k / dense bf16 peak [s]
     assert roof["peak_flops"] == pytest.approx(989.4e12) and roof["bandwidth"] == pytest.approx(3.35e12)
     occ = json_of(["occupancy", "--threads", "256", "--regs", "64", "--smem", "48KiB", "--json"], capsys)
     assert occ["dynamic_shared_bytes"] == 48 * 1024 and 0 < occ["occupancy"] <= 1

@@ -21,7 +21,7 @@ def test_json_every_level(capsys):
     assert [r["level"] for r in data["results"]] == ["hbm", "l2", "shared"]
     hbm = data["results"][0]
     assert hbm["bound"] == "memory"
-    assert hbm["time_s"] == pytest.approx(2 * 16777216 * 2 / 3.35e12)  # read + write, 2 bytes each
+    assert hbm["seconds"] == pytest.approx(2 * 16777216 * 2 / 3.35e12)  # read + write, 2 bytes each
 
 
 @pytest.mark.parametrize("argv", [
@@ -61,6 +61,6 @@ def test_impl_takes_every_attention_kind_the_api_takes(capsys):
 
     for impl in AttentionImpl:
         assert main(["roofline", "attention", "1", "32", "2048", "128", "--impl", impl.value, "--json"]) == 0
-        got = json.loads(capsys.readouterr().out)["results"][0]["time_s"]
-        want = gm.roofline(gm.ops.attention(1, 32, 2048, 128, impl=impl.value), "h100").time_s
+        got = json.loads(capsys.readouterr().out)["results"][0]["seconds"]
+        want = gm.roofline(gm.ops.attention(1, 32, 2048, 128, impl=impl.value), "h100").seconds
         assert got == pytest.approx(want)

@@ -49,7 +49,7 @@ _TP_USERS = {
     "Parallelism.check": lambda cfg, tp: gm.Parallelism(tp=tp).check(cfg),
     "training_memory": lambda cfg, tp: gm.training_memory(cfg, 1, 1024, tp=tp),
     "inference_memory": lambda cfg, tp: gm.inference_memory(cfg, 1, 1024, tp=tp),
-    "prefill_time": lambda cfg, tp: gm.prefill_time(cfg, "h100", 1, 1024, tp=tp),
+    "prefill_time": lambda cfg, tp: gm.prefill_time(cfg, "h100", batch_size=1, prompt_len=1024, tp=tp),
 }
 
 

@@ -40,7 +40,7 @@ def test_brenndoerfer_matmul_4096_is_compute_bound_at_7x_the_ridge(h100):
     ai_read = gm.arithmetic_intensity(op, over="read")
     assert ai_read == 2048  # 2*4096^3 / (2 * 4096^2 * 2 bytes)
     assert ai_read / r.ridge_point == pytest.approx(6.9, abs=0.05)  # Brenndoerfer (2026): "7x the ridge point"
-    assert r.time_s == pytest.approx(2 * 4096**3 / 989.4e12)  # compute floor, 138.9 us
+    assert r.seconds == pytest.approx(2 * 4096**3 / 989.4e12)  # compute floor, 138.9 us
 
 
 def test_brenndoerfer_relu_4096_is_memory_bound(h100):
@@ -53,14 +53,14 @@ def test_brenndoerfer_relu_4096_is_memory_bound(h100):
     # the op itself runs on CUDA cores, whose ridge (66.9e12 / 3.35e12 ~ 20) it is also far below
     assert r.ridge_point == pytest.approx(66.9e12 / 3.35e12)
     # read 32 MiB + write 32 MiB at 3.35 TB/s
-    assert r.time_s == pytest.approx(2 * 4096**2 * 2 / 3.35e12)
-    assert r.memory_s == r.time_s > r.compute_s
+    assert r.seconds == pytest.approx(2 * 4096**2 * 2 / 3.35e12)
+    assert r.memory_s == r.seconds > r.compute_s
 
 
 def test_brenndoerfer_measured_relu_within_roofline(h100):
     # Brenndoerfer's H100 measurement: 4096x4096 fp16 ReLU 0.045 ms, matmul 1.820 ms; a roofline is a lower bound
-    assert gm.roofline(ops.elementwise(4096 * 4096, "fp16"), h100).time_s < 0.045e-3
-    assert gm.roofline(ops.matmul(4096, 4096, 4096, "fp16"), h100).time_s < 1.820e-3
+    assert gm.roofline(ops.elementwise(4096 * 4096, "fp16"), h100).seconds < 0.045e-3
+    assert gm.roofline(ops.matmul(4096, 4096, 4096, "fp16"), h100).seconds < 1.820e-3
 
 
 # ------------------------------------------------------------------ peaks and levels
@@ -96,8 +96,8 @@ def test_hierarchical_levels(h100):
     assert gm.ridge_point(h100, "bf16", level="l2") == pytest.approx(989.4e12 / 12e12)
     op = ops.softmax(4096, 4096, "bf16")
     hbm, l2, smem = (gm.roofline(op, h100, level=lv) for lv in ("hbm", "l2", "shared"))
-    assert hbm.time_s == pytest.approx(op.bytes / 3.35e12)
-    assert l2.time_s == pytest.approx(op.bytes / 12e12) and smem.time_s < l2.time_s < hbm.time_s
+    assert hbm.seconds == pytest.approx(op.bytes / 3.35e12)
+    assert l2.seconds == pytest.approx(op.bytes / 12e12) and smem.seconds < l2.seconds < hbm.seconds
     with pytest.raises(ValueError, match="level"):
         gm.roofline(op, h100, level="l3")
 
@@ -112,7 +112,7 @@ def test_level_without_bandwidth_is_an_error(h100):
 def test_result_is_frozen_and_explains_itself(h100):
     r = gm.roofline(ops.matmul(4096, 4096, 4096, "fp16"), h100)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        r.time_s = 0
+        r.seconds = 0
     text = repr(r)
     assert "compute" in text and "h100-sxm" in text and "ridge point 295.3" in text
     assert "<table>" in r._repr_html_()
@@ -122,7 +122,7 @@ def test_result_is_frozen_and_explains_itself(h100):
 def test_vectorized_bound_is_an_array_of_strings(h100):
     r = gm.roofline(ops.matmul(np.array([1, 16, 8192]), 8192, 8192), h100)
     assert list(r.bound) == ["memory", "memory", "compute"]
-    assert r.time_s.shape == (3,)
+    assert r.seconds.shape == (3,)
     assert "configs 3" in repr(r)
 
 
@@ -141,8 +141,8 @@ def test_module_and_function_share_the_name():
     assert gpumodel.core.roofline is module and gm.estimate is importlib.import_module("gpumodel.calibration.estimate")
     op, g = gm.ops.matmul(4096, 4096, 4096), gm.gpu("h100")
     assert gpumodel.core.roofline.levels(g)["hbm"] == 3.35e12
-    assert gm.roofline(op, g).time_s == module.roofline(op, g).time_s
-    assert gm.estimate(op, "h200").time_s == gpumodel.calibration.estimate.estimate(op, "h200").time_s
+    assert gm.roofline(op, g).seconds == module.roofline(op, g).seconds
+    assert gm.estimate(op, "h200").seconds == gpumodel.calibration.estimate.estimate(op, "h200").seconds
 
 
 def test_attainable_flops_broadcasts():
@@ -173,8 +173,8 @@ def test_attainable_below_peak_and_time_above_both_floors(m, n, k, dt, level):
     op = ops.matmul(m, n, k, dt)
     r = roofline(op, h100, level=level)
     assert r.attainable_flops <= r.peak_flops
-    assert r.time_s >= op.flops / r.peak_flops
-    assert r.time_s >= op.bytes / h100.bandwidth(level)
+    assert r.seconds >= op.flops / r.peak_flops
+    assert r.seconds >= op.bytes / h100.bandwidth(level)
     assert (r.bound == "compute") == (r.arithmetic_intensity > r.ridge_point)
 
 
@@ -186,7 +186,7 @@ def test_roofline_vector_equals_loop_of_scalars(shapes, dt):
     vec = roofline(ops.matmul(m, n, k, dt), h100)
     for i, (mi, ni, ki) in enumerate(shapes):
         one = roofline(ops.matmul(mi, ni, ki, dt), h100)
-        assert vec.time_s[i] == one.time_s and vec.bound[i] == one.bound
+        assert vec.seconds[i] == one.seconds and vec.bound[i] == one.bound
         assert vec.attainable_flops[i] == one.attainable_flops
 
 
@@ -196,8 +196,8 @@ def test_fusion_never_slower_on_the_roofline(numels):
     n = min(numels)
     chain = [ops.elementwise(n, "bf16", flops_per_element=f) for f in numels[: len(numels)]]
     h100 = gm.gpu("h100")
-    fused = roofline(ops.fuse(*chain), h100).time_s
-    assert fused <= sum(roofline(op, h100).time_s for op in chain) * (1 + 1e-12)
+    fused = roofline(ops.fuse(*chain), h100).seconds
+    assert fused <= sum(roofline(op, h100).seconds for op in chain) * (1 + 1e-12)
 
 
 any_op = st.one_of(
@@ -218,9 +218,9 @@ def test_roofline_invariants_for_every_op_and_gpu(op, name):
     g = gm.gpu(name)
     r = roofline(op, g)
     assert 0 <= r.attainable_flops <= r.peak_flops
-    assert r.time_s == max(r.compute_s, r.memory_s)
+    assert r.seconds == max(r.compute_s, r.memory_s)
     assert r.memory_s == pytest.approx(op.bytes / g.memory_bandwidth)
-    assert r.attainable_flops * r.time_s == pytest.approx(op.flops, rel=1e-9)
+    assert r.attainable_flops * r.seconds == pytest.approx(op.flops, rel=1e-9)
 
 
 def test_roofline_and_estimate_name_their_parts_alike(h100):

@@ -10,7 +10,7 @@ from gpumodel.serving import generation as G
 
 def test_parts_add_up():
     g = gm.generation_time("llama-3-8b", "h100", batch_size=4, prompt_len=256, new_tokens=64)
-    assert g.ttft_s == pytest.approx(gm.prefill_time("llama-3-8b", "h100", 4, 256).seconds)
+    assert g.ttft_s == pytest.approx(gm.prefill_time("llama-3-8b", "h100", batch_size=4, prompt_len=256).seconds)
     assert g.seconds == pytest.approx(g.ttft_s + 63 * g.tpot_s)
     assert g.tokens_per_s == pytest.approx(4 * 64 / g.seconds)
     assert g.tokens_per_s_per_sequence == pytest.approx(64 / g.seconds)

@@ -98,8 +98,8 @@ def test_graph_constant_is_the_fit_on_the_fit_rows(steps):
                 continue
             # the kernel count of the row itself: split-KV adds a combine kernel at long contexts
             cfg = sa.lean_config(r)
-            n = (gm.decode_step_time(cfg, "h200", r["batch"], r["context_len"]).kernels if kind == "decode"
-                 else sa.prefill_time(cfg, "h200", r["batch"], r["prompt_len"]).kernels)
+            n = (gm.decode_step_time(cfg, "h200", batch_size=r["batch"], context_len=r["context_len"]).kernels if kind == "decode"
+                 else sa.prefill_time(cfg, "h200", batch_size=r["batch"], prompt_len=r["prompt_len"]).kernels)
             body = p_ - n * K.GRAPH_LAUNCH_S
             num += n / m * (1 - body / m)
             den += (n / m) ** 2

@@ -38,8 +38,8 @@ def test_gpt_fast_rows_within_the_bar():
     for r in _rows("gpt_fast_a100.csv"):
         key = (model[r["model"]], r["dtype"], int(r["tp"]), int(r["group_size"] or 128))
         if key not in cache:
-            cache[key] = gm.generation_time(key[0], "a100-sxm4-80gb", 1, 5, 200, dtype=key[1], tp=key[2],
-                                            group_size=key[3], engine="compiled").tokens_per_s
+            cache[key] = gm.generation_time(key[0], "a100-sxm4-80gb", batch_size=1, prompt_len=5, new_tokens=200, dtype=key[1],
+                                            tp=key[2], group_size=key[3], engine="compiled").tokens_per_s
         err.append(abs(cache[key] / float(r["tokens_per_s"]) - 1))
     # gpt-fast runs torch.compile'd, fused kernels: measured median 8.8%, p90 18.3% (unfused "graph": 15.7% /
     # 25.0%; int4 rows within 16% since tinygemm's weight stream carries as the SMs' dequantisation rate)
@@ -51,7 +51,7 @@ def test_trtllm_llama_8b_rows():
     err = []
     for r in rows:
         for col, gpu in (("h100_fp8", "h100"), ("h200_fp8", "h200")):
-            cap = gm.serving_capacity("llama-3-8b", gpu, int(r["input_len"]), int(r["output_len"]), dtype="fp8",
-                                      kv_dtype="fp8")
+            cap = gm.serving_capacity("llama-3-8b", gpu, prompt_len=int(r["input_len"]), output_len=int(r["output_len"]),
+                                      dtype="fp8", kv_dtype="fp8")
             err.append(cap.output_tokens_per_s / float(r[col]) - 1)
     assert np.median(np.abs(err)) < 0.20 and np.max(np.abs(err)) < 0.40

@@ -48,8 +48,8 @@ def test_quantised_weights_and_fp8_cache_are_faster_where_they_should_be():
     long = dict(batch_size=64, context_len=16384)
     assert (gm.decode_step_time("llama-3-8b", "h100", kv_dtype="fp8", **long).breakdown["attention"]
             < 0.7 * gm.decode_step_time("llama-3-8b", "h100", **long).breakdown["attention"])
-    assert gm.prefill_time("llama-3-8b", "h100", 8, 2048, dtype="fp8").seconds < \
-        gm.prefill_time("llama-3-8b", "h100", 8, 2048).seconds
+    assert gm.prefill_time("llama-3-8b", "h100", batch_size=8, prompt_len=2048, dtype="fp8").seconds < \
+        gm.prefill_time("llama-3-8b", "h100", batch_size=8, prompt_len=2048).seconds
 
 
 def test_hf_engine_is_host_bound_for_small_models():
@@ -103,12 +103,12 @@ def test_kv_dtype_one_rule_for_memory_and_serving():
     # the same spellings and the same default in inference_memory and in the serving functions
     mem = gm.inference_memory("llama-3-8b", 1, 1024, kv_dtype="float8_e4m3fn")
     assert mem.kv_cache_bytes == pytest.approx(2 * 32 * 1024 * 1024 * 1)   # 2 x layers x kv_dim x tokens x 1 B
-    assert gm.decode_step_time("llama-3-8b", "h100", 1, 1024, kv_dtype="float8_e4m3fn").kv_dtype == "fp8"
-    assert gm.decode_step_time("llama-3-8b", "h100", 1, 1024, dtype="fp32").kv_dtype == kv_cache_dtype(
+    assert gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=1024, kv_dtype="float8_e4m3fn").kv_dtype == "fp8"
+    assert gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=1024, dtype="fp32").kv_dtype == kv_cache_dtype(
         None, gm.DType.FP32).value == "fp32"
     # int8: the memory is defined, the time is not modelled; the error names what the time model takes
     assert gm.inference_memory("llama-3-8b", 1, 1024, kv_dtype="int8").kv_cache_bytes == mem.kv_cache_bytes
-    for call in (lambda: gm.decode_step_time("llama-3-8b", "h100", 1, 1024, kv_dtype="int8"),
+    for call in (lambda: gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=1024, kv_dtype="int8"),
                  lambda: gm.serving_capacity("llama-3-8b", "h100", kv_dtype="int8"),
                  lambda: gm.generation_time("llama-3-8b", "h100", kv_dtype="int8")):
         with pytest.raises(gm.ArgumentError, match="'fp32', 'bf16', 'fp16', 'fp8' here: the serving time model has "
@@ -144,7 +144,7 @@ def test_compiled_engine_fuses_each_run_of_memory_bound_kernels():
     assert (per_layer(plain, "norm"), per_layer(plain, "elementwise")) == (2, 14)
     assert (per_layer(fused, "norm"), per_layer(fused, "elementwise"), per_layer(fused, "fused")) == (0, 0, 4)
     assert [k.family for k in fused if k.launches == cfg.num_layers][0] == "matmul"   # QKV after the rotation
-    g = gm.decode_step_time("llama-3-8b", "h200", 1, 100)
-    c = gm.decode_step_time("llama-3-8b", "h200", 1, 100, engine="compiled")
+    g = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=100)
+    c = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=100, engine="compiled")
     assert c.kernels == g.kernels - 12 * cfg.num_layers and float(c.seconds) < float(g.seconds)
     assert c.breakdown["matmul"] == g.breakdown["matmul"]                    # the GEMMs are the same kernels

@@ -142,7 +142,7 @@ def test_transferred_times_are_positive_and_never_beat_the_roofline(gpu, m, n, k
                gm.ops.attention(2, 8, seq, 128, causal=causal, backward=backward)):
         est = gm.estimate(op, g)
         assert est.source == "transferred"
-        assert est.time_s > 0 and est.time_s >= gm.roofline(op, g).time_s * (1 - 1e-9)
+        assert est.seconds > 0 and est.seconds >= gm.roofline(op, g).seconds * (1 - 1e-9)
 
 
 def _bench():

@@ -13,6 +13,8 @@ Examples
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import warnings
 from typing import Any, Mapping, TypeVar
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["flag", "choice", "scalar_or_array", "format_seconds", "deprecated_alias", "path_argument", "passed_on",
+__all__ = ["flag", "choice", "scalar_or_array", "format_seconds", "deprecated_alias", "renamed_arguments", "keyword_only_after", "path_argument", "passed_on",
            "within_positions"]
 
 E = TypeVar("E", bound=enum.Enum)
@@ -32,9 +34,11 @@ def path_argument(value: Any, name: str = "path"):
     from pathlib import Path
 
     if isinstance(value, str) and not value.strip():
-        raise ArgumentError(f"{name} is empty; give the path of a file or folder")
+        raise ArgumentError(f"{name} is empty; give the path of a file or folder", argument=name, value=value,
+                            allowed="the path of a file or folder")
     if not isinstance(value, (str, os.PathLike)):
-        raise ArgumentTypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}",
+                                argument=name, value=value, allowed="a path (str or os.PathLike)")
     return Path(value)
 
 
@@ -50,10 +54,12 @@ def passed_on(options: Mapping, to: Any, caller: str, *, taken: tuple = ()) -> d
                and p != "model"]
     for key in options:
         if key in taken:
-            raise ArgumentTypeError(f"{caller} sets {key} itself; drop the {key}= argument")
+            raise ArgumentTypeError(f"{caller} sets {key} itself; drop the {key}= argument", argument=key,
+                                    value=options[key], allowed=", ".join(allowed))
         if key not in allowed:
             raise ArgumentTypeError(f"{caller} got an unexpected option {key}=; it passes options on to "
-                                    f"{to.__name__}, which takes: {', '.join(allowed)}")
+                                    f"{to.__name__}, which takes: {', '.join(allowed)}", argument=key,
+                                    value=options[key], allowed=", ".join(allowed))
     return dict(options)
 
 
@@ -78,7 +84,8 @@ def flag(value: Any, name: str) -> bool:
     """A real boolean: ``True``/``False`` (or NumPy's). Strings such as ``"no"`` are refused."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ArgumentError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    raise ArgumentError(f"{name} must be True or False, got {value!r} ({type(value).__name__})", argument=name,
+                        value=value, allowed="True or False")
 
 
 def choice(kind: type[E], value: Any, name: str) -> E:
@@ -93,7 +100,7 @@ def choice(kind: type[E], value: Any, name: str) -> E:
             if str(member.value).lower().replace("-", "_") == key:
                 return member
     allowed = ", ".join(repr(m.value) for m in kind)
-    raise ArgumentError(f"{name}={value!r} is not one of {allowed}")
+    raise ArgumentError(f"{name}={value!r} is not one of {allowed}", argument=name, value=value, allowed=allowed)
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -130,9 +137,87 @@ def deprecated_alias(old: str, new: str, value: Any, current: Any, default: Any 
     if value is default:
         return current
     if current is not default:
-        raise ArgumentError(f"give {new} only; {old} is its old name")
+        raise ArgumentError(f"give {new} only; {old} is its old name", argument=old, value=value,
+                            allowed=f"{new} alone ({old} is its old name)")
     warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
     return value
+
+
+def renamed_arguments(**renames: str):
+    """Decorator: keyword arguments renamed ``old="new"`` still answer for one release.
+
+    A call that passes an old name warns with a :class:`DeprecationWarning` naming the new one and is
+    answered as if it had passed the new name; passing both is refused.
+
+    >>> @renamed_arguments(cc_or_gpu="gpu_or_cc")
+    ... def limits(gpu_or_cc):
+    ...     return gpu_or_cc
+    >>> limits(gpu_or_cc="9.0")
+    '9.0'
+    """
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise ArgumentError(f"give {new} only; {old} is its old name")
+                    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        call.__signature__ = inspect.signature(fn)
+        return call
+
+    return wrap
+
+
+def keyword_only_after(n: int, *former: str):
+    """Decorator: the arguments after the first ``n`` are keyword-only; positional ones still answer for one release.
+
+    ``former`` names, in their old order, the arguments that a call could pass by position after the
+    first ``n``. Such a call warns with a :class:`DeprecationWarning` naming the arguments to pass as
+    keywords, and is answered as if it had. The signature :func:`inspect.signature` shows (and
+    :func:`passed_on` reads) is the function's own, keyword-only one.
+
+    >>> @keyword_only_after(1, "b", "c")
+    ... def f(a, *, c=0, b=0):
+    ...     return a, b, c
+    >>> f(1, b=2, c=3)
+    (1, 2, 3)
+    >>> import inspect
+    >>> str(inspect.signature(f))
+    '(a, *, c=0, b=0)'
+    """
+    def wrap(fn):
+        sig = inspect.signature(fn)
+        keyword_only = {p for p, v in sig.parameters.items() if v.kind == v.KEYWORD_ONLY}
+        unknown = [name for name in former if name not in keyword_only]
+        if unknown:
+            raise TypeError(f"{fn.__name__} has no keyword-only argument {', '.join(unknown)}")
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if len(args) > n:
+                extra = args[n:]
+                if len(extra) > len(former):
+                    raise ArgumentTypeError(f"{fn.__name__}() takes {n} positional arguments but {len(args)} were "
+                                            f"given; pass {', '.join(former)} as keywords")
+                names = former[:len(extra)]
+                twice = [name for name in names if name in kwargs]
+                if twice:
+                    raise ArgumentTypeError(f"{fn.__name__}() got multiple values for {', '.join(twice)}")
+                warnings.warn(f"passing {', '.join(names)} of {fn.__name__} by position is deprecated; pass "
+                              f"{', '.join(name + '=' for name in names)} as keywords", DeprecationWarning,
+                              stacklevel=2)
+                kwargs.update(zip(names, extra))
+                args = args[:n]
+            return fn(*args, **kwargs)
+
+        call.__signature__ = sig
+        return call
+
+    return wrap
 
 
 #: the parallel-degree rules live in :mod:`gpumodel.vocabulary.parallel_rules`; their names are kept here

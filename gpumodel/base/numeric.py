@@ -29,13 +29,15 @@ __all__ = ["bounded_int", "positive_int", "nonnegative_int", "positive_number", 
 
 def _numeric_array(value: Any, name: str, what: str, allow_empty: bool = False) -> np.ndarray:
     if isinstance(value, (bool, np.bool_)) or isinstance(value, (str, bytes)):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})", argument=name,
+                            value=value, allowed=what)
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError):
         arr = None
     if arr is None or (arr.size == 0 and not allow_empty) or (arr.size and arr.dtype.kind not in "iuf"):
-        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+        raise ArgumentError(f"{name} must be {what}, got {value!r} ({type(value).__name__})", argument=name,
+                            value=value, allowed=what)
     return arr
 
 
@@ -46,12 +48,13 @@ def _integers(value: Any, name: str, lowest: int, what: str):
     arr = _numeric_array(value, name, what)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ArgumentError(f"{name} must be {what}, got {value!r}")
+            raise ArgumentError(f"{name} must be {what}, got {value!r}", argument=name, value=value, allowed=what)
         if np.any(np.abs(arr) >= _INT64_LIMIT):
-            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}")
+            raise ArgumentError(f"{name} must be {what} below 2**63, got {value!r}", argument=name, value=value,
+                                allowed=f"{what} below 2**63")
     if np.any(arr < lowest):
-        bad = arr.min()
-        raise ArgumentError(f"{name} must be {what}, got {bad.item() if np.ndim(value) else value!r}")
+        bad = arr.min().item() if np.ndim(value) else value
+        raise ArgumentError(f"{name} must be {what}, got {bad!r}", argument=name, value=bad, allowed=what)
     if arr.ndim == 0:
         return int(arr)
     return arr.astype(np.int64)
@@ -69,13 +72,16 @@ def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowe
         return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
-            raise ArgumentError(f"{name} is NaN; allowed: {allowed}")
+            raise ArgumentError(f"{name} is NaN; allowed: {allowed}", argument=name, value=value, allowed=allowed)
         if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
-            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}")
+            raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}", argument=name, value=value,
+                                allowed=allowed)
     arr = arr.astype(np.int64)
     bad = arr < low if high is None else (arr < low) | (arr > high)
     if bad.any():
-        raise ArgumentError(f"{name} = {arr[bad].flat[0]} is out of range; allowed: {allowed}")
+        first = arr[bad].flat[0].item()
+        raise ArgumentError(f"{name} = {first} is out of range; allowed: {allowed}", argument=name, value=first,
+                            allowed=allowed)
     return arr
 
 
@@ -96,7 +102,7 @@ def _reals(value: Any, name: str, strict: bool):
     what = "a positive number" if strict else "a number >= 0"
     arr = _numeric_array(value, name, what + " (or an array of them)").astype(float)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if strict else arr < 0):
-        raise ArgumentError(f"{name} must be {what}, got {value!r}")
+        raise ArgumentError(f"{name} must be {what}, got {value!r}", argument=name, value=value, allowed=what)
     return float(arr) if arr.ndim == 0 else arr
 
 
@@ -126,4 +132,6 @@ def broadcastable(**values: Any) -> tuple:
     except ValueError:
         arrays = [(k, s) for k, s in shapes.items() if s]
         raise ArgumentError(f"{' and '.join(f'{k} (shape {s})' for k, s in arrays)} do not broadcast together: give "
-                            f"arrays of one shape, or a grid such as a[:, None] and b[None, :]") from None
+                            f"arrays of one shape, or a grid such as a[:, None] and b[None, :]",
+                            argument=", ".join(k for k, _ in arrays), value={k: s for k, s in arrays},
+                            allowed="arrays of shapes that broadcast together") from None

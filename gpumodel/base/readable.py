@@ -54,28 +54,28 @@ def _label(text: Any, name: str | None) -> str:
     return f"{name}={text!r}" if name else repr(text)
 
 
-def _fail(text: Any, name: str | None, what: str) -> ArgumentError:
-    return ArgumentError(f"{_label(text, name)}: {what}")
+def _fail(text: Any, name: str | None, what: str, allowed: str | None = None) -> ArgumentError:
+    return ArgumentError(f"{_label(text, name)}: {what}", argument=name, value=text, allowed=allowed)
 
 
 def _split(text: Any, name: str | None, forms: str) -> tuple[Decimal, str]:
     match = _NUMBER.match(text) if isinstance(text, str) else None
     if match is None:
-        raise _fail(text, name, f"expected {forms}")
+        raise _fail(text, name, f"expected {forms}", forms)
     try:
         number = Decimal(match.group("num").replace("_", ""))
     except InvalidOperation:
-        raise _fail(text, name, f"expected {forms}") from None
+        raise _fail(text, name, f"expected {forms}", forms) from None
     return number, match.group("unit")
 
 
 def _whole(value: Decimal, text: str, name: str | None, forms: str, minimum: int, unit: str) -> int:
     if value != value.to_integral_value():
-        raise _fail(text, name, f"is not a whole number of {unit}; expected {forms}")
+        raise _fail(text, name, f"is not a whole number of {unit}; expected {forms}", forms)
     if value < minimum:
-        raise _fail(text, name, f"must be >= {minimum}; expected {forms}")
+        raise _fail(text, name, f"must be >= {minimum}; expected {forms}", f"{forms}, >= {minimum}")
     if value > _MAX_INT:
-        raise _fail(text, name, f"is too large (more than 2**63 - 1 {unit})")
+        raise _fail(text, name, f"is too large (more than 2**63 - 1 {unit})", f"at most 2**63 - 1 {unit}")
     return int(value)
 
 
@@ -94,7 +94,7 @@ def parse_count(text: str, name: str | None = None, *, minimum: int = 0) -> int:
     """
     number, unit = _split(text, name, _COUNT_FORMS)
     if unit.lower() not in _COUNT_UNITS:
-        raise _fail(text, name, f"unknown suffix {unit!r}; expected {_COUNT_FORMS}")
+        raise _fail(text, name, f"unknown suffix {unit!r}; expected {_COUNT_FORMS}", _COUNT_FORMS)
     return _whole(number * _COUNT_UNITS[unit.lower()], text, name, _COUNT_FORMS, minimum, "items")
 
 
@@ -123,11 +123,11 @@ def parse_bytes(text: str, name: str | None = None, *, binary_only: bool = False
         binary += "" if prefix == "k" else "**" + str("kmgtp".index(prefix) + 1)
         if binary_only:
             raise _fail(text, name, f"shared-memory sizes are binary: {binary} bytes; decimal kB/MB/GB are "
-                                    "not accepted here")
+                                    "not accepted here", forms)
         decimal = f"{_plain(number)}{'k' if prefix == 'k' else prefix.upper()}B"
-        raise _fail(text, name, f"{unit!r} is ambiguous: {binary} bytes, or {decimal} for 1000-based")
+        raise _fail(text, name, f"{unit!r} is ambiguous: {binary} bytes, or {decimal} for 1000-based", forms)
     else:
-        raise _fail(text, name, f"unknown unit {unit!r}; expected {forms}")
+        raise _fail(text, name, f"unknown unit {unit!r}; expected {forms}", forms)
     return _whole(number * factor, text, name, forms, minimum, "bytes")
 
 
@@ -143,12 +143,13 @@ def parse_seconds(text: str, name: str | None = None) -> float:
     try:
         number, unit = _split(text, name, _SECONDS_FORMS)
     except ArgumentError:
-        raise ArgumentError(f"{_label(text, name)} is not a time; expected {_SECONDS_FORMS}") from None
+        raise ArgumentError(f"{_label(text, name)} is not a time; expected {_SECONDS_FORMS}", argument=name,
+                            value=text, allowed=_SECONDS_FORMS) from None
     if unit.lower() not in _SECONDS:
-        raise _fail(text, name, f"unknown unit {unit!r}; expected {_SECONDS_FORMS}")
+        raise _fail(text, name, f"unknown unit {unit!r}; expected {_SECONDS_FORMS}", _SECONDS_FORMS)
     value = float(number * _SECONDS[unit.lower()])
     if not math.isfinite(value) or value < 0:
-        raise _fail(text, name, f"must be a finite duration >= 0; expected {_SECONDS_FORMS}")
+        raise _fail(text, name, f"must be a finite duration >= 0; expected {_SECONDS_FORMS}", _SECONDS_FORMS)
     return value
 
 
@@ -157,7 +158,8 @@ def parse_number(text: str, name: str | None = None, *, minimum: float = 0.0) ->
     number, unit = _split(text, name, "a number such as 1, 0.5 or 2e3")
     value = float(number)
     if unit or not math.isfinite(value) or value < minimum:
-        raise _fail(text, name, f"expected a finite number >= {minimum:g} such as 1, 0.5 or 2e3")
+        raise _fail(text, name, f"expected a finite number >= {minimum:g} such as 1, 0.5 or 2e3",
+                    f"a finite number >= {minimum:g}")
     return value
 
 
@@ -171,9 +173,11 @@ def token_count(value: Any, name: str = "tokens") -> float:
         return float(parse_count(value, name, minimum=1))
     out = positive_number(value, name)
     if not isinstance(out, float):
-        raise ArgumentError(f"{name} must be one token count, got an array")
+        raise ArgumentError(f"{name} must be one token count, got an array", argument=name, value=value,
+                            allowed="one token count >= 1")
     if out < 1:
-        raise ArgumentError(f"{name} must be a token count >= 1, got {value!r}")
+        raise ArgumentError(f"{name} must be a token count >= 1, got {value!r}", argument=name, value=value,
+                            allowed="a token count >= 1")
     return out
 
 
@@ -186,9 +190,11 @@ def duration(value: Any, name: str) -> float:
     if isinstance(value, str):
         seconds = parse_seconds(value, name)
         if seconds <= 0:
-            raise ArgumentError(f"{_label(value, name)}: must be a time > 0")
+            raise ArgumentError(f"{_label(value, name)}: must be a time > 0", argument=name, value=value,
+                                allowed="a time > 0")
         return seconds
     out = positive_number(value, name)
     if not isinstance(out, float):
-        raise ArgumentError(f"{name} must be a single time, got an array")
+        raise ArgumentError(f"{name} must be a single time, got an array", argument=name, value=value,
+                            allowed="a single time > 0")
     return out

@@ -81,28 +81,33 @@ def parse_quantity(value: object, dimension: str) -> float:
     700.0
     """
     if dimension not in DIMENSIONS:
-        raise UnitError(f"unknown dimension {dimension!r}; known: {sorted(DIMENSIONS)}")
+        raise UnitError(f"unknown dimension {dimension!r}; known: {sorted(DIMENSIONS)}", argument="dimension",
+                        value=dimension, allowed=", ".join(sorted(DIMENSIONS)))
     if isinstance(value, bool):
-        raise UnitError(f"expected a quantity in {dimension}, got {value!r}")
+        raise UnitError(f"expected a quantity in {dimension}, got {value!r}", value=value,
+                        allowed=f"a quantity in {dimension}")
     if isinstance(value, (int, float)):
         number = float(value)
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if match is None:
-            raise UnitError(f"cannot read {value!r} as a quantity in {dimension} (e.g. '3.35 TB/s')")
+            raise UnitError(f"cannot read {value!r} as a quantity in {dimension} (e.g. '3.35 TB/s')", value=value,
+                            allowed=f"a number and a unit of {dimension}")
         unit = match.group("unit")
         factor = 1.0 if unit == "" else _split_prefix(unit, DIMENSIONS[dimension])
         if factor is None:
             allowed = ", ".join(sorted(DIMENSIONS[dimension]))
             raise UnitError(
                 f"unit {unit!r} in {value!r} is not a unit of {dimension}; "
-                f"use one of {allowed} with an optional k/M/G/T/P or Ki/Mi/Gi/Ti prefix"
+                f"use one of {allowed} with an optional k/M/G/T/P or Ki/Mi/Gi/Ti prefix",
+                value=value, allowed=f"{allowed} with an optional k/M/G/T/P or Ki/Mi/Gi/Ti prefix",
             )
         number = float(match.group("num")) * factor
     else:
-        raise UnitError(f"expected a number or a string with a unit of {dimension}, got {type(value).__name__}")
+        raise UnitError(f"expected a number or a string with a unit of {dimension}, got {type(value).__name__}",
+                        value=value, allowed=f"a number or a string with a unit of {dimension}")
     if not math.isfinite(number):
-        raise UnitError(f"{value!r} is not finite")
+        raise UnitError(f"{value!r} is not finite", value=value, allowed=f"a finite quantity in {dimension}")
     return number
 
 

@@ -40,8 +40,8 @@ __all__ = [
     "widened_cases",
 ]
 
-from .timing import (CalibrationUnavailableError, _time_cpu, _torch, device_seconds, host_seconds,  # noqa: F401
-                     launched_kernels, spin_rate, time_events)
+from .timing import (CalibrationUnavailableError, device_seconds, host_seconds, import_torch,  # noqa: F401
+                     launched_kernels, spin_rate, time_cpu, time_events)
 
 FLUSH_BYTES = 256 * 2**20  # larger than any current L2 (H100 50 MB, H200 60 MB, B200 126 MB)
 
@@ -64,7 +64,7 @@ def _shrink(case: Case) -> Case:
 
 def make_runner(case: Case, device: str = "cuda") -> Callable[[], Any]:
     """Allocate random inputs for ``case`` on ``device`` and return a no-argument callable that runs it once."""
-    torch = _torch()
+    torch = import_torch()
     import torch.nn.functional as F
 
     op, kernel, dt, s = case["op"], case["kernel"], case["dtype"], case["shape"]
@@ -148,7 +148,7 @@ def measure(case: Case, device: str = "cuda", flush=None, dry_run: bool = False,
     if getattr(fn, "kernel", None):  # the runner fell back to another call than the case names
         case = {**case, "kernel": fn.kernel}
     if dry_run:
-        t, reps = _time_cpu(fn)
+        t, reps = time_cpu(fn)
     elif timer is not None:
         t, reps = float(timer(fn)), -1
     else:
@@ -172,7 +172,7 @@ def _nvidia_smi(fields: str) -> list[str]:
 
 def environment_info(device: str = "cuda") -> dict:
     """Device name, SM count, L2, driver/torch/CUDA versions and the clocks nvidia-smi reports now."""
-    torch = _torch()
+    torch = import_torch()
     info: dict[str, Any] = {"torch_version": torch.__version__, "cuda_version": torch.version.cuda,
                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if device != "cpu" and torch.cuda.is_available():
@@ -233,7 +233,7 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
     (e.g. an unsupported dtype) is recorded with ``"error"`` and no time. ``kernel_names(case)``
     says for which cases to record the launched kernels, ``ahead`` how to time them (see :func:`measure`).
     """
-    torch = _torch()
+    torch = import_torch()
     device = "cpu" if dry_run else "cuda"
     if not dry_run and not torch.cuda.is_available():
         raise CalibrationUnavailableError("no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)")

@@ -19,6 +19,7 @@ For the pure datasheet ceiling (no efficiencies, no overheads) see :func:`gpumod
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +102,7 @@ def _expected_error(record: Any, op: Any) -> Any:
     return None if hit is None else hit.median
 
 
-_fmt = format_seconds  # the package's one time formatter (kept under this name for the command line)
+_fmt = format_seconds  # the package's one time formatter
 
 
 @dataclass(frozen=True, repr=False)
@@ -110,8 +111,8 @@ class TimeEstimate(ResultRecord):
 
     Attributes
     ----------
-    time_s : float or ndarray
-        Estimated kernel time [s].
+    seconds : float or ndarray
+        Estimated kernel time [s]; ``float(est)`` gives it. ``time_s`` is its former name (deprecated).
     bound : str or ndarray of str
         What decided it: ``"compute"`` (tensor/CUDA-core rate incl. tile and wave quantization),
         ``"memory"`` (device-memory traffic), ``"launch"`` (the fixed per-launch time exceeds both),
@@ -134,7 +135,7 @@ class TimeEstimate(ResultRecord):
     detail : str
         Where the parameters come from, in words.
     expected_error : float or None
-        Expected median relative error of ``time_s`` [1]: the calibration's validation error for
+        Expected median relative error of ``seconds`` [1]: the calibration's validation error for
         this op family, or for a transferred estimate that combined with its priors' uncertainty;
         ``None`` where nothing measured backs it (datasheet).
     kernels : float or ndarray
@@ -142,7 +143,7 @@ class TimeEstimate(ResultRecord):
         composite's parts); ``overhead_s`` is their launches, queued back to back.
     """
 
-    time_s: Any
+    seconds: Any
     bound: Any
     compute_s: Any
     memory_s: Any
@@ -156,21 +157,27 @@ class TimeEstimate(ResultRecord):
     expected_error: Any = None
     kernels: Any = 1.0
 
+    @property
+    def time_s(self) -> Any:
+        """Deprecated name of :attr:`seconds`."""
+        warnings.warn("TimeEstimate.time_s is deprecated; use seconds", DeprecationWarning, stacklevel=2)
+        return self.seconds
+
     def __float__(self) -> float:
         """Seconds (scalar results only)."""
-        return float(self.time_s)
+        return float(self.seconds)
 
     def __repr__(self) -> str:
-        if np.ndim(self.time_s) == 0:
-            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.time_s)}, {self.bound}-bound; "
+        if np.ndim(self.seconds) == 0:
+            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.seconds)}, {self.bound}-bound; "
                     f"compute {_fmt(self.compute_s)}, memory {_fmt(self.memory_s)}, launch {_fmt(self.overhead_s)}; "
                     f"{self.detail or self.source})")
-        t = np.asarray(self.time_s)
+        t = np.asarray(self.seconds)
         return (f"TimeEstimate({self.op} on {self.gpu}: {t.size} configs, {_fmt(t.min())} .. {_fmt(t.max())}; "
                 f"{self.detail or self.source})")
 
     def _repr_html_(self) -> str:
-        rows = [("time", _fmt(np.max(self.time_s)) if np.ndim(self.time_s) == 0 else repr(self)),
+        rows = [("time", _fmt(np.max(self.seconds)) if np.ndim(self.seconds) == 0 else repr(self)),
                 ("bound", str(self.bound)), ("source", f"{self.source}: {self.detail}" if self.detail else self.source)]
         if self.expected_error is not None:
             rows.append(("expected error", f"{self.expected_error:.0%}"))
@@ -222,6 +229,9 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     Returns
     -------
     TimeEstimate
+        ``.seconds`` (the estimated kernel time [s]), ``.bound`` (what decided it: "compute", "memory",
+        "launch" or "parallelism"), its parts ``compute_s``, ``memory_s``, ``overhead_s`` [s], ``source``
+        and ``expected_error`` [1]; arrays where the op's sizes were arrays.
 
     Examples
     --------
@@ -252,6 +262,25 @@ def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: An
     """Estimated time of ``op`` on ``gpu`` [s]: a float, or an array broadcast like the op's sizes.
 
     See :func:`estimate` for the parameters and the result that explains the number.
+
+    Parameters
+    ----------
+    op : OpCost
+        From :mod:`gpumodel.core.ops` (scalar or broadcast sizes).
+    gpu : GPUSpec or str
+        The GPU (a name such as ``"h200"``).
+    calibrated : bool
+        Use the GPU's shipped calibration when there is one (default). False: datasheet with
+        default efficiencies.
+    calibration : Calibration or path, optional
+        A calibration to use instead of the shipped one (must be for this GPU).
+    sustained : bool
+        Price the op inside back-to-back work, at the power-limited clock (as :func:`estimate`).
+
+    Returns
+    -------
+    float or ndarray
+        Estimated kernel time [s], broadcast like the op's sizes.
 
     Examples
     --------

@@ -137,12 +137,12 @@ def _build(op: str, dtype: str, shapes: list[Mapping[str, Any]]):
     import inspect
 
     from gpumodel.core import ops
-    from gpumodel.core.opcost import _lookup
+    from gpumodel.core.opcost import lookup_formula
 
     first = shapes[0]
     arrays = {k: np.array([float(s[k]) for s in shapes]) for k in first if not _scalar_key(k, first[k])}
     flags = {k: v for k, v in first.items() if _scalar_key(k, v) and v is not None}
-    func = _lookup(op)
+    func = lookup_formula(op)
     params = inspect.signature(func).parameters
     dt_name = "dtype" if "dtype" in params else next(n for n in params if n.endswith("dtype"))
     return getattr(ops, op)(**arrays, **flags, **{dt_name: dtype})
@@ -418,6 +418,31 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
     ``sustained_slowdown`` (measured: :func:`gpumodel.calibration.sustained.sustained_slowdown`) is kept as
     that parameter, which no fit touches.
+
+    Parameters
+    ----------
+    points : list of dict
+        Measured kernels, as :func:`gpumodel.calibration.bench.run_benchmarks` returns them: ``op``, ``dtype``,
+        ``shape`` (the op's arguments) and ``time_s`` [s]; points without a time are skipped.
+    gpu : GPUSpec or str
+        The GPU measured (a record, name or alias); its datasheet gives the starting parameters and bounds.
+    environment : mapping, optional
+        What the benchmark recorded about the machine (``device_name``, ``sm_count``, clocks [MHz], driver,
+        torch and CUDA versions, ``mode``, ``timer``); the GPU's SM count when it gives none.
+    keep_points : bool
+        Store the measured points in the record.
+    validation : list of dict, optional
+        Measured points not used for the fit (same form as ``points``).
+    source : str
+        Where the measurements come from, in words (kept in the record).
+    sustained_slowdown : float, optional
+        Measured slowdown of compute-bound kernels under sustained load [ratio, >= 1].
+
+    Returns
+    -------
+    Calibration
+        The GPU's fitted parameters (SI units), the points [s] (when kept) and the fit and validation errors
+        (count, median and 90th percentile of ``|predicted/measured - 1|`` per op family) [1].
     """
     from gpumodel.vocabulary.gpus import gpu as _gpu
 
@@ -463,7 +488,31 @@ def gpu_for_device(device_name: str):
 
 
 def calibrate(gpu: Any = None, mode: str = "full", out: str | Path | None = None, show_progress: bool = True):
-    """Measure this machine's GPU with torch, fit, and (if ``out``) save the calibration YAML."""
+    """Measure this machine's GPU with torch, fit, and (if ``out``) save the calibration YAML.
+
+    Parameters
+    ----------
+    gpu : GPUSpec or str, optional
+        The GPU measured (default: the one whose name the driver reports, :func:`gpu_for_device`).
+    mode : {"quick", "full"}
+        ``quick`` (about 100 kernels, under a minute on a data-center GPU) or ``full`` (about 450, a few
+        minutes); see :func:`gpumodel.calibration.plan.fit_cases`.
+    out : path-like, optional
+        Where to write the calibration YAML (not written when None).
+    show_progress : bool
+        Print progress while measuring.
+
+    Returns
+    -------
+    Calibration
+        The GPU's fitted parameters (SI units), the points [s] (when kept) and the fit and validation errors
+        (count, median and 90th percentile of ``|predicted/measured - 1|`` per op family) [1].
+
+    Raises
+    ------
+    CalibrationUnavailableError
+        torch is not installed or sees no CUDA GPU.
+    """
     from . import bench
 
     env, points = bench.run_benchmarks(mode=mode, show_progress=show_progress)

@@ -229,6 +229,16 @@ class Calibration(BaseModel):
 def load_calibration(path: str | os.PathLike) -> Calibration:
     """Read and validate one calibration YAML file.
 
+    Parameters
+    ----------
+    path : path-like
+        A ``.yaml`` file holding one calibration record (as ``gpumodel calibrate`` writes it).
+
+    Returns
+    -------
+    Calibration
+        The GPU's fitted parameters (SI units), the measured points [s] and the fit and validation errors [1].
+
     Raises
     ------
     SpecError
@@ -250,12 +260,30 @@ CALIBRATIONS: Catalog[Calibration] = Catalog("calibrations", Calibration, key=la
 
 
 def list_calibrations() -> list[str]:
-    """Canonical names of the GPUs with a shipped (or ``GPUMODEL_SPEC_PATH``) calibration."""
+    """Canonical names of the GPUs with a shipped (or ``GPUMODEL_SPEC_PATH``) calibration.
+
+    Returns
+    -------
+    list of str
+        Canonical GPU names (as :func:`gpumodel.gpu` gives them), sorted.
+    """
     return CALIBRATIONS.names()
 
 
 def calibration_for(gpu: Any) -> Calibration | None:
-    """The shipped calibration of a GPU (a :class:`~gpumodel.records.gpu.GPUSpec` or name), or ``None``."""
+    """The shipped calibration of a GPU (a :class:`~gpumodel.records.gpu.GPUSpec` or name), or ``None``.
+
+    Parameters
+    ----------
+    gpu : GPUSpec or str
+        A GPU record, name or alias.
+
+    Returns
+    -------
+    Calibration or None
+        The GPU's shipped (or ``GPUMODEL_SPEC_PATH``) calibration; None for a GPU without one or an
+        unknown name.
+    """
     name = gpu.name if hasattr(gpu, "name") else str(gpu)
     if name in CALIBRATIONS:
         return CALIBRATIONS.get(name)

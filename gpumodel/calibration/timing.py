@@ -15,14 +15,15 @@ from typing import Any, Callable
 from ..base.errors import GpumodelError
 
 __all__ = ["CalibrationUnavailableError", "time_events", "host_seconds", "spin_rate", "launched_kernels",
-           "device_seconds"]
+           "device_seconds", "import_torch", "time_cpu"]
 
 
 class CalibrationUnavailableError(GpumodelError, RuntimeError):
     """torch, or a CUDA GPU, is not available to measure on."""
 
 
-def _torch():
+def import_torch():
+    """The ``torch`` module, imported on first use; without it a :class:`CalibrationUnavailableError`."""
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -52,7 +53,7 @@ def spin_rate(torch) -> float:
 
 def host_seconds(fn: Callable[[], Any], calls: int = 3) -> float:
     """The host's time to issue one call of ``fn`` [s] with nothing queued on the GPU (the longest of ``calls``)."""
-    torch = _torch()
+    torch = import_torch()
     times = []
     for _ in range(calls):
         torch.cuda.synchronize()
@@ -80,7 +81,7 @@ def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: fl
     timed at 78-175 us), and the timing depends on the host's speed and load. ``ahead=False`` is
     ``do_bench``'s own timing.
     """
-    torch = _torch()
+    torch = import_torch()
     fn()
     torch.cuda.synchronize()
     cycles = int(spin_rate(torch) * (2 * host_seconds(fn) + 50e-6)) if ahead else 0
@@ -114,7 +115,8 @@ def time_events(fn: Callable[[], Any], flush, warmup_s: float = 0.025, rep_s: fl
     return float(times[len(times) // 2]), reps
 
 
-def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
+def time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
+    """(median wall time of ``reps`` calls of ``fn`` after one warm-up call [s], ``reps``): timing on the CPU."""
     fn()
     times = []
     for _ in range(reps):
@@ -127,7 +129,7 @@ def _time_cpu(fn: Callable[[], Any], reps: int = 3) -> tuple[float, int]:
 
 def _profiled_kernels(fn: Callable[[], Any]) -> list:
     """The profiler's GPU events of one call of ``fn``, in start order ([] if the profiler is unavailable)."""
-    torch = _torch()
+    torch = import_torch()
     try:
         from torch.profiler import ProfilerActivity, profile
 

@@ -14,7 +14,7 @@ Examples
 >>> parse_bytes("32KB", "--smem", binary_only=True)
 Traceback (most recent call last):
 ...
-gpumodel.cli._common._OptionError: --smem='32KB': shared-memory sizes are binary:
+gpumodel.cli._common.OptionError: --smem='32KB': shared-memory sizes are binary:
 write 32KiB (or 32768) for 32 x 1024 bytes; decimal kB/MB/GB are not accepted here
 """
 
@@ -35,23 +35,23 @@ from gpumodel.base.reprs import text_table
 
 __all__ = [
     "parse_count", "parse_bytes", "parse_seconds", "parse_number", "count_type", "output_path", "input_path",
-    "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable",
+    "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable", "OptionError",
 ]
 
 
-class _OptionError(ArgumentError, argparse.ArgumentTypeError):
+class OptionError(ArgumentError, argparse.ArgumentTypeError):
     """An option value the command line cannot read (argparse prints its message)."""
 
 
 def _option(parse: Callable) -> Callable:
-    """``parse`` with its ArgumentError raised as an :class:`_OptionError` (for argparse's ``type=``)."""
+    """``parse`` with its ArgumentError raised as an :class:`OptionError` (for argparse's ``type=``)."""
 
     @functools.wraps(parse)
     def wrapper(*args, **kwargs):
         try:
             return parse(*args, **kwargs)
         except ArgumentError as exc:
-            raise _OptionError(str(exc)) from None
+            raise OptionError(str(exc), argument=exc.argument, value=exc.value, allowed=exc.allowed) from None
 
     return wrapper
 

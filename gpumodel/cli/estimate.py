@@ -18,7 +18,7 @@ from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_
 EPILOG = SIZES_HELP + """
 JSON output (--json), SI units:
   op: name, dtype, shape {size name: count}, flops [FLOP], bytes [B]
-  results: one object per GPU: gpu, time_s, compute_s, memory_s, overhead_s, roofline_time_s [s],
+  results: one object per GPU: gpu, seconds, compute_s, memory_s, overhead_s, roofline_time_s [s],
       bound (what decided the time), parallelism (fraction of the GPU kept busy), calibrated
       (true/false), source ("calibrated", "transferred" or "datasheet"), detail (where the parameters came from),
       expected_error (typical relative error of the source, or null), achieved_flops [FLOP/s],
@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.calibration.estimate import _fmt, estimate
+    from gpumodel.calibration.estimate import estimate
+    from gpumodel.vocabulary import format_seconds as fs
     from gpumodel.core.roofline import roofline
     from gpumodel.base.units import format_quantity as fq
 
@@ -53,16 +54,16 @@ def _run(args: argparse.Namespace) -> int:
     results = []
     for g in gpus:
         est = estimate(op, g, calibrated=not args.uncalibrated, calibration=args.calibration)
-        results.append((est, roofline(op, g).time_s))
+        results.append((est, roofline(op, g).seconds))
     if args.json:
         print_json({
             "op": {"name": op.name, "dtype": op.dtype.value, "shape": dict(op.shape), "flops": op.flops,
                    "bytes": op.bytes},
-            "results": [{"gpu": e.gpu, "time_s": e.time_s, "bound": e.bound, "compute_s": e.compute_s,
+            "results": [{"gpu": e.gpu, "seconds": e.seconds, "bound": e.bound, "compute_s": e.compute_s,
                          "memory_s": e.memory_s, "overhead_s": e.overhead_s, "parallelism": e.parallelism,
                          "calibrated": e.calibrated, "source": e.source, "detail": e.detail,
                          "expected_error": e.expected_error, "roofline_time_s": r,
-                         "achieved_flops": op.flops / e.time_s, "achieved_bandwidth": op.bytes / e.time_s}
+                         "achieved_flops": op.flops / e.seconds, "achieved_bandwidth": op.bytes / e.seconds}
                         for e, r in results],
         })
         return 0
@@ -71,8 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     headers = ["GPU", "time", "bound", "compute", "memory", "launch", "roofline floor", "achieved", "source"]
     rows = []
     for e, r in results:
-        achieved = (fq(op.flops / e.time_s, "FLOP/s") if op.unit == "tensor" else fq(op.bytes / e.time_s, "B/s"))
-        rows.append([e.gpu, _fmt(e.time_s), e.bound, _fmt(e.compute_s), _fmt(e.memory_s),
-                     _fmt(e.overhead_s), _fmt(r), achieved, e.detail or e.source])
+        achieved = (fq(op.flops / e.seconds, "FLOP/s") if op.unit == "tensor" else fq(op.bytes / e.seconds, "B/s"))
+        rows.append([e.gpu, fs(e.seconds), e.bound, fs(e.compute_s), fs(e.memory_s),
+                     fs(e.overhead_s), fs(r), achieved, e.detail or e.source])
     print_table(headers, rows)
     return 0

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import re
 
-from ._common import _OptionError, count_type, fill, output_path, parse_bytes, print_json, print_table
+from ._common import OptionError, count_type, fill, output_path, parse_bytes, print_json, print_table
 
 EPILOG = """\
 Sizes (--smem, --static-smem) are bytes: 4096, 48KiB, 1MiB. Shared memory is sized in binary
@@ -39,7 +39,7 @@ def _smem(text: str) -> int:
 def _cc(text: str) -> str:
     """A compute capability ``MAJOR.MINOR`` (``9.0``, ``8.6``), kept as the text the library reads."""
     if not re.fullmatch(r"\d{1,2}\.\d", text.strip()):
-        raise _OptionError(f"{text!r}: expected a compute capability MAJOR.MINOR such as 9.0, 8.6 or 12.0")
+        raise OptionError(f"{text!r}: expected a compute capability MAJOR.MINOR such as 9.0, 8.6 or 12.0")
     return text.strip()
 
 

@@ -21,7 +21,7 @@ JSON output (--json), SI units:
   op: name, dtype, unit ("tensor" or "cuda" cores), shape {size name: count}, flops [FLOP],
       bytes_read, bytes_written, bytes [B], arithmetic_intensity, arithmetic_intensity_read [FLOP/B]
   results: one object per GPU and memory level: gpu, level, bound ("compute" or "memory"),
-      time_s, compute_s, memory_s [s], attainable_flops, peak_flops [FLOP/s],
+      seconds, compute_s, memory_s [s], attainable_flops, peak_flops [FLOP/s],
       arithmetic_intensity, ridge_point [FLOP/B], bandwidth [B/s]
   plot: the file written (with --plot)
 """
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
                    "bytes": op.bytes, "arithmetic_intensity": arithmetic_intensity(op),
                    "arithmetic_intensity_read": arithmetic_intensity(op, over="read")},
             "results": [{k: getattr(r, k) for k in (
-                "gpu", "level", "bound", "time_s", "compute_s", "memory_s", "attainable_flops",
+                "gpu", "level", "bound", "seconds", "compute_s", "memory_s", "attainable_flops",
                 "arithmetic_intensity", "ridge_point", "peak_flops", "bandwidth")} for r in results],
             **({"plot": str(plot)} if plot else {}),
         })
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from gpumodel.vocabulary import format_seconds as _fmt_time
 
     rows = [[r.gpu, r.level, fq(r.peak_flops, "FLOP/s"), fq(r.bandwidth, "B/s"), f"{r.ridge_point:.4g}",
-             f"{r.arithmetic_intensity / r.ridge_point:.3g}x", r.bound, _fmt_time(r.time_s),
+             f"{r.arithmetic_intensity / r.ridge_point:.3g}x", r.bound, _fmt_time(r.seconds),
              _fmt_time(r.compute_s), _fmt_time(r.memory_s)] for r in results]
     print_table(headers, rows)
     if plot:

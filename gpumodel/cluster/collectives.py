@@ -86,6 +86,21 @@ _STEP_KIND = {Fabric.NVSWITCH: "nvlink", Fabric.NVLINK: "nvlink", Fabric.INFINIT
 def bus_factor(collective: Any, n: Any) -> Any:
     """nccl-tests' bus factor ``busbw / algbw`` of a collective over ``n`` ranks.
 
+    Parameters
+    ----------
+    collective : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv"}
+        The collective (nccl-tests' names without ``_perf``).
+    n : int or array
+        Ranks.
+
+    Returns
+    -------
+    float or ndarray
+        ``busbw / algbw`` [1]: ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and
+        all-to-all, 1 for the others (0 for ``n = 1``).
+
+    Examples
+    --------
     >>> bus_factor("all_reduce", 8), bus_factor("all_gather", 8), bus_factor("broadcast", 8)
     (1.75, 0.875, 1.0)
     """
@@ -102,7 +117,22 @@ def bus_factor(collective: Any, n: Any) -> Any:
 
 def latency_steps(collective: Any, n: Any, algorithm: Any = "ring") -> Any:
     """Sequential latency steps of a collective: ``2(n-1)`` for a ring all-reduce, ``n-1`` for ring
-    all-gather/reduce-scatter/all-to-all/broadcast, ``2 ceil(log2 n)`` for a tree, 1 for send/recv."""
+    all-gather/reduce-scatter/all-to-all/broadcast, ``2 ceil(log2 n)`` for a tree, 1 for send/recv.
+
+    Parameters
+    ----------
+    collective : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv"}
+        The collective (nccl-tests' names without ``_perf``).
+    n : int or array
+        Ranks.
+    algorithm : {"ring", "tree", "hierarchical"}
+        The algorithm ("hierarchical" counts as a ring here; "nvls" has no steps and is refused).
+
+    Returns
+    -------
+    float or ndarray
+        Latency steps [count]; 0 for ``n = 1``.
+    """
     op = choice(Collective, collective, "collective")
     alg = choice(Algorithm, algorithm, "algorithm")
     if alg == Algorithm.NVLS:
@@ -161,13 +191,44 @@ def collective_time(collective: Any, nbytes: Any, n: Any, bus_bandwidth: Any, st
 
 
 def algbw(nbytes: Any, seconds: Any) -> Any:
-    """nccl-tests' algorithm bandwidth ``S / t`` [B/s]."""
+    """nccl-tests' algorithm bandwidth ``S / t`` [B/s].
+
+    Parameters
+    ----------
+    nbytes : float or array
+        Message size as nccl-tests counts it (the whole buffer) [B].
+    seconds : float or array
+        Time of the collective [s].
+
+    Returns
+    -------
+    float or ndarray
+        ``nbytes / seconds`` [B/s].
+    """
     return scalar_or_array(np.asarray(nbytes, float) / np.asarray(seconds, float))
 
 
 def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
     """nccl-tests' bus bandwidth ``algbw * bus_factor`` [B/s].
 
+    Parameters
+    ----------
+    collective : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv"}
+        The collective (nccl-tests' names without ``_perf``).
+    nbytes : float or array
+        Message size as nccl-tests counts it (the whole buffer) [B].
+    seconds : float or array
+        Time of the collective [s].
+    n : int or array
+        Ranks.
+
+    Returns
+    -------
+    float or ndarray
+        ``nbytes / seconds * bus_factor(collective, n)`` [B/s].
+
+    Examples
+    --------
     >>> busbw("all_reduce", 1e9, 1.75e-2, 8) / 1e9   # 1 GB in 17.5 ms over 8 ranks
     100.0
     """
@@ -179,6 +240,22 @@ def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
 
     Inside a node: the fabric's. Across nodes: ``min(intra, e_net * k * B_nic)`` with ``k`` ranks per
     node (a ring through ``k`` GPUs of a node uses ``k`` NICs at once).
+
+    Parameters
+    ----------
+    system : SystemSpec, str or GPU
+        The cluster (``gm.system``); a GPU means one node of it.
+    n : int or array
+        Ranks in the group.
+    stride : int or array
+        Distance between consecutive ranks of the group in the global rank order (ranks fill a node
+        before the next).
+
+    Returns
+    -------
+    float or ndarray
+        Bus bandwidth of the group's slowest hop [B/s]; ``inf`` for a group of one rank, NaN when the group
+        spans nodes of a system without a network.
     """
     s = resolve_system(system)
     k, nodes = group_layout(s, positive_int(n, "n"), positive_int(stride, "stride"))

@@ -44,7 +44,19 @@ BUS_EFFICIENCY = {
 
 
 def link_bus_bandwidth(link) -> float:
-    """Bus bandwidth a :class:`~gpumodel.records.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s]."""
+    """Bus bandwidth a :class:`~gpumodel.records.system.Link` sustains: its rate times :data:`BUS_EFFICIENCY` [B/s].
+
+    Parameters
+    ----------
+    link : Link
+        One level of a system's interconnect (``system.intra_node`` or ``system.inter_node``): its fabric
+        and its per-GPU, per-direction bandwidth [B/s].
+
+    Returns
+    -------
+    float
+        The bus bandwidth nccl-tests would report for large messages over that link [B/s].
+    """
     return float(link.bandwidth) * BUS_EFFICIENCY[link.fabric]
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
+from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..core.memory import training_memory
 from ..vocabulary.parallel_rules import splits_model
@@ -28,10 +30,26 @@ from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, po
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
 
-__all__ = ["TrainingPlan", "plan_training"]
+__all__ = ["TrainingPlan", "PlanRow", "plan_training"]
 
 _CKPT = ("none", "selective", "full")
 _FIELDS = ("seconds", "mfu", "days", "gpu_hours", "energy_kwh", "cost", "headroom_bytes", "peak_bytes", "bound")
+
+
+class PlanRow(dict):
+    """One ranked layout of a :class:`TrainingPlan`: a plain ``dict`` of its fields.
+
+    Its former key ``step_s`` (now ``seconds``) still answers for one release, with a ``DeprecationWarning``.
+    """
+
+    _renamed = {"step_s": "seconds"}
+
+    def __missing__(self, key: str) -> Any:
+        new = self._renamed.get(key)
+        if new is None:
+            raise KeyError(key)
+        warnings.warn(f"the plan row key {key!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=2)
+        return self[new]
 
 
 @dataclass(frozen=True)
@@ -41,10 +59,11 @@ class TrainingPlan:
     Attributes
     ----------
     rows : list of dict
-        One per layout: ``num_gpus, dp, tp, pp, cp, zero, checkpointing, micro_batch, virtual_stages,
-        gradient_accumulation_steps, step_s, mfu, days, gpu_hours, energy_kwh, cost, peak_bytes,
-        headroom_bytes, bound`` plus the breakdown [s] by phase. ``bound`` names the largest part of the
-        step other than compute ("compute" when nothing else is more than a fifth of the step).
+        One per layout (a :class:`PlanRow`): ``num_gpus, dp, tp, pp, cp, zero, checkpointing, micro_batch,
+        virtual_stages, gradient_accumulation_steps, seconds`` (of one step [s]; ``step_s`` is its former key,
+        deprecated), ``mfu, days, gpu_hours, energy_kwh, cost, peak_bytes, headroom_bytes, bound`` plus the
+        breakdown [s] by phase. ``bound`` names the largest part of the step other than compute ("compute"
+        when nothing else is more than a fifth of the step).
     candidates : int
         Layouts enumerated; ``feasible`` those that fit in memory.
     """
@@ -92,7 +111,7 @@ class TrainingPlan:
             out.append([str(i + 1), str(r["num_gpus"]), f"dp{r['dp']} tp{r['tp']} pp{r['pp']} cp{r['cp']}"
                         + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""),
                         f"z{r['zero']}", r["checkpointing"], f"{r['micro_batch']}x{r['gradient_accumulation_steps']}",
-                        f"{r['step_s']:.3f}", f"{r['mfu']:.1%}", f"{r['days']:.2f}", f"{r['gpu_hours']:,.0f}",
+                        f"{r['seconds']:.3f}", f"{r['mfu']:.1%}", f"{r['days']:.2f}", f"{r['gpu_hours']:,.0f}",
                         f"{r['energy_kwh'] / 1e3:,.1f}", cost, f"{r['headroom_bytes'] / 2**30:.1f}", r["bound"]])
         return out
 
@@ -129,7 +148,8 @@ def _sweep(values: Any, name: str, read: Callable) -> list:
     return out
 
 
-def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int, seq_len: int, *,
+@keyword_only_after(2, "tokens", "global_batch", "seq_len")
+def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: int, seq_len: int,
                   max_gpus: int | None = None, num_gpus: int | None = None, objective: str = "time",
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
                   price_per_gpu_hour: float | None = None, micro_batches=(1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
@@ -287,9 +307,9 @@ def plan_training(model: Any, gpu_or_system: Any, tokens: Any, global_batch: int
     for i in ranked:
         worst = max(parts, key=lambda k: out[k][i])
         bound = parts[worst] if out[worst][i] > 0.2 * step[i] else "compute"
-        rows.append(dict(num_gpus=int(n[i]), dp=int(dp[i]), tp=int(tp[i]), pp=int(pp[i]), cp=int(cp[i]), zero=int(z[i]),
+        rows.append(PlanRow(num_gpus=int(n[i]), dp=int(dp[i]), tp=int(tp[i]), pp=int(pp[i]), cp=int(cp[i]), zero=int(z[i]),
                          checkpointing=_CKPT[ck[i]], micro_batch=int(mb[i]), virtual_stages=int(v[i]),
-                         gradient_accumulation_steps=int(m[i]), step_s=float(step[i]), mfu=float(mfu[i]),
+                         gradient_accumulation_steps=int(m[i]), seconds=float(step[i]), mfu=float(mfu[i]),
                          days=float(seconds[i] / 86400), gpu_hours=float(gpu_hours[i]),
                          energy_kwh=float(power * n[i] * seconds[i] / 3.6e6),
                          cost=None if price is None else float(price * gpu_hours[i]), peak_bytes=float(peak[i]),

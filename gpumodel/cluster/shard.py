@@ -99,7 +99,7 @@ def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16"
         if key not in memo:
             memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
         est = memo[key]
-        t = n * float(est.time_s)
+        t = n * float(est.seconds)
         used = used or bool(est.calibrated)
         flops += n * float(op.flops)
         if is_attn:

@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..base.arguments import keyword_only_after
 from ..training.steptime import StepTime
 from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
 
@@ -95,8 +96,9 @@ class TrainingTime:
         return html_table(f"Training {self.tokens:.3g} tokens", rows)
 
 
-def training_time(model: Any, gpu_or_system: Any, tokens: Any, batch_size: int, seq_len: int,
-                  precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
+@keyword_only_after(2, "tokens", "batch_size", "seq_len", "precision", "optimizer", "checkpointing")
+def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: int, seq_len: int,
+                  precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False,
                   gradient_accumulation_steps: int = 1, parallelism: Any = None, framework: str = "hf",
                   price_per_gpu_hour: float | None = None, power_per_gpu_watts: float | None = None,
                   **step_options: Any) -> TrainingTime:

@@ -67,7 +67,8 @@ class Comparison(ResultRecord):
 
     def __getitem__(self, column: str) -> list:
         if column not in COLUMNS:
-            raise UnknownNameError(f"unknown column {column!r}; columns: {', '.join(COLUMNS)}")
+            raise UnknownNameError(f"unknown column {column!r}; columns: {', '.join(COLUMNS)}", argument="column",
+                                   value=column, allowed=", ".join(COLUMNS))
         return [COLUMNS[column][2](g) for g in self.gpus]
 
     @property
@@ -90,7 +91,24 @@ class Comparison(ResultRecord):
 
 
 def compare(gpus: Iterable[str | GPUSpec] | None = None, columns: Iterable[str] | None = None) -> Comparison:
-    """Compare GPUs (names or records; all known GPUs when omitted) on the spec-sheet metrics."""
+    """Compare GPUs (names or records; all known GPUs when omitted) on the spec-sheet metrics.
+
+    Parameters
+    ----------
+    gpus : iterable of (str or GPUSpec), str, GPUSpec or None
+        The GPUs, one row each in this order; one name or record means that GPU alone; None: every
+        known GPU, sorted by name.
+    columns : iterable of str, str or None
+        Keys of :data:`COLUMNS` ("name", "memory_gb" [GB], "memory_type", "bandwidth_tbs" [TB/s],
+        "bf16_tflops" and "fp32_tflops" [TFLOP/s], "ridge_bf16" [FLOP/byte], "tdp_w" [W]), in this
+        order; None: all of them.
+
+    Returns
+    -------
+    Comparison
+        The table: ``table[column]`` is that column's values (one per GPU, None where a GPU lacks the
+        metric), ``table.rows`` the rows as dicts; text and HTML reprs.
+    """
     records = tuple(all_gpus() if gpus is None else resolve_gpus(gpus, "gpus"))
     if isinstance(columns, str):
         columns = [columns]

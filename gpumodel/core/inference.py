@@ -111,7 +111,8 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
 
     Parameters
     ----------
-    model : TransformerConfig or str
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
     batch_size : int or array
         Sequences decoded together.
     seq_len : int or array
@@ -134,10 +135,21 @@ def inference_memory(model, batch_size, seq_len, dtype="bf16", kv_dtype=None, *,
         Quantization group size for int8/int4 weights.
     tp : int
         Tensor-parallel degree (weights, cache and temporaries divide by it).
+    cublas_workspace_bytes : float
+        cuBLAS workspace held through the allocator [bytes] (default: one 32 MiB workspace, the forward's).
+    cuda_context_bytes : float
+        CUDA context and library handles outside the allocator [bytes] (default
+        :data:`~gpumodel.core.memory.CUDA_CONTEXT_BYTES`).
+    reserve_factor : float
+        Allocator reserve over the allocated peak, >= 1 (default :data:`~gpumodel.core.memory.RESERVE_FACTOR`).
 
     Returns
     -------
     InferenceMemory
+        One GPU's memory [bytes]: ``peak_bytes`` (as ``torch.cuda.max_memory_allocated``), ``weights_bytes``,
+        ``kv_cache_bytes``, ``prefill_bytes``, ``decode_bytes``, ``reserved_bytes``, ``total_bytes`` (reserved
+        plus the CUDA context), the ``breakdown`` at the peak and ``peak_moment`` ("prefill" or "decode");
+        arrays where the inputs were arrays.
     """
     cfg = resolve_model(model)
     b = positive_int(batch_size, "batch_size")

@@ -362,4 +362,4 @@ def _dtype_bytes(name: str, arg: str = "optimizer_dtype") -> float:
     try:
         return float(bytes_per_element(name))
     except UnknownDTypeError as exc:
-        raise UnknownDTypeError(f"{arg}: {exc}") from None
+        raise UnknownDTypeError(f"{arg}: {exc}", argument=arg, value=name, allowed=exc.allowed) from None

@@ -46,7 +46,7 @@ from ..vocabulary import bounded_int, broadcastable
 
 from ..records.arch import ArchLimits, arch_limits
 
-__all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes"]
+__all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes", "preferred_carveout"]
 
 #: Limit reported for a resource the kernel does not use (the runtime's INT_MAX).
 UNLIMITED = int(np.iinfo(np.int32).max)
@@ -97,7 +97,8 @@ def carveout_bytes(limits: ArchLimits, requested: np.ndarray) -> np.ndarray:
     return configs[np.minimum(idx, len(configs) - 1)]
 
 
-def _preferred_carveout(limits: ArchLimits, pct: np.ndarray) -> np.ndarray:
+def preferred_carveout(limits: ArchLimits, pct: np.ndarray) -> np.ndarray:
+    """The supported carveout [bytes] that ``pct`` percent of the SM's shared memory selects (< 0: the default)."""
     per_sm = limits.shared_memory_per_sm
     size = np.where(pct < 0, per_sm, (pct * per_sm) // 100)
     return carveout_bytes(limits, size)
@@ -308,7 +309,7 @@ def _limits(a: ArchLimits, T, R, S, D, C, M, block_barriers: int) -> dict[str, n
     per_block_limit = np.where(max_usage > a.shared_memory_per_block, a.shared_memory_per_block_optin,
                                a.shared_memory_per_block) + (reserved if a.major >= 8 else 0)
     smem_refused = (D > M) | (alloc > per_block_limit)
-    preferred = _preferred_carveout(a, C)
+    preferred = preferred_carveout(a, C)
     config = np.where(preferred >= alloc, preferred, carveout_bytes(a, alloc))
     by_smem = np.where(smem_refused, 0, np.where(alloc > 0, config // np.maximum(alloc, 1), UNLIMITED))
 

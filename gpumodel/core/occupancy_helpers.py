@@ -31,8 +31,8 @@ import numpy as np
 from ..base.errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
 from ..base.reprs import ResultRecord
 
-from .occupancy import _int_array, _preferred_carveout, carveout_bytes, occupancy, resolve_arch
-from ..vocabulary import flag
+from .occupancy import carveout_bytes, occupancy, preferred_carveout, resolve_arch
+from ..vocabulary import bounded_int, flag
 
 __all__ = ["max_potential_block_size", "PotentialBlockSize", "max_dynamic_shared_memory", "next_occupancy_step",
            "NextStep", "occupancy_curves", "OccupancyCurve"]
@@ -78,6 +78,13 @@ def max_potential_block_size(gpu_or_cc: Any, registers_per_thread: Any, static_s
     max_threads_per_block : int, optional
         The kernel's ``maxThreadsPerBlock`` (e.g. from ``__launch_bounds__``).
 
+    Returns
+    -------
+    PotentialBlockSize
+        ``block_size`` [threads] (0 when no block size can launch), ``blocks_per_sm``, ``occupancy`` (active
+        warps / max warps per SM) and ``min_grid_size`` [blocks] (``blocks_per_sm`` x SM count; None when
+        only a compute capability was given); arrays where the inputs were arrays.
+
     Notes
     -----
     The runtime tries block sizes from the limit (rounded up to a warp) downwards in steps of 32 and
@@ -87,10 +94,10 @@ def max_potential_block_size(gpu_or_cc: Any, registers_per_thread: Any, static_s
     limits, gpu = resolve_arch(gpu_or_cc)
     warp = limits.warp_size
     limit = np.full(np.shape(block_size_limit), limits.max_threads_per_block, dtype=np.int64)
-    L = _int_array("block_size_limit", block_size_limit, 0, None, ">= 0 (0 = no limit)")
+    L = bounded_int(block_size_limit, "block_size_limit", 0, None, ">= 0 (0 = no limit)")
     limit = np.where(L > 0, np.minimum(limit, L), limit)
     if max_threads_per_block is not None:
-        limit = np.minimum(limit, _int_array("max_threads_per_block", max_threads_per_block, 1, None, ">= 1"))
+        limit = np.minimum(limit, bounded_int(max_threads_per_block, "max_threads_per_block", 1, None, ">= 1"))
     aligned = -(-limit // warp) * warp
     steps = np.arange(limits.max_threads_per_block // warp) * warp
     cand = aligned[..., None] - steps  # descending candidates, as the runtime tries them
@@ -131,6 +138,8 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
 
     Parameters
     ----------
+    gpu_or_cc : GPUSpec, str or ArchLimits
+        As in :func:`gpumodel.occupancy`.
     num_blocks : int or array_like
         Blocks per SM wanted (>= 1).
     threads_per_block, registers_per_thread, static_shared_bytes, carveout, max_dynamic_shared_bytes
@@ -155,14 +164,14 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
     """
     limits, _ = resolve_arch(gpu_or_cc)
     runtime = flag(runtime, "runtime")
-    N = _int_array("num_blocks", num_blocks, 1, None, ">= 1")
+    N = bounded_int(num_blocks, "num_blocks", 1, None, ">= 1")
     r = occupancy(limits, threads_per_block, registers_per_thread, static_shared_bytes, 0, carveout,
                   max_dynamic_shared_bytes=max_dynamic_shared_bytes)
     scalar = np.ndim(N) == 0 and np.ndim(r.blocks_per_sm) == 0
     S = np.asarray(r.static_shared_bytes)
     reserved = limits.reserved_shared_memory_per_block if limits.major >= 8 else 0
     per_block = limits.shared_memory_per_block_optin + reserved
-    pref = _preferred_carveout(limits, np.asarray(r.carveout))
+    pref = preferred_carveout(limits, np.asarray(r.carveout))
     pref = np.where(pref == 0, carveout_bytes(limits, np.ones_like(pref)), pref)
     per_sm = np.where(N == 1, per_block, pref)
     unit = limits.shared_memory_allocation_unit
@@ -172,7 +181,7 @@ def max_dynamic_shared_memory(gpu_or_cc: Any, num_blocks: Any, threads_per_block
     if max_dynamic_shared_bytes is None:
         cap = limits.shared_memory_per_block_optin - S
     else:
-        cap = _int_array("max_dynamic_shared_bytes", max_dynamic_shared_bytes, 0, None, ">= 0 bytes")
+        cap = bounded_int(max_dynamic_shared_bytes, "max_dynamic_shared_bytes", 0, None, ">= 0 bytes")
     avail = np.minimum(avail, cap)
     out = np.where(np.asarray(r.blocks_per_sm) < N, -1, np.maximum(avail, -1))
     return int(out) if scalar else out
@@ -232,6 +241,28 @@ def next_occupancy_step(gpu_or_cc: Any, threads_per_block: int, registers_per_th
     For each limiting resource, the largest usage that still allows ``blocks_per_sm + 1`` blocks: the
     register count per thread and the dynamic shared memory per block (with the carveout preference
     kept). Also a smaller block size (a multiple of 32) with more resident threads, if one exists.
+
+    Parameters
+    ----------
+    gpu_or_cc : GPUSpec, str or ArchLimits
+        A GPU record or name ("h100") or a compute capability ("9.0", "sm_86").
+    threads_per_block : int
+        Block size [threads], 1..1024.
+    registers_per_thread : int
+        Registers per thread (``numRegs``), 0..255.
+    static_shared_bytes, dynamic_shared_bytes : int
+        Static and dynamic shared memory per block [bytes].
+    carveout : int or None
+        Preferred shared-memory carveout [percent], 0..100; None or -1 = default.
+    max_dynamic_shared_bytes : int or None
+        The kernel's maximum dynamic shared memory attribute [bytes]; None = opted in to the maximum.
+
+    Returns
+    -------
+    NextStep
+        ``blocks_per_sm`` and ``limiter`` now, ``target_blocks`` (one more), whether it is ``reachable``, and
+        the most ``registers_per_thread`` and ``dynamic_shared_bytes`` [bytes] that reach it (None where that
+        resource need not change), plus a smaller ``threads_per_block`` with more resident threads (or None).
     """
     limits, _ = resolve_arch(gpu_or_cc)
     kw = dict(max_dynamic_shared_bytes=max_dynamic_shared_bytes)
@@ -288,6 +319,26 @@ def occupancy_curves(gpu_or_cc: Any, threads_per_block: int, registers_per_threa
 
     Shared memory varies the dynamic part from 0 to the opt-in maximum in allocation units; its curve's
     x is static + dynamic [bytes].
+
+    Parameters
+    ----------
+    gpu_or_cc : GPUSpec, str or ArchLimits
+        A GPU record or name ("h100") or a compute capability ("9.0", "sm_86").
+    threads_per_block : int
+        Block size [threads], 1..1024.
+    registers_per_thread : int
+        Registers per thread (``numRegs``), 0..255.
+    static_shared_bytes, dynamic_shared_bytes : int
+        Static and dynamic shared memory per block [bytes].
+    carveout : int or None
+        Preferred shared-memory carveout [percent], 0..100; None or -1 = default.
+
+    Returns
+    -------
+    dict of str to OccupancyCurve
+        Keys "threads_per_block", "registers_per_thread" and "shared_memory_per_block"; each curve holds
+        ``x`` (threads, registers or bytes), ``occupancy`` and ``blocks_per_sm`` at each x, and ``current``,
+        the configuration's own x.
     """
     limits, _ = resolve_arch(gpu_or_cc)
     _one_configuration("occupancy_curves", threads_per_block=threads_per_block,

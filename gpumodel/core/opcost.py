@@ -26,7 +26,8 @@ from ..base.errors import ArgumentError, ArgumentTypeError, GpumodelError, Unkno
 from ..base.numeric import broadcastable, nonnegative_number, positive_int
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
-           "size_arguments", "resolve_op"]
+           "size_arguments", "resolve_op", "lookup_formula", "op_argument", "op_size", "op_amount", "check_broadcast",
+           "make_op_cost"]
 
 
 class OpArgumentError(ArgumentError):
@@ -65,11 +66,13 @@ _UNITS = ("tensor", "vector")
 def _check_amount(value: Any, name: str) -> Any:
     if type(value) is float:  # the scalar fast path
         if not value >= 0:
-            raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
+            raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN", argument=name, value=value,
+                                  allowed="a number >= 0 (not NaN)")
         return value
     arr = np.asarray(value, dtype=float)
     if np.isnan(arr).any() or (arr < 0).any():
-        raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN")
+        raise OpArgumentError(f"OpCost.{name} must be >= 0 and not NaN", argument=name, value=value,
+                              allowed="numbers >= 0 (not NaN)")
     return value
 
 
@@ -111,10 +114,12 @@ class OpCost(ResultRecord):
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise OpArgumentError(f"OpCost.name must be a non-empty string, got {self.name!r}")
+            raise OpArgumentError(f"OpCost.name must be a non-empty string, got {self.name!r}", argument="name",
+                                  value=self.name, allowed="a non-empty string")
         object.__setattr__(self, "dtype", _dtype(self.dtype))
         if self.unit not in _UNITS:
-            raise OpArgumentError(f"OpCost.unit must be one of {_UNITS}, got {self.unit!r}")
+            raise OpArgumentError(f"OpCost.unit must be one of {_UNITS}, got {self.unit!r}", argument="unit",
+                                  value=self.unit, allowed=", ".join(map(repr, _UNITS)))
         for attr in ("flops", "bytes_read", "bytes_written"):
             _check_amount(getattr(self, attr), attr)
 
@@ -186,6 +191,17 @@ _REGISTRY: dict[str, Callable[..., OpCost]] = {}
 def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCost]]:
     """Decorator: register a cost formula under ``name``; a second registration is an error.
 
+    Parameters
+    ----------
+    name : str
+        The op's name, as :func:`cost` and :func:`list_ops` know it (e.g. "matmul").
+
+    Returns
+    -------
+    callable
+        A decorator that registers the formula (a function returning an :class:`OpCost`) and returns it
+        unchanged.
+
     Raises
     ------
     DuplicateOpError
@@ -195,7 +211,8 @@ def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCos
     def deco(func: Callable[..., OpCost]) -> Callable[..., OpCost]:
         if name in _REGISTRY:
             raise DuplicateOpError(f"an op cost formula named {name!r} is already registered "
-                                   f"({_REGISTRY[name].__module__}.{_REGISTRY[name].__qualname__})")
+                                   f"({_REGISTRY[name].__module__}.{_REGISTRY[name].__qualname__})", argument="name",
+                                   value=name, allowed="a name not yet registered")
         _REGISTRY[name] = func
         return func
 
@@ -203,33 +220,33 @@ def register(name: str) -> Callable[[Callable[..., OpCost]], Callable[..., OpCos
 
 
 # ---------------------------------------------------------------------------- helpers
-def _vocab(resolver: Callable[..., Any], *args: Any) -> Any:
+def op_argument(resolver: Callable[..., Any], *args: Any) -> Any:
     """Call a :mod:`gpumodel.vocabulary` resolver; its error is raised as an :class:`OpArgumentError`."""
     try:
         return resolver(*args)
     except ArgumentError as exc:
-        raise OpArgumentError(str(exc)) from None
+        raise OpArgumentError(str(exc), argument=exc.argument, value=exc.value, allowed=exc.allowed) from None
 
 
-def _size(value: Any, name: str) -> Any:
+def op_size(value: Any, name: str) -> Any:
     """A size argument (a positive integer or integer array, :func:`~gpumodel.vocabulary.positive_int`) as floats."""
-    v = _vocab(positive_int, value, name)
+    v = op_argument(positive_int, value, name)
     return float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=float)
 
 
-def _together(**values: Any) -> None:
-    """Refuse size arguments whose array shapes do not broadcast together (:func:`~gpumodel.base.numeric.broadcastable`)."""
+def check_broadcast(**values: Any) -> None:
+    """Refuse sizes whose array shapes do not broadcast together (:func:`~gpumodel.base.numeric.broadcastable`)."""
     if sum(np.ndim(v) > 0 for v in values.values()) > 1:
-        _vocab(lambda: broadcastable(**values))
+        op_argument(lambda: broadcastable(**values))
 
 
-def _amount(value: Any, name: str) -> Any:
+def op_amount(value: Any, name: str) -> Any:
     """A count that may be fractional or zero (:func:`~gpumodel.vocabulary.nonnegative_number`)."""
-    return _vocab(nonnegative_number, value, name)
+    return op_argument(nonnegative_number, value, name)
 
 
-def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: str,
-            shape: dict, breakdown: dict | None = None, parts: tuple = ()) -> OpCost:
+def make_op_cost(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: str,
+                 shape: dict, breakdown: dict | None = None, parts: tuple = ()) -> OpCost:
     """Broadcast the amounts to one shape (floats when every input is a scalar) and build the OpCost."""
     sizes = [v for v in shape.values() if isinstance(v, np.ndarray)]
     out_shape = np.broadcast_shapes(*(v.shape for v in sizes), np.shape(flops), np.shape(read), np.shape(written))
@@ -246,42 +263,86 @@ def _finish(name: OpName, dt: DType, flops: Any, read: Any, written: Any, unit: 
 def list_ops() -> list[str]:
     """Names of the registered op cost formulas.
 
+    Returns
+    -------
+    list of str
+        The names :func:`cost` accepts, sorted.
+
+    Examples
+    --------
     >>> list_ops()[:3]
     ['adamw_step', 'attention', 'bmm']
     """
     return sorted(_REGISTRY)
 
 
-def _lookup(name: str) -> Callable[..., OpCost]:
+def lookup_formula(name: str) -> Callable[..., OpCost]:
+    """The cost formula registered as ``name`` (case and ``-``/``_`` insensitive); an unknown name is refused."""
     if not isinstance(name, str):
-        raise ArgumentTypeError(f"name must be an op name such as 'matmul', got {type(name).__name__}")
+        raise ArgumentTypeError(f"name must be an op name such as 'matmul', got {type(name).__name__}", argument="name",
+                                value=name, allowed="an op name such as 'matmul'")
     key = str(getattr(name, "value", name)).strip().lower().replace("-", "_")
     if key not in _REGISTRY:
-        raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
+        raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}", argument="op", value=name,
+                             allowed=", ".join(list_ops()))
     return _REGISTRY[key]
 
 
 def cost(name: str, *args: Any, **kwargs: Any) -> OpCost:
     """Call the cost formula registered as ``name``: ``cost("matmul", 8, 8, 8)``.
 
+    Parameters
+    ----------
+    name : str
+        A registered op name (:func:`list_ops`; case-insensitive, "-" read as "_").
+    *args, **kwargs
+        The op's arguments, as its function takes them (sizes first: :func:`size_arguments`).
+
+    Returns
+    -------
+    OpCost
+        The op's FLOPs [FLOP] and minimal device-memory traffic (``bytes_read``, ``bytes_written`` [bytes]).
+
+    Raises
+    ------
+    UnknownOpError
+        No op of that name.
+    OpArgumentError
+        The arguments do not fit the op's signature, or a value is refused.
+
+    Examples
+    --------
     >>> cost("softmax", 4, 8, dtype="fp32").bytes   # 4*8 read + 4*8 written, 4 bytes each
     256.0
     """
-    formula = _lookup(name)
+    formula = lookup_formula(name)
     try:
         inspect.signature(formula).bind(*args, **kwargs)
     except TypeError as exc:
-        raise OpArgumentError(f"cost({name!r}, ...): {exc}; the op takes {', '.join(size_arguments(name))}") from None
+        raise OpArgumentError(f"cost({name!r}, ...): {exc}; the op takes {', '.join(size_arguments(name))}",
+                              allowed=", ".join(size_arguments(name))) from None
     return formula(*args, **kwargs)
 
 
 def size_arguments(name: str) -> list[str]:
     """The positional size arguments of a registered op, in order.
 
+    Parameters
+    ----------
+    name : str
+        A registered op name (:func:`list_ops`).
+
+    Returns
+    -------
+    list of str
+        The names of the op's required positional arguments (its sizes), in order.
+
+    Examples
+    --------
     >>> size_arguments("attention")
     ['batch', 'heads', 'seq', 'head_dim']
     """
-    params = inspect.signature(_lookup(name)).parameters.values()
+    params = inspect.signature(lookup_formula(name)).parameters.values()
     return [p.name for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
@@ -291,4 +352,4 @@ def resolve_op(op: Any, name: str = "op"):
         return op
     hint = f"; build one with gm.ops.{op}(...)" if isinstance(op, str) else ""
     raise ArgumentTypeError(f"{name} must be an OpCost from gm.ops, e.g. gm.ops.matmul(4096, 4096, 4096), "
-                            f"got {type(op).__name__}{hint}")
+                            f"got {type(op).__name__}{hint}", argument=name, value=op, allowed="an OpCost from gm.ops")

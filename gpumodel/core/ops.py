@@ -29,8 +29,8 @@ import numpy as np
 
 from ..records.dtypes import DType, bytes_per_element, dtype as _dtype
 from .opcost import (
-    DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, _amount, _finish, _size, _vocab, cost,
-    list_ops, register, size_arguments, _together,
+    DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, check_broadcast, cost, list_ops, make_op_cost,
+    op_amount, op_argument, op_size, register, size_arguments,
 )
 from ..vocabulary import choice, flag, weight_dtype as _weight_dtype
 from .step_ops import INDEX_BYTES, adamw_step, cross_entropy, embedding, kv_cache_write  # noqa: F401 (re-exported)
@@ -108,8 +108,8 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     >>> matmul(4096, 4096, 64, "fp8").breakdown["out"] / 2**20   # 4096**2 bf16 outputs
     32.0
     """
-    m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
-    _together(m=m, n=n, k=k)
+    m, n, k = op_size(m, "m"), op_size(n, "n"), op_size(k, "k")
+    check_broadcast(m=m, n=n, k=k)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     a, c = m * k * s, m * n * (FP8_OUTPUT_BYTES if dt in _FP8 else s)
@@ -117,28 +117,45 @@ def matmul(m: Any, n: Any, k: Any, dtype: DType | str = "bf16", *, weight_dtype:
     if weight_dtype is None:
         b = k * n * s
     else:
-        wdt = _vocab(_weight_dtype, weight_dtype, "weight_dtype", (DType.INT8, DType.INT4, DType.FP8))
+        wdt = op_argument(_weight_dtype, weight_dtype, "weight_dtype", (DType.INT8, DType.INT4, DType.FP8))
         scales = {DType.INT8: n * SCALE_BYTES, DType.INT4: 2 * SCALE_BYTES * n * np.ceil(k / INT4_GROUP),
                   DType.FP8: 4.0 + 0.0 * n}[wdt]
         b = k * n * bytes_per_element(wdt) + scales
         shape["weight_dtype"] = wdt.value
-    return _finish(OpName.MATMUL, dt, 2.0 * m * n * k, a + b, c, "tensor", shape, {"a": a, "b": b, "out": c})
+    return make_op_cost(OpName.MATMUL, dt, 2.0 * m * n * k, a + b, c, "tensor", shape, {"a": a, "b": b, "out": c})
 
 
 @register(OpName.BMM.value)
 def bmm(batch: Any, m: Any, n: Any, k: Any, dtype: DType | str = "bf16") -> OpCost:
     """``batch`` independent matmuls ``C[i] = A[i] @ B[i]``: every term of :func:`matmul` times ``batch``.
 
+    Parameters
+    ----------
+    batch : int or array_like
+        Matmuls in the batch.
+    m, n, k : int or array_like
+        Sizes of each matmul [element], as in :func:`matmul`.
+    dtype : str
+        Number format of A, B and C, as in :func:`matmul`.
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
+        ``breakdown`` has the bytes of ``a``, ``b`` and ``out``.
+
+    Examples
+    --------
     >>> bmm(8, 64, 64, 32, "bf16").flops   # 8 * 2*64*64*32
     2097152.0
     """
-    batch = _size(batch, "batch")
-    _together(batch=batch, m=m, n=n, k=k)
+    batch = op_size(batch, "batch")
+    check_broadcast(batch=batch, m=m, n=n, k=k)
     one = matmul(m, n, k, dtype)
     shape = {"batch": batch, **one.shape}
     bd = {key: batch * v for key, v in one.breakdown.items()}
-    return _finish(OpName.BMM, one.dtype, batch * one.flops, batch * one.bytes_read,
-                   batch * one.bytes_written, "tensor", shape, bd)
+    return make_op_cost(OpName.BMM, one.dtype, batch * one.flops, batch * one.bytes_read,
+                        batch * one.bytes_written, "tensor", shape, bd)
 
 
 @register(OpName.ELEMENTWISE.value)
@@ -151,6 +168,7 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     numel : float or array_like
         Elements per tensor [element].
     dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
     inputs, outputs : float or array_like
         Tensors read and written, each of ``numel`` elements.
     flops_per_element : float or array_like
@@ -166,6 +184,11 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
         For a ``torch.cat`` of this many inputs (0: not a concatenation); see :func:`concat`, which
         sets it.
 
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
+
     Notes
     -----
     .. math:: F = f\\,N, \\quad R = i\\,N s, \\quad W = o\\,N s
@@ -176,24 +199,25 @@ def elementwise(numel: Any, dtype: DType | str = "bf16", inputs: Any = 1, output
     >>> relu.flops / relu.bytes_read                  # 1 FLOP per 2-byte element read
     0.5
     """
-    numel = _size(numel, "numel")
-    inputs, outputs = _amount(inputs, "inputs"), _amount(outputs, "outputs")
-    fpe = _amount(flops_per_element, "flops_per_element")
-    _together(numel=numel, inputs=inputs, outputs=outputs, flops_per_element=fpe)
+    numel = op_size(numel, "numel")
+    inputs, outputs = op_amount(inputs, "inputs"), op_amount(outputs, "outputs")
+    fpe = op_amount(flops_per_element, "flops_per_element")
+    check_broadcast(numel=numel, inputs=inputs, outputs=outputs, flops_per_element=fpe)
     if np.any(np.asarray(inputs) + np.asarray(outputs) <= 0):
         raise OpArgumentError("an elementwise op reads or writes at least one tensor: inputs + outputs must be > 0, "
                               f"got inputs={inputs!r}, outputs={outputs!r}")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     shape = {"numel": numel, "inputs": inputs, "outputs": outputs, "flops_per_element": fpe}
-    if _vocab(flag, strided, "strided"):
+    if op_argument(flag, strided, "strided"):
         shape["strided"] = True
     if concat:
         if isinstance(concat, bool) or not isinstance(concat, (int, np.integer)) or concat < 2:
             raise OpArgumentError(f"concat must be the number of tensors concatenated, an integer >= 2 (or 0 "
-                                  f"for an elementwise op), got {concat!r}")
+                                  f"for an elementwise op), got {concat!r}", argument="concat", value=concat,
+                                  allowed="an integer >= 2 (or 0 for an elementwise op)")
         shape["concat"] = int(concat)
-    return _finish(OpName.ELEMENTWISE, dt, fpe * numel, inputs * numel * s, outputs * numel * s, "vector", shape)
+    return make_op_cost(OpName.ELEMENTWISE, dt, fpe * numel, inputs * numel * s, outputs * numel * s, "vector", shape)
 
 
 def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided: bool = False) -> OpCost:
@@ -204,6 +228,7 @@ def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided:
     numel : float or array_like
         Elements of the output [element] (each input holds ``numel / pieces``).
     dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
     pieces : int
         Tensors concatenated (at least 2).
     strided : bool
@@ -211,6 +236,11 @@ def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided:
         ``rotate_half``, slices of a fused output). PyTorch then runs ``CatArrayBatchedCopy``, whose
         fixed grid of threads copies element after element (see
         :func:`gpumodel.calibration.kernels.concat_steps`); contiguous inputs get its vectorised copy.
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -230,6 +260,18 @@ def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided:
 def softmax(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     """Softmax over the last dimension of a ``rows x cols`` tensor (one fused kernel).
 
+    Parameters
+    ----------
+    rows, cols : int or array_like
+        Rows [element] and the length of the softmax dimension [element].
+    dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
+
     Notes
     -----
     Reads the input once and writes the output once: :math:`R = W = rc\\,s`. FLOPs are 5 per
@@ -241,16 +283,28 @@ def softmax(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     >>> softmax(4096, 4096, "fp16").bytes / 2**20     # 2 * 4096*4096 * 2 bytes
     64.0
     """
-    rows, cols = _size(rows, "rows"), _size(cols, "cols")
-    _together(rows=rows, cols=cols)
+    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
+    check_broadcast(rows=rows, cols=cols)
     dt = _dtype(dtype)
     x = rows * cols * bytes_per_element(dt)
-    return _finish(OpName.SOFTMAX, dt, 5.0 * rows * cols, x, x, "vector", {"rows": rows, "cols": cols})
+    return make_op_cost(OpName.SOFTMAX, dt, 5.0 * rows * cols, x, x, "vector", {"rows": rows, "cols": cols})
 
 
 @register(OpName.LAYER_NORM.value)
 def layer_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     """LayerNorm over ``cols`` (Ba et al. 2016) with an elementwise affine ``gamma``, ``beta``.
+
+    Parameters
+    ----------
+    rows, cols : int or array_like
+        Rows normalised (tokens) [element] and the normalised dimension (hidden size) [element].
+    dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -264,18 +318,30 @@ def layer_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     >>> layer_norm(2, 4, "fp32").bytes_read     # (2*4 + 2*4) * 4 bytes
     64.0
     """
-    rows, cols = _size(rows, "rows"), _size(cols, "cols")
-    _together(rows=rows, cols=cols)
+    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
+    check_broadcast(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     x, params = rows * cols * s, 2.0 * cols * s
-    return _finish(OpName.LAYER_NORM, dt, 7.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
-                   {"activations": 2.0 * x, "weights": params})
+    return make_op_cost(OpName.LAYER_NORM, dt, 7.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
+                        {"activations": 2.0 * x, "weights": params})
 
 
 @register(OpName.RMS_NORM.value)
 def rms_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     """RMSNorm over ``cols`` (Zhang & Sennrich 2019) with a scale ``gamma``.
+
+    Parameters
+    ----------
+    rows, cols : int or array_like
+        Rows normalised (tokens) [element] and the normalised dimension (hidden size) [element].
+    dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -287,18 +353,30 @@ def rms_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     >>> rms_norm(2, 4, "fp32").flops    # 4 * 2*4
     32.0
     """
-    rows, cols = _size(rows, "rows"), _size(cols, "cols")
-    _together(rows=rows, cols=cols)
+    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
+    check_broadcast(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     x, params = rows * cols * s, cols * s
-    return _finish(OpName.RMS_NORM, dt, 4.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
-                   {"activations": 2.0 * x, "weights": params})
+    return make_op_cost(OpName.RMS_NORM, dt, 4.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
+                        {"activations": 2.0 * x, "weights": params})
 
 
 @register(OpName.REDUCE_SUM.value)
 def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     """Sum over the last dimension: ``rows x cols`` in, ``rows`` out.
+
+    Parameters
+    ----------
+    rows, cols : int or array_like
+        Rows (outputs) [element] and the length of the summed dimension [element].
+    dtype : str
+        Number format of the tensors ("bf16", "fp16", "fp32", ...).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -309,12 +387,12 @@ def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
     >>> reduce_sum(3, 5, "fp32").bytes_written   # 3 * 4 bytes
     12.0
     """
-    rows, cols = _size(rows, "rows"), _size(cols, "cols")
-    _together(rows=rows, cols=cols)
+    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
+    check_broadcast(rows=rows, cols=cols)
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
-    return _finish(OpName.REDUCE_SUM, dt, rows * cols, rows * cols * s, rows * s, "vector",
-                   {"rows": rows, "cols": cols})
+    return make_op_cost(OpName.REDUCE_SUM, dt, rows * cols, rows * cols * s, rows * s, "vector",
+                        {"rows": rows, "cols": cols})
 
 
 @register(OpName.ATTENTION.value)
@@ -328,6 +406,7 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     batch, heads, seq, head_dim : int or array_like
         Batch size, query heads, query tokens, head dimension [element].
     dtype : str
+        Number format of Q, K, V and O ("bf16", "fp16", "fp32", ...).
     causal : bool
         Causal mask (aligned to the last key: query ``i`` of ``seq`` sees the first
         ``kv_seq - seq + i + 1`` keys); with ``seq == kv_seq`` half of the scores are useful work.
@@ -345,6 +424,12 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
         ``seq < kv_seq``); defaults to ``seq``.
     dropout : float
         Dropout probability on the attention weights (training); the naive form writes a mask.
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
+        ``breakdown`` has the bytes of ``q``, ``kv``, ``out``, ``stats`` (flash) or ``scores`` (naive).
 
     Notes
     -----
@@ -378,16 +463,17 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     >>> attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096).bytes_read / 2**20   # decode: the KV cache, 2*8*8*4096*128*2 B
     128.0625
     """
-    batch, heads = _size(batch, "batch"), _size(heads, "heads")
-    seq, head_dim = _size(seq, "seq"), _size(head_dim, "head_dim")
-    kv_heads = heads if kv_heads is None else _size(kv_heads, "kv_heads")
-    kv_seq = seq if kv_seq is None else _size(kv_seq, "kv_seq")
-    _together(batch=batch, heads=heads, seq=seq, head_dim=head_dim, kv_heads=kv_heads, kv_seq=kv_seq)
-    causal, backward = _vocab(flag, causal, "causal"), _vocab(flag, backward, "backward")
-    impl = _vocab(choice, AttentionImpl, impl, "impl")
-    dropout = _amount(dropout, "dropout")
+    batch, heads = op_size(batch, "batch"), op_size(heads, "heads")
+    seq, head_dim = op_size(seq, "seq"), op_size(head_dim, "head_dim")
+    kv_heads = heads if kv_heads is None else op_size(kv_heads, "kv_heads")
+    kv_seq = seq if kv_seq is None else op_size(kv_seq, "kv_seq")
+    check_broadcast(batch=batch, heads=heads, seq=seq, head_dim=head_dim, kv_heads=kv_heads, kv_seq=kv_seq)
+    causal, backward = op_argument(flag, causal, "causal"), op_argument(flag, backward, "backward")
+    impl = op_argument(choice, AttentionImpl, impl, "impl")
+    dropout = op_amount(dropout, "dropout")
     if np.ndim(dropout) or dropout >= 1.0:
-        raise OpArgumentError(f"dropout must be a single probability in [0, 1), got {dropout!r}")
+        raise OpArgumentError(f"dropout must be a single probability in [0, 1), got {dropout!r}", argument="dropout",
+                              value=dropout, allowed="a single probability in [0, 1)")
     if np.any(np.fmod(heads, kv_heads) != 0):
         raise OpArgumentError(f"kv_heads must divide heads; got heads={heads!r}, kv_heads={kv_heads!r}")
     if causal and np.any(np.asarray(seq) > np.asarray(kv_seq)):
@@ -422,7 +508,7 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
         bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores + mask}
     shape = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads,
              "kv_seq": kv_seq, "causal": causal, "backward": backward, "impl": impl.value, "dropout": dropout}
-    return _finish(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)
+    return make_op_cost(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)
 
 
 def fuse(*ops: OpCost) -> OpCost:
@@ -430,6 +516,17 @@ def fuse(*ops: OpCost) -> OpCost:
 
     The chain is ``ops[0] -> ops[1] -> ...``: each op consumes the previous op's output (plus,
     possibly, extra inputs of its own, such as a residual or ``gamma``).
+
+    Parameters
+    ----------
+    *ops : OpCost
+        The ops in chain order (or one list or tuple of them); at least one.
+
+    Returns
+    -------
+    OpCost
+        A ``"fused"`` op: ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes] of the chain, and the
+        ops themselves in ``parts``.
 
     Notes
     -----
@@ -470,5 +567,5 @@ def fuse(*ops: OpCost) -> OpCost:
         read = read + np.maximum(op.bytes_read - prev.bytes_written, 0.0)
     tensor = [op for op in ops if op.unit == "tensor"]
     lead = tensor[0] if tensor else ops[0]
-    return _finish(OpName.FUSED, lead.dtype, flops, read, ops[-1].bytes_written, lead.unit,
-                   {"ops": float(len(ops))}, None, tuple(ops))
+    return make_op_cost(OpName.FUSED, lead.dtype, flops, read, ops[-1].bytes_written, lead.unit,
+                        {"ops": float(len(ops))}, None, tuple(ops))

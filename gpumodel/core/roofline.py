@@ -62,6 +62,7 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     Parameters
     ----------
     op : OpCost
+        From :mod:`gpumodel.core.ops` (arrays of shapes give arrays).
     over : {"total", "read"}
         Divide by all traffic (reads + writes, the roofline's convention) or by bytes read only
         (the convention of Brenndoerfer 2026 for its matmul and ReLU examples).
@@ -69,7 +70,8 @@ def arithmetic_intensity(op: OpCost, over: str = "total") -> Any:
     Returns
     -------
     float or ndarray
-        ``inf`` for an op with FLOPs and no traffic; ``nan`` for one with neither.
+        Arithmetic intensity [FLOP/byte]; ``inf`` for an op with FLOPs and no traffic, ``nan`` for one
+        with neither.
 
     Examples
     --------
@@ -94,6 +96,7 @@ def ridge_point(gpu: GPUSpec | str, dtype: DType | str = "bf16", level: str = "h
     Parameters
     ----------
     gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
     dtype : str
         Picks the peak (see :meth:`gpumodel.records.gpu.GPUSpec.peak_flops`): "bf16" the tensor rate,
         "fp32" the CUDA-core rate.
@@ -101,6 +104,11 @@ def ridge_point(gpu: GPUSpec | str, dtype: DType | str = "bf16", level: str = "h
         Memory level whose bandwidth is the slope.
     sparse : bool
         Use the 2:4 sparse tensor peak (an error where the GPU has none).
+
+    Returns
+    -------
+    float
+        ``peak / bandwidth`` [FLOP/byte].
 
     Notes
     -----
@@ -128,6 +136,11 @@ def attainable_flops(intensity: Any, peak: Any, bandwidth: Any) -> Any:
         Compute ceiling [FLOP/s].
     bandwidth : float or array_like
         Memory bandwidth [byte/s].
+
+    Returns
+    -------
+    float or ndarray
+        Attainable throughput [FLOP/s], broadcast over the arguments.
 
     Examples
     --------
@@ -214,8 +227,9 @@ class RooflineResult(ResultRecord):
         Canonical GPU name.
     level : str
         Memory level whose bandwidth was used.
-    time_s : float or ndarray
-        Lower bound on run time, ``max(compute_s, memory_s)`` [s].
+    seconds : float or ndarray
+        Lower bound on run time, ``max(compute_s, memory_s)`` [s]; ``float(r)`` gives it. ``time_s`` is its
+        former name (deprecated).
     bound : str or ndarray of str
         ``"compute"`` where the compute floor is the larger, else ``"memory"``.
     attainable_flops : float or ndarray
@@ -237,7 +251,7 @@ class RooflineResult(ResultRecord):
     op: OpCost
     gpu: str
     level: str
-    time_s: Any
+    seconds: Any
     bound: Any
     attainable_flops: Any
     arithmetic_intensity: Any
@@ -246,6 +260,12 @@ class RooflineResult(ResultRecord):
     memory_s: Any
     peak_flops: float
     bandwidth: float
+
+    @property
+    def time_s(self) -> Any:
+        """Deprecated name of :attr:`seconds`."""
+        warnings.warn("RooflineResult.time_s is deprecated; use seconds", DeprecationWarning, stacklevel=2)
+        return self.seconds
 
     @property
     def compute_time_s(self) -> Any:
@@ -261,7 +281,7 @@ class RooflineResult(ResultRecord):
 
     def __float__(self) -> float:
         """Seconds (scalar results only)."""
-        return float(self.time_s)
+        return float(self.seconds)
 
     def _lines(self) -> tuple[str, list[tuple[str, str]]]:
         from ..base.units import format_quantity as fq
@@ -269,17 +289,17 @@ class RooflineResult(ResultRecord):
         head = f"{self.op.name} {self.op.dtype.value} on {self.gpu} [{self.level}]"
         ceil = [("peak", fq(self.peak_flops, "FLOP/s")), ("bandwidth", fq(self.bandwidth, "B/s")),
                 ("ridge point", f"{self.ridge_point:.4g} FLOP/B")]
-        if np.ndim(self.time_s) == 0:
+        if np.ndim(self.seconds) == 0:
             ratio = self.arithmetic_intensity / self.ridge_point
-            rows = [("bound", str(self.bound)), ("time", format_seconds(self.time_s)),
+            rows = [("bound", str(self.bound)), ("time", format_seconds(self.seconds)),
                     ("intensity", f"{self.arithmetic_intensity:.4g} FLOP/B ({ratio:.3g}x the ridge point)"),
                     ("compute floor", format_seconds(self.compute_s)),
                     ("memory floor", format_seconds(self.memory_s)),
                     ("attainable", fq(float(self.attainable_flops), "FLOP/s"))]
         else:
-            n = int(np.size(self.time_s))
+            n = int(np.size(self.seconds))
             nc = int(np.count_nonzero(self.bound == "compute"))
-            t = np.asarray(self.time_s, dtype=float)
+            t = np.asarray(self.seconds, dtype=float)
             rows = [("configs", str(n)), ("bound", f"{nc} compute, {n - nc} memory"),
                     ("time", f"{format_seconds(float(t.min()))} .. {format_seconds(float(t.max()))}")]
         return head, rows + ceil
@@ -301,12 +321,20 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", *, sparse: bool
     op : OpCost
         From :mod:`gpumodel.core.ops`; arrays of shapes give arrays of results.
     gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
     level : {"hbm", "l2", "shared"}
         Memory level whose bandwidth bounds the traffic. The op's minimal device-memory bytes are
         used at every level, so ``"l2"`` and ``"shared"`` answer "how fast if only this level's
         bandwidth limited it" (real kernels move at least as many bytes through the faster levels).
     sparse : bool
         2:4 structured sparsity: doubles the tensor-core peak where the GPU supports it.
+
+    Returns
+    -------
+    RooflineResult
+        ``.seconds`` (the lower bound ``max(compute_s, memory_s)`` [s]), ``.bound`` ("compute" or
+        "memory"), ``.attainable_flops`` [FLOP/s], ``.arithmetic_intensity`` and ``.ridge_point``
+        [FLOP/byte]; arrays where the op holds arrays.
 
     Notes
     -----
@@ -319,7 +347,7 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", *, sparse: bool
     --------
     >>> import gpumodel as gm
     >>> r = gm.roofline(gm.ops.matmul(4096, 4096, 4096, "fp16"), "h100")
-    >>> r.bound, round(r.time_s * 1e6, 1)    # 2*4096**3 / 989.4e12 s
+    >>> r.bound, round(r.seconds * 1e6, 1)    # 2*4096**3 / 989.4e12 s
     ('compute', 138.9)
     >>> gm.roofline(gm.ops.matmul(np.array([16, 8192]), 8192, 8192), "h100").bound
     array(['memory', 'compute'], dtype='<U7')
@@ -337,7 +365,7 @@ def roofline(op: OpCost, gpu: GPUSpec | str, level: str = "hbm", *, sparse: bool
     scalar = np.ndim(time) == 0
     return RooflineResult(
         op=op, gpu=g.name, level=level,
-        time_s=scalar_or_array(time), bound=str(bound) if scalar else bound,
+        seconds=scalar_or_array(time), bound=str(bound) if scalar else bound,
         attainable_flops=scalar_or_array(att), arithmetic_intensity=ai, ridge_point=peak / bw,
         compute_s=scalar_or_array(compute), memory_s=scalar_or_array(memory),
         peak_flops=peak, bandwidth=bw,

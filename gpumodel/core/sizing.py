@@ -71,6 +71,30 @@ def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_byt
     when ``training=False``). ``capacity_bytes`` [B] replaces the GPU's ``usable_memory_bytes``
     (e.g. with what ``torch.cuda.mem_get_info`` reports, or less to keep a margin); the other
     sizing functions pass it on too.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
+    batch_size, seq_len : int or array_like
+        Sequences per GPU [sequences] and sequence length [tokens]; arrays broadcast.
+    training : bool
+        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
+        (:func:`~gpumodel.inference_memory`).
+    capacity_bytes : float, optional
+        Memory one GPU offers [bytes], in place of the GPU's ``usable_memory_bytes`` (e.g. what
+        ``torch.cuda.mem_get_info`` reports, or less to keep a margin).
+    **kwargs
+        Options of the memory function (``precision``, ``optimizer``, ``dp``, ``tp``, ``zero``... for
+        training; ``dtype``, ``kv_dtype``, ``tp``... for serving); an option it does not take is an error.
+
+    Returns
+    -------
+    numpy.bool_ or ndarray of bool
+        True where the memory one GPU needs (allocator reserve and CUDA context included) is at most its
+        capacity.
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     capacity = _capacity(g, capacity_bytes)
@@ -99,7 +123,29 @@ def _scalar_int(x):
 
 
 def max_batch_size(model, gpu, seq_len, *, training: bool = True, limit: int = 1 << 20, **kwargs):
-    """Largest per-GPU batch size that fits (0 if even one sequence does not); broadcasts over ``seq_len``."""
+    """Largest per-GPU batch size that fits (0 if even one sequence does not); broadcasts over ``seq_len``.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
+    seq_len : int or array_like
+        Sequence length [tokens]; an array gives one answer per length.
+    training : bool
+        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
+        (:func:`~gpumodel.inference_memory`).
+    limit : int
+        Largest batch size searched [sequences].
+    **kwargs
+        ``capacity_bytes`` (as :func:`fits` takes it) and the options of the memory function.
+
+    Returns
+    -------
+    int or ndarray of int
+        The largest batch size that fits [sequences], 0 .. ``limit``.
+    """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     seq_len = positive_int(seq_len, "seq_len")
     limit = positive_int(limit, "limit")
@@ -113,6 +159,30 @@ def max_seq_len(model, gpu, batch_size, *, training: bool = True, multiple_of: i
     """Largest sequence length (a multiple of ``multiple_of``) that fits (0 if none); broadcasts over ``batch_size``.
 
     Models with learned position embeddings (gpt2) stop at ``max_position_embeddings``.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
+    batch_size : int or array_like
+        Sequences per GPU [sequences]; an array gives one answer per batch size.
+    training : bool
+        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
+        (:func:`~gpumodel.inference_memory`).
+    multiple_of : int
+        The answer is a multiple of this [tokens] (e.g. 128 or 1024).
+    limit : int, optional
+        Longest sequence searched [tokens] (default: ``max_position_embeddings`` for learned position
+        embeddings, else 2**24).
+    **kwargs
+        ``capacity_bytes`` (as :func:`fits` takes it) and the options of the memory function.
+
+    Returns
+    -------
+    int or ndarray of int
+        The longest sequence that fits [tokens], 0 when none does.
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     batch_size = positive_int(batch_size, "batch_size")
@@ -187,6 +257,33 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
     sequence parallelism, and pipeline stages; serving (``training=False``) tensor parallelism. Among
     plans for the fewest GPUs the one needing least memory per GPU wins. All candidates of one GPU
     count are evaluated in one vectorised memory call. Returns None when nothing up to ``max_gpus`` fits.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    gpu : GPUSpec or str
+        A GPU record or name (``gm.gpu``).
+    batch_size, seq_len : int
+        Sequences per data-parallel rank [sequences] and sequence length [tokens].
+    max_gpus : int
+        Most GPUs tried [count].
+    max_tp : int
+        Largest tensor-parallel degree (the GPUs of one node) [count].
+    training : bool
+        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
+        (:func:`~gpumodel.inference_memory`).
+    capacity_bytes : float, optional
+        Memory one GPU offers [bytes], in place of the GPU's ``usable_memory_bytes`` (e.g. what
+        ``torch.cuda.mem_get_info`` reports, or less to keep a margin).
+    **kwargs
+        Options of the memory function other than the layout it chooses (``dp``, ``tp``, ``pp``, ``zero``...).
+
+    Returns
+    -------
+    Plan or None
+        The GPU count, the ``dp``/``tp``/``pp``/``zero`` layout, the bytes one GPU needs
+        (``per_gpu_bytes`` [bytes]) and, for training, its :class:`TrainingMemory`; None when nothing fits.
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     training = flag(training, "training")
@@ -228,6 +325,25 @@ def rank_gpus(model, batch_size, seq_len, gpus=None, *, training: bool = True, *
 
     GPUs without a tensor path for the run's compute format are left out (``amp_bf16`` on a V100 or
     T4, which have no bf16): memory alone would place them, but the run would not execute as asked.
+
+    Parameters
+    ----------
+    model : TransformerConfig, str or dict
+        A config, a preset name (``gm.model``) or a Hugging Face config dict.
+    batch_size, seq_len : int
+        Sequences per data-parallel rank [sequences] and sequence length [tokens].
+    gpus : iterable of (str or GPUSpec), str, GPUSpec or None
+        The GPUs to rank; None: every known GPU.
+    training : bool
+        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
+        (:func:`~gpumodel.inference_memory`).
+    **kwargs
+        Passed to :func:`min_gpus` (``max_gpus``, ``max_tp``, ``capacity_bytes`` and the memory options).
+
+    Returns
+    -------
+    list of Plan
+        One plan per GPU that can run it, fewest GPUs first, then least memory left unused [bytes].
     """
     from ..vocabulary.gpus import all_gpus
 

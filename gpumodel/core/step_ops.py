@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records.dtypes import DType, bytes_per_element, dtype as _dtype
-from .opcost import OpArgumentError, OpCost, OpName, _finish, _size, _together, _vocab, register
+from .opcost import OpArgumentError, OpCost, OpName, check_broadcast, make_op_cost, op_argument, op_size, register
 from ..vocabulary import flag
 
 __all__ = ["embedding", "cross_entropy", "adamw_step", "kv_cache_write", "INDEX_BYTES"]
@@ -28,8 +28,14 @@ def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16",
     tokens, vocab, hidden : int or array_like
         Token ids looked up, rows of the table, row width [element].
     dtype : str
+        Format of the table ("bf16", "fp16", "fp32", ...).
     backward : bool
         The gradient of the table instead (PyTorch's ``embedding_dense_backward``).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -46,9 +52,9 @@ def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16",
     >>> embedding(10, 32000, 16, "fp32", backward=True).bytes_written   # the dense gradient: 32000*16*4
     2048000.0
     """
-    tokens, vocab, hidden = _size(tokens, "tokens"), _size(vocab, "vocab"), _size(hidden, "hidden")
-    _together(tokens=tokens, vocab=vocab, hidden=hidden)
-    backward = _vocab(flag, backward, "backward")
+    tokens, vocab, hidden = op_size(tokens, "tokens"), op_size(vocab, "vocab"), op_size(hidden, "hidden")
+    check_broadcast(tokens=tokens, vocab=vocab, hidden=hidden)
+    backward = op_argument(flag, backward, "backward")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     rows = tokens * hidden * s
@@ -56,10 +62,10 @@ def embedding(tokens: Any, vocab: Any, hidden: Any, dtype: DType | str = "bf16",
     shape = {"tokens": tokens, "vocab": vocab, "hidden": hidden, "backward": backward}
     if backward:
         table = vocab * hidden * s
-        return _finish(OpName.EMBEDDING, dt, tokens * hidden, rows + ids, table, "vector", shape,
-                       {"activations": rows, "indices": ids, "weights": table})
-    return _finish(OpName.EMBEDDING, dt, 0.0 * tokens, rows + ids, rows, "vector", shape,
-                   {"weights": rows, "indices": ids, "activations": rows})
+        return make_op_cost(OpName.EMBEDDING, dt, tokens * hidden, rows + ids, table, "vector", shape,
+                            {"activations": rows, "indices": ids, "weights": table})
+    return make_op_cost(OpName.EMBEDDING, dt, 0.0 * tokens, rows + ids, rows, "vector", shape,
+                        {"weights": rows, "indices": ids, "activations": rows})
 
 
 @register(OpName.CROSS_ENTROPY.value)
@@ -70,6 +76,7 @@ def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16", *, backw
     Parameters
     ----------
     tokens, vocab : int or array_like
+        Tokens (rows of logits) and vocabulary size (logits per token) [element].
     dtype : str
         Format of the logits.
     backward : bool
@@ -78,6 +85,11 @@ def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16", *, backw
         Whether the logits are cast to fp32 first, as Hugging Face's causal-LM losses do
         (``logits.float()``); it does not change the minimal traffic below, only the kernels
         PyTorch runs (a cast, then log-softmax and NLL in fp32), which the time model charges.
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -94,18 +106,18 @@ def cross_entropy(tokens: Any, vocab: Any, dtype: DType | str = "bf16", *, backw
     >>> cross_entropy(2, 10, "fp32", backward=True).bytes_written   # the logits' gradient, 2*10*4
     80.0
     """
-    tokens, vocab = _size(tokens, "tokens"), _size(vocab, "vocab")
-    _together(tokens=tokens, vocab=vocab)
-    backward, upcast = _vocab(flag, backward, "backward"), _vocab(flag, upcast, "upcast")
+    tokens, vocab = op_size(tokens, "tokens"), op_size(vocab, "vocab")
+    check_broadcast(tokens=tokens, vocab=vocab)
+    backward, upcast = op_argument(flag, backward, "backward"), op_argument(flag, upcast, "upcast")
     dt = _dtype(dtype)
     s = bytes_per_element(dt)
     logits, ids = tokens * vocab * s, tokens * INDEX_BYTES
     shape = {"tokens": tokens, "vocab": vocab, "backward": backward, "upcast": upcast}
     if backward:
-        return _finish(OpName.CROSS_ENTROPY, dt, 2.0 * tokens * vocab, logits + ids, logits, "vector", shape,
-                       {"activations": 2 * logits, "indices": ids})
-    return _finish(OpName.CROSS_ENTROPY, dt, 4.0 * tokens * vocab, logits + ids, tokens * s, "vector", shape,
-                   {"activations": logits + tokens * s, "indices": ids})
+        return make_op_cost(OpName.CROSS_ENTROPY, dt, 2.0 * tokens * vocab, logits + ids, logits, "vector", shape,
+                            {"activations": 2 * logits, "indices": ids})
+    return make_op_cost(OpName.CROSS_ENTROPY, dt, 4.0 * tokens * vocab, logits + ids, tokens * s, "vector", shape,
+                        {"activations": logits + tokens * s, "indices": ids})
 
 
 @register(OpName.ADAMW_STEP.value)
@@ -122,6 +134,12 @@ def adamw_step(numel: Any, param_dtype: DType | str = "fp32", *, tensors: Any = 
     tensors : int or array_like
         Parameter tensors the ``numel`` are spread over (the multi-tensor kernel walks a list of
         them in chunks; ``torch.optim.AdamW(fused=True)`` launches one kernel per group of tensors).
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
+        ``breakdown`` has the bytes of ``weights``, ``gradients`` and ``optimizer`` (the moments).
 
     Notes
     -----
@@ -140,15 +158,16 @@ def adamw_step(numel: Any, param_dtype: DType | str = "fp32", *, tensors: Any = 
     >>> op.bytes / 1e9                    # 7 * 4 bytes per parameter
     28.0
     """
-    numel, tensors = _size(numel, "numel"), _size(tensors, "tensors")
-    _together(numel=numel, tensors=tensors)
+    numel, tensors = op_size(numel, "numel"), op_size(tensors, "tensors")
+    check_broadcast(numel=numel, tensors=tensors)
     dt = _dtype(param_dtype)
     if dt not in (DType.FP32, DType.BF16, DType.FP16):
         raise OpArgumentError(f"param_dtype of a fused AdamW step is fp32, bf16 or fp16 (the parameters it updates), "
-                              f"got {dt.value!r}")
+                              f"got {dt.value!r}", argument="param_dtype", value=param_dtype,
+                              allowed="'fp32', 'bf16', 'fp16'")
     s = bytes_per_element(dt)
-    return _finish(OpName.ADAMW_STEP, dt, 12.0 * numel, 4.0 * numel * s, 3.0 * numel * s, "vector",
-                   {"numel": numel, "tensors": tensors}, {"weights": 2.0 * numel * s, "gradients": numel * s,
+    return make_op_cost(OpName.ADAMW_STEP, dt, 12.0 * numel, 4.0 * numel * s, 3.0 * numel * s, "vector",
+                        {"numel": numel, "tensors": tensors}, {"weights": 2.0 * numel * s, "gradients": numel * s,
                                                           "optimizer": 4.0 * numel * s})
 
 
@@ -159,9 +178,14 @@ def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype:
     Parameters
     ----------
     batch, kv_heads, tokens, head_dim : int or array_like
-        Sequences, key/value heads, new tokens per sequence, head dimension.
+        Sequences, key/value heads, new tokens per sequence, head dimension [element].
     dtype : str
         Format of the cache.
+
+    Returns
+    -------
+    OpCost
+        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -173,11 +197,11 @@ def kv_cache_write(batch: Any, kv_heads: Any, tokens: Any, head_dim: Any, dtype:
     >>> kv_cache_write(1, 8, 1, 128).bytes_written     # K and V of one token: 2*8*128*2 bytes
     4096.0
     """
-    batch, kv_heads = _size(batch, "batch"), _size(kv_heads, "kv_heads")
-    tokens, head_dim = _size(tokens, "tokens"), _size(head_dim, "head_dim")
-    _together(batch=batch, kv_heads=kv_heads, tokens=tokens, head_dim=head_dim)
+    batch, kv_heads = op_size(batch, "batch"), op_size(kv_heads, "kv_heads")
+    tokens, head_dim = op_size(tokens, "tokens"), op_size(head_dim, "head_dim")
+    check_broadcast(batch=batch, kv_heads=kv_heads, tokens=tokens, head_dim=head_dim)
     dt = _dtype(dtype)
     kv = 2.0 * batch * kv_heads * tokens * head_dim * bytes_per_element(dt)
-    return _finish(OpName.KV_CACHE_WRITE, dt, 0.0 * kv, kv + tokens * INDEX_BYTES, kv, "vector",
-                   {"batch": batch, "kv_heads": kv_heads, "tokens": tokens, "head_dim": head_dim},
-                   {"activations": kv, "indices": tokens * INDEX_BYTES, "kv_cache": kv})
+    return make_op_cost(OpName.KV_CACHE_WRITE, dt, 0.0 * kv, kv + tokens * INDEX_BYTES, kv, "vector",
+                        {"batch": batch, "kv_heads": kv_heads, "tokens": tokens, "head_dim": head_dim},
+                        {"activations": kv, "indices": tokens * INDEX_BYTES, "kv_cache": kv})

@@ -117,6 +117,12 @@ def divergence_efficiency(paths: Any, warp_size: int = WARP_SIZE) -> Any:
     paths : int or array_like
         Distinct control-flow paths taken within one warp, 1 .. ``warp_size``.
     warp_size : int
+        Threads per warp (32).
+
+    Returns
+    -------
+    float or ndarray
+        Fraction of lane-cycles doing useful work, ``1 / paths``, in (0, 1].
 
     Notes
     -----

@@ -192,6 +192,7 @@ def compare_gpus(names: Iterable[str | GPUSpec] | None = None, axes: Any = None)
     names : sequence of str or GPUSpec, optional
         GPUs to compare (all known GPUs when omitted).
     axes : array of 4 matplotlib Axes, optional
+        Axes to draw the four bar charts in (a new figure when omitted).
 
     Returns
     -------

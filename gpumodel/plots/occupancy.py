@@ -26,7 +26,29 @@ _LABELS = {
 
 def plot_occupancy(gpu_or_cc: Any, threads_per_block: int, registers_per_thread: int, static_shared_bytes: int = 0,
                    dynamic_shared_bytes: int = 0, carveout: int | None = None, *, fig=None):
-    """Draw :func:`gpumodel.occupancy_curves` as three step charts, the configuration marked; returns the figure."""
+    """Draw :func:`gpumodel.occupancy_curves` as three step charts, the configuration marked; returns the figure.
+
+    Parameters
+    ----------
+    gpu_or_cc : GPUSpec, str or ArchLimits
+        A GPU record or name ("h100") or a compute capability ("9.0", "sm_86").
+    threads_per_block : int
+        Block size [threads], 1..1024.
+    registers_per_thread : int
+        Registers per thread (``numRegs``), 0..255.
+    static_shared_bytes, dynamic_shared_bytes : int
+        Static and dynamic shared memory per block [bytes].
+    carveout : int or None
+        Preferred shared-memory carveout [percent], 0..100; None or -1 = default.
+    fig : matplotlib.figure.Figure, optional
+        Figure to draw the three axes in (a new 13 x 3.6 inch figure when omitted).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three axes: occupancy [% of max warps] over threads per block, registers per thread and shared
+        memory per block [KiB], with the configuration marked.
+    """
     import matplotlib.pyplot as plt
 
     from ..core.occupancy_helpers import occupancy_curves

@@ -25,12 +25,13 @@ import re
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from ..base.arguments import renamed_arguments
 from ..base.errors import ArgumentTypeError, UnsupportedError
 from ..base.numeric import bounded_int
 from .gpu import GPU_CATALOG
-from .specs import Catalog, UnknownNameError
+from .specs import Catalog, Record, UnknownNameError
 from ..base.units import parse_quantity
 
 __all__ = ["ArchLimits", "arch_limits", "list_archs", "load_archs", "ARCH_CATALOG", "UnknownArchError"]
@@ -53,7 +54,7 @@ def _bytes(value: object) -> int:
 IntBytes = Annotated[int, BeforeValidator(_bytes), Field(ge=0)]
 
 
-class ArchLimits(BaseModel):
+class ArchLimits(Record):
     """Occupancy-relevant limits of one compute capability (sizes in [bytes], counts per SM).
 
     Attributes mirror ``cudaDeviceProp`` and the tables in ``cuda_occupancy.h``:
@@ -147,8 +148,21 @@ ARCH_CATALOG: Catalog[ArchLimits] = Catalog(
 )
 
 
-def arch_limits(cc_or_gpu: object) -> ArchLimits:
+@renamed_arguments(cc_or_gpu="gpu_or_cc")
+def arch_limits(gpu_or_cc: object) -> ArchLimits:
     """The :class:`ArchLimits` of a compute capability ("9.0", "sm_90", ``(9, 0)``), a GPU name or a GPUSpec.
+
+    Parameters
+    ----------
+    gpu_or_cc : str, float, tuple of int, GPUSpec or ArchLimits
+        A compute capability ("9.0", "sm_90", ``9.0`` or ``(9, 0)``), a GPU name or record; an
+        :class:`ArchLimits` is returned as it is. ``cc_or_gpu`` is its former name (deprecated).
+
+    Returns
+    -------
+    ArchLimits
+        The per-SM limits of that compute capability: threads, warps and blocks [count], registers
+        [32-bit registers] and shared memory [bytes].
 
     Raises
     ------
@@ -159,27 +173,27 @@ def arch_limits(cc_or_gpu: object) -> ArchLimits:
     ValueError
         The GPU has no compute capability (e.g. an AMD part).
     """
-    if isinstance(cc_or_gpu, ArchLimits):
-        return cc_or_gpu
-    if isinstance(cc_or_gpu, tuple) and len(cc_or_gpu) == 2:
+    if isinstance(gpu_or_cc, ArchLimits):
+        return gpu_or_cc
+    if isinstance(gpu_or_cc, tuple) and len(gpu_or_cc) == 2:
         major, minor = (bounded_int(int(p) if isinstance(p, str) and p.isdigit() else p, "compute capability", 0,
-                                    allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in cc_or_gpu)
+                                    allowed="a whole MAJOR, MINOR pair such as (9, 0)") for p in gpu_or_cc)
         if np.ndim(major) or np.ndim(minor):
             raise ArgumentTypeError(f"compute capability must be a (MAJOR, MINOR) pair such as (9, 0), "
-                                    f"got {cc_or_gpu!r}")
-        cc_or_gpu = f"{int(major)}.{int(minor)}"
-    if isinstance(cc_or_gpu, (int, float)) and not isinstance(cc_or_gpu, bool):
-        cc_or_gpu = f"{float(cc_or_gpu):.1f}"
-    if isinstance(cc_or_gpu, str):
-        if _CC_PATTERN.match(cc_or_gpu.strip().lower()):
-            return ARCH_CATALOG.get(cc_or_gpu)  # an unknown one raises UnknownArchError listing the known ones
-        cc_or_gpu = GPU_CATALOG.get(cc_or_gpu)
-    cc = getattr(cc_or_gpu, "compute_capability", "missing")
+                                    f"got {gpu_or_cc!r}")
+        gpu_or_cc = f"{int(major)}.{int(minor)}"
+    if isinstance(gpu_or_cc, (int, float)) and not isinstance(gpu_or_cc, bool):
+        gpu_or_cc = f"{float(gpu_or_cc):.1f}"
+    if isinstance(gpu_or_cc, str):
+        if _CC_PATTERN.match(gpu_or_cc.strip().lower()):
+            return ARCH_CATALOG.get(gpu_or_cc)  # an unknown one raises UnknownArchError listing the known ones
+        gpu_or_cc = GPU_CATALOG.get(gpu_or_cc)
+    cc = getattr(gpu_or_cc, "compute_capability", "missing")
     if cc == "missing":
-        raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {cc_or_gpu!r}")
+        raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {gpu_or_cc!r}")
     if cc is None:
-        note = getattr(cc_or_gpu, "occupancy_note", None) or "no CUDA compute capability"
-        raise UnsupportedError(f"{cc_or_gpu.name} has no CUDA occupancy limits: {note}")
+        note = getattr(gpu_or_cc, "occupancy_note", None) or "no CUDA compute capability"
+        raise UnsupportedError(f"{gpu_or_cc.name} has no CUDA occupancy limits: {note}")
     return ARCH_CATALOG.get(cc)
 
 

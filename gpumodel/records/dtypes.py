@@ -133,6 +133,17 @@ _ALIASES: dict[str, DType] = {
 def dtype(name: DType | str | object) -> DType:
     """Resolve a format name, a :class:`DType`, or a torch/NumPy dtype to a :class:`DType`.
 
+    Parameters
+    ----------
+    name : str, DType, torch.dtype or numpy.dtype
+        A format name ("bf16", "fp8_e4m3", "torch.bfloat16"; case-insensitive), a :class:`DType`, or a
+        torch or NumPy dtype.
+
+    Returns
+    -------
+    DType
+        The number format.
+
     Raises
     ------
     UnknownDTypeError
@@ -157,7 +168,8 @@ def dtype(name: DType | str | object) -> DType:
     if key in _ALIASES:
         return _ALIASES[key]
     known = ", ".join(d.value for d in DType)
-    raise UnknownDTypeError(f"unknown dtype {name!r}; known number formats: {known}")
+    raise UnknownDTypeError(f"unknown dtype {name!r}; known number formats: {known}", argument="dtype", value=name,
+                            allowed=known)
 
 
 def info(name: DType | str) -> FormatInfo:

@@ -31,14 +31,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..base.enums import StrEnum
 from .dtypes import DType, UnknownDTypeError, dtype as _dtype
 from ..base.arguments import flag
 from ..base.errors import ArgumentError, UnitError, UnsupportedError
 from ..base.units import format_quantity, parse_quantity
-from .specs import Catalog, UnknownGPUError
+from .specs import Catalog, Record, UnknownGPUError
 
 __all__ = [
     "GPUSpec", "Peaks", "MemoryLevel", "NVLink", "Vendor", "Bytes", "BytesPerSecond", "FlopsPerSecond",
@@ -83,7 +83,7 @@ class Vendor(StrEnum):
     AMD = "amd"
 
 
-class _Record(BaseModel):
+class _Record(Record):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
 
 

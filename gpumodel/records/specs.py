@@ -21,8 +21,8 @@ from typing import Callable, Generic, Iterable, TypeVar
 from pydantic import BaseModel, ValidationError
 
 __all__ = [
-    "SpecError", "UnknownNameError", "UnknownGPUError", "Catalog", "spec_roots", "read_yaml",
-    "load_records", "ENV_VAR", "normalize_name",
+    "SpecError", "RecordError", "UnknownNameError", "UnknownGPUError", "Catalog", "Record", "spec_roots", "read_yaml",
+    "load_records", "ENV_VAR", "normalize_name", "describe_errors", "record_error",
 ]
 
 ENV_VAR = "GPUMODEL_SPEC_PATH"
@@ -31,7 +31,7 @@ T = TypeVar("T", bound=BaseModel)
 
 
 from ..base.arguments import flag, path_argument  # noqa: E402
-from ..base.errors import ArgumentTypeError, SpecError, UnknownNameError  # noqa: E402  (re-exported)
+from ..base.errors import ArgumentTypeError, RecordError, SpecError, UnknownNameError  # noqa: E402  (re-exported)
 
 
 class UnknownGPUError(UnknownNameError):
@@ -75,6 +75,10 @@ def read_yaml(path: Path) -> object:
 
 
 def describe_errors(exc: ValidationError) -> str:
+    """Each field a validation refused and why, in one line: ``field 'sm_count': Input should be greater than 0``.
+
+    Errors of the record as a whole (its cross-checks) are under ``'(record)'``.
+    """
     parts = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(record)"
@@ -83,6 +87,52 @@ def describe_errors(exc: ValidationError) -> str:
             msg = "unknown field (typo?)"
         parts.append(f"field {field!r}: {msg}")
     return "; ".join(parts)
+
+
+def record_error(record: str, exc: ValidationError) -> RecordError:
+    """The :class:`~gpumodel.base.errors.RecordError` for a record ``record`` that ``exc`` refused.
+
+    The message names each bad field and its problem (:func:`describe_errors`); ``argument`` is the first bad
+    field (dotted for a nested one: ``"peaks.fp32"``; None where only the record's cross-checks failed),
+    ``value`` the value given for it and ``allowed`` what pydantic says it should be, where it says so.
+    """
+    first = next((err for err in exc.errors() if err["loc"]), None)
+    argument = value = allowed = None
+    if first is not None:
+        argument = ".".join(str(p) for p in first["loc"])
+        value = None if first["type"] == "missing" else first.get("input")
+        if first["msg"].startswith("Input should be "):
+            allowed = first["msg"].removeprefix("Input should be ")
+    return RecordError(f"invalid {record}: {describe_errors(exc)}", argument=argument, value=value, allowed=allowed)
+
+
+class Record(BaseModel):
+    """Base class of the spec records (:class:`~gpumodel.records.gpu.GPUSpec`,
+    :class:`~gpumodel.records.transformer.TransformerConfig`, ...).
+
+    Building a record in code with an invalid or missing field raises a
+    :class:`~gpumodel.base.errors.RecordError` naming each bad field, rather than pydantic's
+    ``ValidationError``. ``model_validate``, which the spec loaders call, is pydantic's own and
+    raises ``ValidationError`` (:func:`load_records` turns it into a :class:`SpecError` naming the file).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> try:
+    ...     gm.TransformerConfig(hidden_size=0, num_layers=2, num_heads=4, intermediate_size=64, vocab_size=100)
+    ... except gm.RecordError as exc:
+    ...     print(exc.argument, exc.value, "|", exc)
+    hidden_size 0 | invalid TransformerConfig: field 'hidden_size': Input should be greater than 0
+    """
+
+    def __init__(self, /, **data: object) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise record_error(type(self).__name__, exc) from None
+
+    # marks this __init__ as pydantic's own, so that model_validate (and nested records) do not call it
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
 def load_records(path: Path, model: type[T]) -> list[T]:
@@ -227,15 +277,17 @@ class Catalog(Generic[T]):
         close = difflib.get_close_matches(key, list(self._index), n=8, cutoff=0.5)
         close += [a for a in self._index if key and (a.startswith(key) or key in a)]
         suggestions = list(dict.fromkeys(self._index[a] for a in close))[:4]
-        hint = f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else (
-            f"known: {', '.join(sorted(records))}")
-        raise self._error(f"no {self.label} named {name!r}; {hint}")
+        allowed = ", ".join(repr(s) for s in suggestions) if suggestions else ", ".join(sorted(records))
+        hint = f"did you mean {allowed}?" if suggestions else f"known: {allowed}"
+        raise self._error(f"no {self.label} named {name!r}; {hint}", argument=self.label, value=name, allowed=allowed)
 
     def get(self, name: str) -> T:
         if isinstance(name, self.model):
             return name
         if not isinstance(name, str):
-            raise ArgumentTypeError(f"expected a {self.label} name (str) or record, got {type(name).__name__}")
+            raise ArgumentTypeError(f"expected a {self.label} name (str) or record, got {type(name).__name__}",
+                                    argument=self.label, value=name,
+                                    allowed=f"a {self.label} name (str) or {self.model.__name__}")
         return self._ensure()[self._resolve(name)]
 
     def __contains__(self, name: str) -> bool:

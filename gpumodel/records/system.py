@@ -24,12 +24,12 @@ import os
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..base.enums import StrEnum
 from ..base.errors import UnknownNameError
 from .gpu import GPU_CATALOG
-from .specs import Catalog
+from .specs import Catalog, Record
 from ..base.units import parse_quantity
 
 __all__ = ["SystemSpec", "Fabric", "Link", "system", "list_systems", "load_systems", "all_systems",
@@ -70,7 +70,7 @@ class Fabric(StrEnum):
     ETHERNET = "ethernet"
 
 
-class _Record(BaseModel):
+class _Record(Record):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
 
 
@@ -194,12 +194,40 @@ SYSTEM_CATALOG: Catalog[SystemSpec] = Catalog("systems", SystemSpec, error=Unkno
 
 
 def system(name: str | SystemSpec) -> SystemSpec:
-    """The system record called ``name`` (case-insensitive; aliases such as "p5.48xlarge")."""
+    """The system record called ``name`` (case-insensitive; aliases such as "p5.48xlarge").
+
+    Parameters
+    ----------
+    name : str or SystemSpec
+        A canonical name or alias (``list_systems()`` lists the names); a record is returned as it is.
+
+    Returns
+    -------
+    SystemSpec
+        The system's record: its GPU, GPUs per node [count], intra- and inter-node links (bandwidths
+        [bytes/s]) and node power [W].
+
+    Raises
+    ------
+    UnknownSystemError
+        No system of that name; the message lists the closest names.
+    """
     return SYSTEM_CATALOG.get(name)
 
 
 def list_systems(gpu: str | None = None) -> list[str]:
-    """Canonical names of all known systems, sorted; optionally only those built on one GPU."""
+    """Canonical names of all known systems, sorted; optionally only those built on one GPU.
+
+    Parameters
+    ----------
+    gpu : str or GPUSpec, optional
+        Only the systems built on this GPU (a name or record, as :func:`gpumodel.gpu` takes); None lists all.
+
+    Returns
+    -------
+    list of str
+        Canonical system names (what :func:`system` accepts), sorted.
+    """
     if gpu is None:
         return SYSTEM_CATALOG.names()
     g = GPU_CATALOG.get(gpu).name
@@ -212,7 +240,25 @@ def all_systems() -> list[SystemSpec]:
 
 
 def load_systems(path: str | os.PathLike, *, replace: bool = False) -> list[SystemSpec]:
-    """Validate the system records in a YAML file or folder and make them known to :func:`system`."""
+    """Validate the system records in a YAML file or folder and make them known to :func:`system`.
+
+    Parameters
+    ----------
+    path : path-like
+        A ``.yaml`` file holding one record (or a list of records), or a folder of such files.
+    replace : bool
+        Let a record replace a known system of the same name (otherwise that is an error).
+
+    Returns
+    -------
+    list of SystemSpec
+        The records read (all of them or none: nothing is added when one is invalid).
+
+    Raises
+    ------
+    SpecError
+        A file is not valid YAML, or a record is invalid; the message names file, record and field.
+    """
     return SYSTEM_CATALOG.load(path, replace=replace)
 
 

@@ -28,10 +28,10 @@ import os
 import warnings
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..base.errors import ArgumentError, ArgumentTypeError
-from .specs import Catalog, UnknownNameError
+from .specs import Catalog, Record, UnknownNameError
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
            "load_models", "MODEL_CATALOG", "UnknownModelError", "HFConfigError"]
@@ -73,7 +73,7 @@ class HFConfigError(ArgumentError):
     """A Hugging Face config lacks a needed key or has an unsupported ``model_type``."""
 
 
-class TransformerConfig(BaseModel):
+class TransformerConfig(Record):
     """Shape of a decoder-only transformer (frozen, validated).
 
     Sizes are element counts; ``head_dim`` defaults to ``hidden_size // num_heads``.
@@ -292,15 +292,19 @@ class TransformerConfig(BaseModel):
         cfg = _as_dict(config)
         mtype = str(cfg.get("model_type", "")).lower()
         if mtype not in _READERS:
-            raise HFConfigError(f"unsupported model_type {mtype!r}; supported: {', '.join(sorted(_READERS))}")
+            supported = ", ".join(sorted(_READERS))
+            raise HFConfigError(f"unsupported model_type {mtype!r}; supported: {supported}", argument="model_type",
+                                value=cfg.get("model_type"), allowed=supported)
         try:
             fields = _READERS[mtype](_Getter(cfg, mtype))
+        except HFConfigError:  # a key is missing: its own message
+            raise
         except (TypeError, ValueError, ArithmeticError) as exc:  # a value of the wrong kind, e.g. "2048"
             raise HFConfigError(f"{mtype} config has a value of the wrong kind: {exc}") from None
         fields.setdefault("family", mtype)
         fields["name"] = name or str(cfg.get("_name_or_path") or mtype) or mtype
         try:
-            return cls(**fields)
+            return cls.model_validate(fields)
         except ValidationError as exc:  # a value out of range: the record's own checks
             from .specs import describe_errors
 
@@ -322,7 +326,8 @@ class _Getter:
                 return self.cfg[key]
         if default is ...:
             raise HFConfigError(f"{self.mtype} config lacks the key {keys[0]!r}"
-                                + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""))
+                                + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""),
+                                argument=keys[0], allowed=f"a config with the key {' or '.join(map(repr, keys))}")
         return default
 
 
@@ -473,6 +478,21 @@ MODEL_CATALOG: Catalog[TransformerConfig] = Catalog("models", TransformerConfig,
 def model(name: str | TransformerConfig) -> TransformerConfig:
     """The preset called ``name`` (case-insensitive; aliases such as "llama3-8b").
 
+    Parameters
+    ----------
+    name : str or TransformerConfig
+        A preset name or alias (``list_models()`` lists the names); a config is returned as it is.
+
+    Returns
+    -------
+    TransformerConfig
+        The model's architecture: layers, widths, heads, vocabulary and experts [count].
+
+    Raises
+    ------
+    UnknownModelError
+        No preset of that name; the message lists the closest names.
+
     Examples
     --------
     >>> import gpumodel as gm
@@ -483,7 +503,13 @@ def model(name: str | TransformerConfig) -> TransformerConfig:
 
 
 def list_models() -> list[str]:
-    """Canonical names of all model presets, sorted."""
+    """Canonical names of all model presets, sorted.
+
+    Returns
+    -------
+    list of str
+        Preset names (what :func:`model` accepts), sorted.
+    """
     return MODEL_CATALOG.names()
 
 

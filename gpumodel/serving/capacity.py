@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.arguments import keyword_only_after
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
 from ..core.inference import inference_memory
@@ -156,9 +157,10 @@ def kv_budget(setup, prompt_len: int, output_len: int, chunk: int, fraction: flo
     return float(one.kv_cache_bytes), max(free, 0.0) * fraction
 
 
-def serving_capacity(model: Any, gpu: Any, prompt_len: int = 512, output_len: int = 128, dtype: str = "bf16",
+@keyword_only_after(2, "prompt_len", "output_len", "dtype", "kv_dtype", "tp", "ttft_slo", "tpot_slo", "engine")
+def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len: int = 128, dtype: str = "bf16",
                      kv_dtype: Any = None, tp: int = 1, ttft_slo: Any = None, tpot_slo: Any = None,
-                     engine: str = "graph", *, max_batch_size: int | None = None,
+                     engine: str = "graph", max_batch_size: int | None = None,
                      max_num_tokens: int = MAX_NUM_TOKENS, kv_memory_fraction: float = KV_MEMORY_FRACTION,
                      group_size: int = 128) -> ServingCapacity:
     """Throughput of one replica of ``tp`` GPUs serving requests of ``prompt_len`` + ``output_len`` tokens.

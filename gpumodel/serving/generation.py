@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
 from ..vocabulary import format_seconds, positive_int
@@ -89,21 +90,23 @@ class Generation:
                           rows)
 
 
-def decode_total(setup, batch, first_context: int, steps: int) -> tuple[float, Any, Any]:
+@renamed_arguments(batch="batch_size")
+def decode_total(setup, batch_size, first_context: int, steps: int) -> tuple[float, Any, Any]:
     """Sum of ``steps`` decode-step times at contexts ``first_context, first_context + 1, ...`` [s],
-    with the first and last steps' records."""
+    with the first and last steps' records (``batch`` is the former name of ``batch_size``, deprecated)."""
     if steps <= EXACT_STEPS:
         ctx = first_context + np.arange(steps)
         weights = np.ones(steps)
     else:
         ctx = np.unique(np.linspace(first_context, first_context + steps - 1, 17).round().astype(int))
         weights = np.full(ctx.size, steps / ctx.size)
-    t = step_time(setup, batch, 1, ctx, "decode")
+    t = step_time(setup, batch_size, 1, ctx, "decode")
     return float(np.sum(np.asarray(t.seconds) * weights)), t.pick(0), t.pick(-1)
 
 
-def generation_time(model: Any, gpu: Any, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
-                    dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *,
+@keyword_only_after(2, "batch_size", "prompt_len", "new_tokens", "dtype", "kv_dtype", "tp", "engine")
+def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
+                    dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph",
                     group_size: int = 128) -> Generation:
     """Time to generate ``new_tokens`` tokens for ``batch_size`` prompts of ``prompt_len`` tokens.
 

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..base.arguments import renamed_arguments
 from ..core import ops
 from ..records.dtypes import DType
 from ..training.layer import with_operands
@@ -62,12 +63,14 @@ def _act_dtype(dtype: DType) -> str:
     return "fp32" if dtype == DType.FP32 else ("fp16" if dtype == DType.FP16 else "bf16")
 
 
-def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: int, dtype: DType,
+@renamed_arguments(batch="batch_size", new_tokens="step_tokens")
+def step_kernels(cfg: TransformerConfig, batch_size: int, step_tokens: int, cached: int, dtype: DType,
                  kv_dtype: DType | None, tp: int = 1, engine: str = "graph", group_size: int = 128) -> list[Kernel]:
-    """Kernels of one step that feeds ``new_tokens`` tokens per sequence on top of ``cached`` ones.
+    """Kernels of one step that feeds ``step_tokens`` tokens per sequence on top of ``cached`` ones.
 
-    A prefill is ``new_tokens = prompt_len, cached = 0``; a decode step ``new_tokens = 1,
-    cached = context_len``.
+    A prefill is ``step_tokens = prompt_len, cached = 0``; a decode step ``step_tokens = 1,
+    cached = context_len``. ``batch`` and ``new_tokens`` are the former names of ``batch_size`` and
+    ``step_tokens`` (deprecated).
     """
     act = _act_dtype(dtype)
     a = 4.0 if act == "fp32" else 2.0
@@ -75,7 +78,7 @@ def step_kernels(cfg: TransformerConfig, batch: int, new_tokens: int, cached: in
     wdt = None if dtype in (DType.FP8, DType.FP32, DType.BF16, DType.FP16) else dtype
     kv_dt = kv_dtype if kv_dtype is not None else DType(act)
     hf = engine == "hf"
-    b, s, c = batch, new_tokens, cached
+    b, s, c = batch_size, step_tokens, cached
     t = b * s
     h, i, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     hd, nh, nkv = cfg.head_dim, cfg.num_heads // tp, max(cfg.num_kv_heads // tp, 1)

@@ -11,11 +11,13 @@ takes :math:`\\max(t_{kernels}, t_{host})` with :math:`t_{host} = n_{ops} \\cdot
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.enums import StrEnum
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
@@ -68,12 +70,15 @@ class ServingTime:
         Whether the host, not the GPU, sets the step time.
     kernels : int
         Kernels launched per step per GPU.
-    weight_bytes : float
-        Weight bytes each GPU reads per step [B].
+    weights_bytes : float
+        Weight bytes each GPU reads per step [B]. ``weight_bytes`` is its former name (deprecated).
     calibrated : bool
         Whether a calibration for this GPU timed the kernels.
-    batch_size, tokens, tp, dtype, kv_dtype, engine, model, gpu :
-        The inputs (``tokens`` = prompt length or context length).
+    seq_len : int or ndarray
+        Tokens each sequence holds in this step [token]: the prompt of a prefill, the context (tokens
+        already in the cache) of a decode step. ``tokens`` is its former name (deprecated).
+    batch_size, tp, dtype, kv_dtype, engine, model, gpu :
+        The inputs.
     """
 
     seconds: Any
@@ -85,10 +90,10 @@ class ServingTime:
     host_s: Any = 0.0
     host_bound: Any = False
     kernels: int = 0
-    weight_bytes: float = 0.0
+    weights_bytes: float = 0.0
     calibrated: bool = False
     batch_size: Any = 1
-    tokens: Any = 1
+    seq_len: Any = 1
     tp: int = 1
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
@@ -98,6 +103,18 @@ class ServingTime:
 
     def __float__(self) -> float:
         return float(self.seconds)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Deprecated name of :attr:`weights_bytes`."""
+        warnings.warn("ServingTime.weight_bytes is deprecated; use weights_bytes", DeprecationWarning, stacklevel=2)
+        return self.weights_bytes
+
+    @property
+    def tokens(self) -> Any:
+        """Deprecated name of :attr:`seq_len`."""
+        warnings.warn("ServingTime.tokens is deprecated; use seq_len", DeprecationWarning, stacklevel=2)
+        return self.seq_len
 
     def pick(self, i: int) -> "ServingTime":
         """The ``i``-th configuration of an array result, as a scalar record."""
@@ -135,7 +152,7 @@ class ServingTime:
         host = f", host {_show(self.host_s)}{' (host-bound)' if self.host_bound else ''}" if self.engine == "hf" else ""
         tp = f" x tp={self.tp}" if self.tp > 1 else ""
         return (f"ServingTime({self.phase} of {self.model} on {self.gpu}{tp}, batch {self.batch_size}, "
-                f"{what} {self.tokens}: {_show(self.seconds)}, {float(self.tokens_per_s):,.0f} tokens/s{host}; "
+                f"{what} {self.seq_len}: {_show(self.seconds)}, {float(self.tokens_per_s):,.0f} tokens/s{host}; "
                 f"{self._parts()})")
 
     def _repr_html_(self) -> str:
@@ -182,27 +199,28 @@ def _bound_of(est) -> np.ndarray:
     return np.asarray(est.bound)
 
 
-def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: str) -> ServingTime:
+@renamed_arguments(batch="batch_size")
+def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phase: str) -> ServingTime:
     """One step that feeds ``step_tokens`` tokens per sequence on top of ``cached`` ones, arguments resolved.
 
     A prefill is ``step_tokens = prompt_len, cached = 0``; a decode step ``step_tokens = 1,
     cached = context_len`` (see :func:`prefill_time`). ``step_tokens`` is not ``new_tokens``, the tokens a
-    whole generation produces.
+    whole generation produces. ``batch`` is the former name of ``batch_size`` (deprecated).
     """
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
-    given = {"batch_size": batch, **({"prompt_len": step_tokens} if phase == "prefill" else {"context_len": cached})}
+    given = {"batch_size": batch_size, **({"prompt_len": step_tokens} if phase == "prefill" else {"context_len": cached})}
     broadcastable(**given)
     within_positions(cfg, np.asarray(step_tokens) + np.asarray(cached),
                      "prompt_len" if phase == "prefill" else "context_len + 1")
-    kerns = step_kernels(cfg, batch, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
-    shape = np.broadcast_shapes(np.shape(batch), np.shape(step_tokens), np.shape(cached))
+    kerns = step_kernels(cfg, batch_size, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
+    shape = np.broadcast_shapes(np.shape(batch_size), np.shape(step_tokens), np.shape(cached))
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
     count, calibrated, wbytes = 0, False, 0.0
     for fam, op, n in kerns:
         est = _estimate(op, g)
-        t = np.asarray(est.time_s, dtype=float)
+        t = np.asarray(est.seconds, dtype=float)
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
         per_op = np.asarray(est.kernels, dtype=float)
@@ -219,7 +237,7 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
         if fam in ("matmul", "logits"):
             wbytes += float(np.max(n * np.asarray(op.breakdown.get("b", 0.0))))
     if tp > 1:
-        nbytes = batch * step_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
+        nbytes = batch_size * step_tokens * cfg.hidden_size * (4.0 if dt.value == "fp32" else 2.0)
         ar = allreduces_per_step(cfg) * K.allreduce_time(nbytes, tp, g) + zeros
         times["allreduce"] = ar
         latency = allreduces_per_step(cfg) * K.allreduce_time(0.0, tp, g)   # the time an empty message takes
@@ -238,20 +256,21 @@ def step_time(setup: Setup, batch: Any, step_tokens: Any, cached: Any, phase: st
         idx = np.argmax(stack, axis=0)
         pick = np.asarray(labels, dtype=object)[idx]
         bounds[fam] = str(pick) if np.ndim(pick) == 0 else pick
-    tokens = batch * step_tokens
+    tokens = batch_size * step_tokens
     sc = (lambda x: float(x)) if not shape else (lambda x: np.asarray(x))  # noqa: E731
     return ServingTime(
         seconds=sc(seconds), phase=phase, tokens_per_s=sc(tokens / seconds),
         breakdown={k: sc(v) for k, v in times.items()}, bounds=bounds, kernel_s=sc(kernel_s), host_s=sc(host_s),
         host_bound=bool(np.all(host_s > kernel_s)) if not shape else np.asarray(host_s > kernel_s),
-        kernels=count, weight_bytes=wbytes, calibrated=calibrated, batch_size=batch,
-        tokens=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
+        kernels=count, weights_bytes=wbytes, calibrated=calibrated, batch_size=batch_size,
+        seq_len=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
         kv_dtype=kv_cache_dtype(kv, dt).value,
         engine=eng.value, model=cfg.name, gpu=g.name)
 
 
-def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
-                 tp: int = 1, engine: str = "graph", *, kv_dtype: Any = None, group_size: int = 128) -> ServingTime:
+@keyword_only_after(2, "batch_size", "prompt_len", "dtype", "tp", "engine")
+def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
+                 tp: int = 1, engine: str = "graph", kv_dtype: Any = None, group_size: int = 128) -> ServingTime:
     """Time of the prefill: ``batch_size`` prompts of ``prompt_len`` tokens through the model at once,
     writing their keys and values to the cache and producing the first token's logits.
 
@@ -260,6 +279,7 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
     model : str, TransformerConfig or dict
         A preset name, a config, or a Hugging Face ``config.json`` dict.
     gpu : str or GPUSpec
+        A GPU name or record (``gm.gpu``); each of the ``tp`` GPUs is one of these.
     batch_size : int or array
         Sequences prefilled together.
     prompt_len : int or array
@@ -280,6 +300,8 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
     Returns
     -------
     ServingTime
+        ``.seconds`` [s] of the step, ``.tokens_per_s`` (``batch_size * prompt_len / seconds``) [token/s],
+        the ``breakdown`` [s] and ``bounds`` by kernel family; arrays where the sizes were arrays.
 
     Notes
     -----
@@ -300,18 +322,41 @@ def prefill_time(model: Any, gpu: Any, batch_size: Any = 1, prompt_len: Any = 51
     return step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
 
 
-def decode_step_time(model: Any, gpu: Any, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
-                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", *, group_size: int = 128) -> ServingTime:
+@keyword_only_after(2, "batch_size", "context_len", "dtype", "kv_dtype", "tp", "engine")
+def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
+                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", group_size: int = 128) -> ServingTime:
     """Time of one decode step: one new token for each of ``batch_size`` sequences, each attending over
     ``context_len`` cached tokens (and itself).
 
     Parameters are those of :func:`prefill_time`, with ``context_len`` [token] the tokens already in
     each sequence's cache.
 
+    Parameters
+    ----------
+    model : str, TransformerConfig or dict
+        A preset name, a config, or a Hugging Face ``config.json`` dict.
+    gpu : str or GPUSpec
+        A GPU name or record (``gm.gpu``); each of the ``tp`` GPUs is one of these.
+    batch_size : int or array
+        Sequences decoded together (one new token each).
+    context_len : int or array
+        Tokens already in each sequence's cache [token].
+    dtype : {"bf16", "fp16", "fp8", "int8", "int4", "fp32"}
+        Weight format: fp8 runs fp8 GEMMs; int8/int4 are weight-only (16-bit math).
+    kv_dtype : {None, "fp32", "bf16", "fp16", "fp8"}
+        KV-cache format (default: the activation format).
+    tp : int
+        Tensor-parallel degree: the time is per step of the group of ``tp`` GPUs.
+    engine : {"graph", "compiled", "hf"}
+        As in :func:`prefill_time`.
+    group_size : int
+        Weights per 16-bit scale of int8/int4 weights.
+
     Returns
     -------
     ServingTime
-        ``tokens_per_s`` is ``batch_size / seconds``.
+        ``.seconds`` [s] of the step, ``.tokens_per_s`` (``batch_size / seconds``) [token/s], the
+        ``breakdown`` [s] and ``bounds`` by kernel family; arrays where the sizes were arrays.
 
     Examples
     --------

@@ -219,7 +219,7 @@ experts_implementation, expert_load, calibrated, calibration, host :
             return 0.0, False
         if id(op) not in cache:
             est = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
-            cache[id(op)] = (float(est.time_s), bool(est.calibrated))
+            cache[id(op)] = (float(est.seconds), bool(est.calibrated))
         return cache[id(op)]
 
     hosts, devices, syncs = [], [], []
@@ -250,7 +250,7 @@ experts_implementation, expert_load, calibrated, calibration, host :
     if not fits:
         warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "
                       f"{mem.total_bytes / 2**30:.1f} GiB, more than the {g.usable_memory_bytes / 2**30:.1f} GiB "
-                      f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=2)
+                      f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=3)
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
                     model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
                     kernels=count, hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1,

@@ -21,6 +21,16 @@ __all__ = ["gpu", "list_gpus", "load_gpus", "all_gpus", "GPU_CATALOG"]
 def gpu(name: str | GPUSpec) -> GPUSpec:
     """The GPU record called ``name`` (case-insensitive; aliases such as "h100", "4090", "a100").
 
+    Parameters
+    ----------
+    name : str or GPUSpec
+        A canonical name or alias (``list_gpus()`` lists the names); a record is returned as it is.
+
+    Returns
+    -------
+    GPUSpec
+        The GPU's record: peak throughputs [FLOP/s], memory size [bytes], bandwidths [bytes/s], limits.
+
     Raises
     ------
     UnknownGPUError
@@ -30,14 +40,31 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
 
 
 def list_gpus(vendor: str | None = None) -> list[str]:
-    """Canonical names of all known GPUs, sorted; optionally only one vendor's ("nvidia", "amd")."""
+    """Canonical names of all known GPUs, sorted; optionally only one vendor's ("nvidia", "amd").
+
+    Parameters
+    ----------
+    vendor : {"nvidia", "amd"} or None
+        Only that vendor's GPUs; None lists all.
+
+    Returns
+    -------
+    list of str
+        Canonical GPU names (what :func:`gpu` accepts), sorted.
+    """
     if vendor is not None:
         vendor = choice(Vendor, vendor, "vendor")
     return [g.name for g in all_gpus() if vendor is None or g.vendor == vendor]
 
 
 def all_gpus() -> list[GPUSpec]:
-    """Every known GPU record, sorted by name."""
+    """Every known GPU record, sorted by name.
+
+    Returns
+    -------
+    list of GPUSpec
+        The shipped records and those added by :func:`load_gpus`, sorted by name.
+    """
     return GPU_CATALOG.records()
 
 
@@ -50,6 +77,11 @@ def load_gpus(path: str | os.PathLike, *, replace: bool = False) -> list[GPUSpec
         A ``.yaml`` file holding one record (or a list of records), or a folder of such files.
     replace : bool
         Let a record replace a known GPU of the same name (otherwise that is an error).
+
+    Returns
+    -------
+    list of GPUSpec
+        The records read (all of them or none: nothing is added when one is invalid).
 
     Raises
     ------

@@ -29,8 +29,9 @@ def divides(degree: Any, total: int, name: str, what: str) -> None:
     """Refuse a parallel degree (or array of them) that does not divide what it splits."""
     bad = np.asarray(total) % np.asarray(degree) != 0
     if np.any(bad):
-        first = np.asarray(degree)[bad].flat[0] if np.ndim(degree) else degree
-        raise ArgumentError(f"{name}={first} must divide {what} ({total})")
+        first = np.asarray(degree)[bad].flat[0].item() if np.ndim(degree) else degree
+        raise ArgumentError(f"{name}={first} must divide {what} ({total})", argument=name, value=first,
+                            allowed=f"a divisor of {what} ({total})")
 
 
 def tensor_parallel(cfg: Any, tp: Any, name: str = "tp"):
@@ -57,12 +58,16 @@ def tensor_parallel(cfg: Any, tp: Any, name: str = "tp"):
                         (cfg.intermediate_size, "the MLP width (intermediate_size={})")):
         bad = total % t != 0
         if np.any(bad):
-            raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide {what.format(total)}")
+            first = t[bad].flat[0].item() if t.ndim else tp
+            raise ArgumentError(f"{name}={first} must divide {what.format(total)}", argument=name, value=first,
+                                allowed=f"a divisor of {what.format(total)}")
     kv = cfg.num_kv_heads
     bad = (kv % t != 0) & (t % kv != 0)
     if np.any(bad):
-        raise ArgumentError(f"{name}={t[bad].flat[0] if t.ndim else tp} must divide the key/value heads "
-                            f"(num_kv_heads={kv}) or be a multiple of them")
+        first = t[bad].flat[0].item() if t.ndim else tp
+        raise ArgumentError(f"{name}={first} must divide the key/value heads "
+                            f"(num_kv_heads={kv}) or be a multiple of them", argument=name, value=first,
+                            allowed=f"a divisor or a multiple of the key/value heads (num_kv_heads={kv})")
     return tp
 
 
@@ -93,14 +98,18 @@ def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero: A
     ep = positive_int(ep, "ep")
     zero = nonnegative_int(zero, "zero")
     if np.any(np.asarray(zero) > 3):
-        raise ArgumentError(f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {zero!r}")
+        raise ArgumentError(f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {zero!r}", argument="zero", value=zero,
+                            allowed="0, 1, 2 or 3")
     tensor_parallel(cfg, tp)
     if np.any(np.asarray(pp) > cfg.num_layers):
-        raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers")
+        raise ArgumentError(f"pp={np.max(pp)} exceeds the model's {cfg.num_layers} layers", argument="pp",
+                            value=np.max(pp).item(), allowed=f"1..{cfg.num_layers} (the model's layers)")
     if cfg.num_experts:
         divides(ep, cfg.num_experts, "ep", "num_experts")
     elif np.any(np.asarray(ep) > 1):
-        raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts")
+        raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts", argument="ep",
+                            value=ep, allowed=f"1 ({cfg.name} has no experts)")
     if np.any((np.asarray(zero) > 0) & (np.asarray(dp) == 1)):
-        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1")
+        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1", argument="zero",
+                            value=zero, allowed="0 where dp == 1")
     return dp, tp, pp, zero

@@ -104,7 +104,8 @@ def precision(value: Any, name: str = "precision") -> Precision:
             dt = None
         if dt is not None and dt.value in PRECISIONS:
             return PRECISIONS[dt.value]
-    raise ArgumentError(f"{name}={value!r} is not one of {', '.join(map(repr, PRECISIONS))}")
+    allowed = ", ".join(map(repr, PRECISIONS))
+    raise ArgumentError(f"{name}={value!r} is not one of {allowed}", argument=name, value=value, allowed=allowed)
 
 
 #: Number formats a model's weights may be stored in for inference (int8/int4 are weight-only).
@@ -123,7 +124,8 @@ def weight_dtype(value: Any, name: str = "dtype", allowed: tuple[DType, ...] = W
     if dt == DType.FP8_E4M3:
         dt = DType.FP8
     if dt is None or dt not in allowed:
-        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in allowed)}")
+        names = ", ".join(repr(d.value) for d in allowed)
+        raise ArgumentError(f"{name}={value!r} is not one of {names}", argument=name, value=value, allowed=names)
     return dt
 
 
@@ -153,9 +155,10 @@ def kv_cache_dtype(value: Any, weights: DType, name: str = "kv_dtype", *, timed:
     dt = weight_dtype(value, name, KV_DTYPES)
     flag(timed, "timed")
     if timed and dt not in TIMED_KV_DTYPES:
-        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(repr(d.value) for d in TIMED_KV_DTYPES)} here: "
+        names = ", ".join(repr(d.value) for d in TIMED_KV_DTYPES)
+        raise ArgumentError(f"{name}={value!r} is not one of {names} here: "
                             f"the serving time model has no {dt.value} KV-cache kernels (inference_memory sizes an "
-                            f"{dt.value} cache)")
+                            f"{dt.value} cache)", argument=name, value=value, allowed=names)
     return dt
 
 

@@ -31,7 +31,8 @@ def resolve_gpu(gpu: Any, name: str = "gpu"):
         return gpu
     if isinstance(gpu, str):
         return GPU_CATALOG.get(gpu)
-    raise ArgumentTypeError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}")
+    raise ArgumentTypeError(f"{name} must be a GPU name such as 'h100' or a GPUSpec, got {type(gpu).__name__}",
+                            argument=name, value=gpu, allowed="a GPU name such as 'h100' or a GPUSpec")
 
 
 def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
@@ -46,7 +47,8 @@ def resolve_gpu_or_cc(value: Any, name: str = "gpu_or_cc"):
     if isinstance(value, (tuple, list)) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
     raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a compute capability such as '9.0', "
-                        f"got {type(value).__name__}")
+                            f"got {type(value).__name__}", argument=name, value=value,
+                            allowed="a GPU name, a GPUSpec or a compute capability such as '9.0'")
 
 
 def resolve_system(value: Any, name: str = "system"):
@@ -66,7 +68,8 @@ def resolve_system(value: Any, name: str = "system"):
             return node_system(value)
         return SYSTEM_CATALOG.get(value)  # raises UnknownSystemError listing close names
     raise ArgumentError(f"{name} must be a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec, "
-                        f"got {type(value).__name__}")
+                        f"got {type(value).__name__}", argument=name, value=value,
+                        allowed="a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec")
 
 
 def resolve_model(model: Any, name: str = "model"):
@@ -82,11 +85,15 @@ def resolve_model(model: Any, name: str = "model"):
         try:
             return TransformerConfig.from_hf(model)
         except HFConfigError as exc:
-            raise HFConfigError(f"{name}: {exc}") from None
+            raise HFConfigError(f"{name}: {exc}", argument=exc.argument or name, value=exc.value,
+                                allowed=exc.allowed) from None
         except ValidationError as exc:  # a value out of range: the record's own checks
-            raise HFConfigError(f"{name}: the Hugging Face config does not make a valid model: {describe_errors(exc)}") from None
+            raise HFConfigError(f"{name}: the Hugging Face config does not make a valid model: {describe_errors(exc)}",
+                                argument=name, value=model) from None
     raise ArgumentTypeError(f"{name} must be a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
-                        f"config dict, got {type(model).__name__}")
+                            f"config dict, got {type(model).__name__}", argument=name, value=model,
+                            allowed="a model name such as 'llama-3-8b', a TransformerConfig or a Hugging Face "
+                                    "config dict")
 
 
 def resolve_gpus(value: Any, name: str = "gpus") -> list:
@@ -101,8 +108,10 @@ def resolve_gpus(value: Any, name: str = "gpus") -> list:
     if isinstance(value, (str, GPUSpec)):
         return [resolve_gpu(value, name)]
     if isinstance(value, (Mapping, bytes)) or not hasattr(value, "__iter__"):
-        raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a list of them, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be a GPU name, a GPUSpec or a list of them, got {type(value).__name__}",
+                                argument=name, value=value, allowed="a GPU name, a GPUSpec or a list of them")
     records = [resolve_gpu(item, name) for item in value]
     if not records:
-        raise ArgumentError(f"{name} is empty; give at least one GPU name such as 'h100'")
+        raise ArgumentError(f"{name} is empty; give at least one GPU name such as 'h100'", argument=name, value=value,
+                            allowed="at least one GPU name such as 'h100'")
     return records
