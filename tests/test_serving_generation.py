@@ -14,7 +14,7 @@ def test_parts_add_up():
     assert g.seconds == pytest.approx(g.ttft_s + 63 * g.tpot_s)
     assert g.tokens_per_s == pytest.approx(4 * 64 / g.seconds)
     assert g.tokens_per_s_per_sequence == pytest.approx(64 / g.seconds)
-    assert g.first_decode.tokens == 256 and g.last_decode.tokens == 256 + 62   # cached tokens before the last step
+    assert g.first_decode.seq_len == 256 and g.last_decode.seq_len == 256 + 62   # cached tokens before the last step
     assert g.first_decode.seconds <= g.tpot_s <= g.last_decode.seconds
     assert float(g) == g.seconds and "TTFT" in repr(g) and "<table>" in g._repr_html_()
     assert g.to_dict()["prefill"]["phase"] == "prefill"
@@ -28,7 +28,7 @@ def test_one_new_token_is_the_prefill():
 def test_long_generations_sample_the_context_and_match_the_exact_sum():
     from gpumodel.serving.timing import resolve_serving_args
 
-    args = dict(setup=resolve_serving_args("llama-3.2-1b", "h100", "bf16", None, 1, "graph"), batch=8,
+    args = dict(setup=resolve_serving_args("llama-3.2-1b", "h100", "bf16", None, 1, "graph"), batch_size=8,
                 first_context=1000)
     exact, _, _ = G.decode_total(steps=G.EXACT_STEPS, **args)
     sampled, _, _ = G.decode_total(steps=G.EXACT_STEPS + 1, **args)

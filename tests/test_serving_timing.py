@@ -36,7 +36,7 @@ def test_tensor_parallel_does_not_scale_batch1_decode_linearly():
     eight = gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=512, tp=8)
     assert 1.2 < one.seconds / eight.seconds < 4
     assert eight.breakdown["allreduce"] > 0 and eight.bounds["allreduce"] == "latency"
-    assert eight.weight_bytes == pytest.approx(one.weight_bytes / 8, rel=0.02)
+    assert eight.weights_bytes == pytest.approx(one.weights_bytes / 8, rel=0.02)
 
 
 def test_quantised_weights_and_fp8_cache_are_faster_where_they_should_be():

@@ -15,12 +15,14 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import os
 import warnings
+from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
-from .errors import ArgumentError, ArgumentTypeError
+from .errors import ArgumentError, ArgumentTypeError, GpumodelWarning
 
 __all__ = ["flag", "choice", "scalar_or_array", "format_seconds", "deprecated_alias", "renamed_arguments", "keyword_only_after", "path_argument", "passed_on",
            "within_positions"]
@@ -30,9 +32,6 @@ E = TypeVar("E", bound=enum.Enum)
 
 def path_argument(value: Any, name: str = "path"):
     """A file or folder argument as a :class:`pathlib.Path`: a ``str`` or an ``os.PathLike``, not empty."""
-    import os
-    from pathlib import Path
-
     if isinstance(value, str) and not value.strip():
         raise ArgumentError(f"{name} is empty; give the path of a file or folder", argument=name, value=value,
                             allowed="the path of a file or folder")
@@ -47,8 +46,6 @@ def passed_on(options: Mapping, to: Any, caller: str, *, taken: tuple = ()) -> d
 
     An option ``to`` does not take, or one that ``caller`` sets itself (``taken``), is refused naming it.
     """
-    import inspect
-
     params = inspect.signature(to).parameters
     allowed = [p for p, v in params.items() if v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY) and p not in taken
                and p != "model"]
@@ -70,8 +67,6 @@ def within_positions(cfg: Any, seq_len: Any, name: str = "seq_len") -> None:
     a sequence (its embedding lookup fails), though the memory of one with a longer table is close to the
     answer. A :class:`~gpumodel.base.errors.GpumodelWarning` says so.
     """
-    from .errors import GpumodelWarning
-
     learned = getattr(cfg.position, "value", cfg.position) == "learned"
     if learned and np.any(np.asarray(seq_len) > cfg.max_position_embeddings):
         warnings.warn(f"{name}={np.max(seq_len)} is beyond the {cfg.max_position_embeddings} learned positions of "

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..records.gpu import GPUSpec
 from ..records.specs import Catalog, SpecError, load_records
 from .model import PARAMETERS, CalibrationModel, default_parameters
 
@@ -287,6 +288,8 @@ def calibration_for(gpu: Any) -> Calibration | None:
     name = gpu.name if hasattr(gpu, "name") else str(gpu)
     if name in CALIBRATIONS:
         return CALIBRATIONS.get(name)
+    if isinstance(gpu, GPUSpec):  # a record's name is canonical: no calibration under another name
+        return None
     try:
         from gpumodel.vocabulary.gpus import gpu as _gpu
 

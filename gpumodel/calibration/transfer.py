@@ -88,7 +88,6 @@ Examples
 from __future__ import annotations
 
 import enum
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -357,9 +356,8 @@ def _all_priors() -> list[ArchPrior]:
     return PRIORS.records()
 
 
-@functools.lru_cache(maxsize=64)
-def _cached(name: str, reference_id: int, prior_id: int) -> Transfer:
-    return transfer(name)
+#: transfers made, by (GPU name, id of the reference calibration, id of the GPU's prior record)
+_TRANSFERS: dict[tuple[str, int, int], Transfer | None] = {}
 
 
 def transfer_for(gpu: Any) -> Transfer | None:
@@ -367,12 +365,25 @@ def transfer_for(gpu: Any) -> Transfer | None:
 
     Cached per GPU and per loaded reference calibration and prior record (reloading either, e.g.
     with another ``GPUMODEL_SPEC_PATH``, gives a fresh transfer).
+
+    Parameters
+    ----------
+    gpu : GPUSpec or str
+        The target GPU (a record, or a name resolved here).
+
+    Returns
+    -------
+    Transfer or None
+        The transferred model, or None where the reference has no calibration or either GPU no prior.
     """
     from ..vocabulary import resolve_gpu
     from .record import calibration_for
 
     g = resolve_gpu(gpu)
     cal, prior = calibration_for(REFERENCE), prior_for(g)
-    if cal is None or prior is None or prior_for(cal.gpu) is None:
+    if cal is None or prior is None:
         return None
-    return _cached(g.name, id(cal), id(prior))
+    key = (g.name, id(cal), id(prior))
+    if key not in _TRANSFERS:
+        _TRANSFERS[key] = transfer(g, cal) if prior_for(cal.gpu) is not None else None
+    return _TRANSFERS[key]

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..base.errors import ArgumentError
-from ..vocabulary.parallel_rules import divides
-from ..vocabulary import flag, nonnegative_int, positive_int
+from ..vocabulary.parallel_rules import divides, tensor_parallel
+from ..vocabulary import flag, nonnegative_int, positive_int, resolve_model
+from ..base.reprs import html_table
 
 __all__ = ["Parallelism"]
 
@@ -100,9 +101,6 @@ class Parallelism:
         heads and the MLP width, and divides the key/value heads or is a multiple of them); ``pp`` times
         ``virtual_stages`` at most the layers; ``ep`` a divisor of a mixture-of-experts model's experts.
         """
-        from ..vocabulary.parallel_rules import tensor_parallel
-        from ..vocabulary import resolve_model
-
         cfg = resolve_model(model)
         tensor_parallel(cfg, self.tp)
         if self.pp * self.virtual_stages > cfg.num_layers:
@@ -123,6 +121,4 @@ class Parallelism:
         return f"Parallelism({', '.join(parts)}; {self.num_gpus} GPUs)"
 
     def _repr_html_(self) -> str:
-        from ..base.reprs import html_table
-
         return html_table(f"Parallelism on {self.num_gpus} GPUs", [(k, str(v)) for k, v in self.to_dict().items()])

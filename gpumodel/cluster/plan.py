@@ -12,6 +12,7 @@ the full composition. Multi-GPU times are modelled, not measured here.
 
 from __future__ import annotations
 
+import html
 import math
 import time
 import warnings
@@ -29,6 +30,7 @@ from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, po
                           precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
+from .parallelism import Parallelism
 
 __all__ = ["TrainingPlan", "PlanRow", "plan_training"]
 
@@ -88,8 +90,6 @@ class TrainingPlan:
 
     def parallelism(self, rank: int = 0):
         """The :class:`~gpumodel.cluster.parallelism.Parallelism` of a ranked layout."""
-        from .parallelism import Parallelism
-
         r = self.rows[rank]
         return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], zero=r["zero"],
                            sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
@@ -125,8 +125,6 @@ class TrainingPlan:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADERS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self._lines(10))
         return (f"<b>{html.escape(self.model)} on {html.escape(self.system)}</b>: {self.feasible:,} of "

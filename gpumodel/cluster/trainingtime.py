@@ -17,6 +17,9 @@ from typing import Any
 from ..base.arguments import keyword_only_after
 from ..training.steptime import StepTime
 from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
+from ..base.reprs import html_table
+from .step import training_step_time
+from ..records.system import SYSTEM_CATALOG, SystemSpec
 
 __all__ = ["TrainingTime", "training_time", "parse_tokens"]
 
@@ -85,8 +88,6 @@ class TrainingTime:
                 f"MFU {self.step.mfu:.1%})")
 
     def _repr_html_(self) -> str:
-        from ..base.reprs import html_table
-
         rows = [("wall-clock", f"{self.days:.2f} days"), ("GPUs", str(self.num_gpus)), ("steps", f"{self.steps:,}"),
                 ("step", format_seconds(self.step.seconds)), ("MFU", f"{self.step.mfu:.1%}"),
                 ("GPU-hours", f"{self.gpu_hours:,.0f}"), ("energy", f"{self.energy_kwh:,.0f} kWh"),
@@ -130,8 +131,6 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
     >>> run.num_gpus, run.steps, run.power_basis
     (1, 122071, 'h200-sxm board TDP')
     """
-    from .step import training_step_time
-
     n_tokens = token_count(tokens)
     passed_on(step_options, training_step_time, "training_time",
               taken=("gpu", "batch_size", "seq_len", "precision", "optimizer", "checkpointing",
@@ -149,8 +148,6 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
         power, basis = positive_number(power_per_gpu_watts, "power_per_gpu_watts"), "given"
     else:
         sysm = resolve_system(gpu_or_system, "gpu_or_system")
-        from ..records.system import SYSTEM_CATALOG, SystemSpec
-
         is_system = isinstance(gpu_or_system, SystemSpec) or (isinstance(gpu_or_system, str)
                                                                and gpu_or_system in SYSTEM_CATALOG)
         if n == 1 and not is_system:

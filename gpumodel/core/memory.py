@@ -52,6 +52,7 @@ from ..vocabulary.parallel_rules import parallel_degrees
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
 from ..records.transformer import PositionType, TransformerConfig
+from ..records.dtypes import UnknownDTypeError, bytes_per_element
 
 __all__ = ["training_memory", "TrainingMemory", "Optimizer", "Checkpointing", "optimizer_state_bytes",
            "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "RESERVE_FACTOR", "MemoryArgumentError"]
@@ -357,8 +358,6 @@ _ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optim
 
 
 def _dtype_bytes(name: str, arg: str = "optimizer_dtype") -> float:
-    from ..records.dtypes import UnknownDTypeError, bytes_per_element
-
     try:
         return float(bytes_per_element(name))
     except UnknownDTypeError as exc:

@@ -45,6 +45,7 @@ from ..base.errors import ArgumentError
 from ..vocabulary import bounded_int, broadcastable
 
 from ..records.arch import ArchLimits, arch_limits
+from ..vocabulary.gpus import gpu as _gpu
 
 __all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes", "preferred_carveout"]
 
@@ -64,8 +65,6 @@ def resolve_arch(gpu_or_cc: Any) -> tuple[ArchLimits, Any]:
     if hasattr(gpu_or_cc, "sm_count"):
         gpu = gpu_or_cc
     elif isinstance(gpu_or_cc, str) and limits.compute_capability != gpu_or_cc.strip() and not gpu_or_cc.lower().startswith("sm"):
-        from ..vocabulary.gpus import gpu as _gpu
-
         gpu = _gpu(gpu_or_cc)
     return limits, gpu
 

@@ -24,6 +24,7 @@ from ..base.enums import StrEnum
 from ..records.dtypes import DType, dtype as _dtype
 from ..base.errors import ArgumentError, ArgumentTypeError, GpumodelError, UnknownNameError
 from ..base.numeric import broadcastable, nonnegative_number, positive_int
+from ..base.units import format_quantity as fq
 
 __all__ = ["OpCost", "OpName", "OpArgumentError", "UnknownOpError", "DuplicateOpError", "register", "cost", "list_ops",
            "size_arguments", "resolve_op", "lookup_formula", "op_argument", "op_size", "op_amount", "check_broadcast",
@@ -154,8 +155,6 @@ class OpCost(ResultRecord):
         return " ".join(bits)
 
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
-        from ..base.units import format_quantity as fq
-
         head = f"{self.name} {self.dtype.value} [{self.unit}]"
         shape = self._shape_text()
         if shape:

@@ -46,6 +46,7 @@ from .opcost import resolve_op
 from ..records.dtypes import DType
 from ..records.gpu import GPUSpec, UnsupportedDTypeError
 from .ops import OpCost
+from ..base.units import format_quantity as fq
 
 __all__ = [
     "RooflineResult", "arithmetic_intensity", "ridge_point", "attainable_flops", "peak_for", "roofline",
@@ -284,8 +285,6 @@ class RooflineResult(ResultRecord):
         return float(self.seconds)
 
     def _lines(self) -> tuple[str, list[tuple[str, str]]]:
-        from ..base.units import format_quantity as fq
-
         head = f"{self.op.name} {self.op.dtype.value} on {self.gpu} [{self.level}]"
         ceil = [("peak", fq(self.peak_flops, "FLOP/s")), ("bandwidth", fq(self.bandwidth, "B/s")),
                 ("ridge point", f"{self.ridge_point:.4g} FLOP/B")]

@@ -27,6 +27,7 @@ from .memory import TrainingMemory, training_memory
 from ..vocabulary.parallel_rules import splits_model
 from ..vocabulary import flag, passed_on, positive_int, positive_number, precision as _precision, \
     resolve_gpu, resolve_gpus, resolve_model, weight_dtype
+from ..vocabulary.gpus import all_gpus
 
 __all__ = ["fits", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan", "required_bytes"]
 
@@ -345,8 +346,6 @@ def rank_gpus(model, batch_size, seq_len, gpus=None, *, training: bool = True, *
     list of Plan
         One plan per GPU that can run it, fewest GPUs first, then least memory left unused [bytes].
     """
-    from ..vocabulary.gpus import all_gpus
-
     training = flag(training, "training")
     records = resolve_gpus(gpus, "gpus") if gpus is not None else all_gpus()
     compute = _compute_dtype(training, kwargs)

@@ -22,6 +22,9 @@ import numpy as np
 from ..base.errors import ArgumentError, ArgumentTypeError, UnknownNameError  # noqa: F401
 from ..records.gpu import GPUSpec, UnsupportedDTypeError
 from ..core.ops import OpCost
+from ..vocabulary.gpus import gpu
+from ..core.roofline import arithmetic_intensity, roofline as roof
+from ..core.comparison import compare
 
 __all__ = ["roofline", "compare_gpus"]
 
@@ -46,8 +49,6 @@ def _figure(ax: Any, figsize: tuple[float, float]):
 
 
 def _as_gpus(gpus: Any) -> list[GPUSpec]:
-    from ..vocabulary.gpus import gpu
-
     if isinstance(gpus, (str, GPUSpec)):
         gpus = [gpus]
     return [gpu(g) for g in gpus]
@@ -102,8 +103,6 @@ def roofline(gpus: GPUSpec | str | Iterable[GPUSpec | str], ops: Sequence[OpCost
     -------
     matplotlib.figure.Figure
     """
-    from ..core.roofline import arithmetic_intensity, roofline as roof
-
     plt = _pyplot()
     fig, ax = _figure(ax, (8, 5.5))
     specs = _as_gpus(gpus)
@@ -199,8 +198,6 @@ def compare_gpus(names: Iterable[str | GPUSpec] | None = None, axes: Any = None)
     matplotlib.figure.Figure
         Values from :func:`gpumodel.compare` (bf16 falls back to fp16 where a GPU has no bf16).
     """
-    from ..core.comparison import compare
-
     plt = _pyplot()
     table = compare(names, columns=["name", *COMPARE_METRICS])
     if axes is None:

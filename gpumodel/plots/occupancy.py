@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.occupancy_helpers import occupancy_curves
+from ..core.occupancy import occupancy, resolve_arch
+
 __all__ = ["plot_occupancy"]
 
 _LABELS = {
@@ -50,9 +53,6 @@ def plot_occupancy(gpu_or_cc: Any, threads_per_block: int, registers_per_thread:
         memory per block [KiB], with the configuration marked.
     """
     import matplotlib.pyplot as plt
-
-    from ..core.occupancy_helpers import occupancy_curves
-    from ..core.occupancy import occupancy, resolve_arch
 
     curves = occupancy_curves(gpu_or_cc, threads_per_block, registers_per_thread, static_shared_bytes,
                               dynamic_shared_bytes, carveout)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..serving.capacity import ServingCapacity
+
 __all__ = ["plot_serving_curve"]
 
 
@@ -30,8 +32,6 @@ def plot_serving_curve(capacities, ax=None, per_gpu: bool = True):
     2
     """
     import matplotlib.pyplot as plt
-
-    from ..serving.capacity import ServingCapacity
 
     if isinstance(capacities, ServingCapacity):
         capacities = {f"{capacities.model} on {capacities.tp} x {capacities.gpu}": capacities}

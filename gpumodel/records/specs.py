@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Generic, Iterable, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 __all__ = [
@@ -62,8 +63,6 @@ def spec_roots() -> list[Path]:
 
 def read_yaml(path: Path) -> object:
     """Parse one YAML file with ``yaml.safe_load``; errors name the file."""
-    import yaml  # imported on first load, keeping ``import gpumodel`` light
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -119,10 +118,10 @@ class Record(BaseModel):
     --------
     >>> import gpumodel as gm
     >>> try:
-    ...     gm.TransformerConfig(hidden_size=0, num_layers=2, num_heads=4, intermediate_size=64, vocab_size=100)
+    ...     gm.TransformerConfig(hidden_size=64, num_layers=0, num_heads=4, intermediate_size=64, vocab_size=100)
     ... except gm.RecordError as exc:
     ...     print(exc.argument, exc.value, "|", exc)
-    hidden_size 0 | invalid TransformerConfig: field 'hidden_size': Input should be greater than 0
+    num_layers 0 | invalid TransformerConfig: field 'num_layers': Input should be greater than 0
     """
 
     def __init__(self, /, **data: object) -> None:

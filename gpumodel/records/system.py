@@ -31,6 +31,7 @@ from ..base.errors import UnknownNameError
 from .gpu import GPU_CATALOG
 from .specs import Catalog, Record
 from ..base.units import parse_quantity
+from ..base.reprs import html_table
 
 __all__ = ["SystemSpec", "Fabric", "Link", "system", "list_systems", "load_systems", "all_systems",
            "UnknownSystemError", "SYSTEM_CATALOG", "node_system"]
@@ -171,8 +172,6 @@ class SystemSpec(_Record):
         return self.model_dump(mode="json")
 
     def _repr_html_(self) -> str:
-        from ..base.reprs import html_table
-
         rows = [("GPUs per node", f"{self.gpus_per_node} x {self.gpu_name}"),
                 ("intra-node", f"{self.intra_node.fabric}, {self.intra_node.bandwidth / 1e9:g} GB/s per GPU each way"),
                 ("network", f"{self.inter_node.fabric}, {self.inter_node.bandwidth * 8 / 1e9:g} Gb/s per GPU each way"

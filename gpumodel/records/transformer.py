@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..base.errors import ArgumentError, ArgumentTypeError
-from .specs import Catalog, Record, UnknownNameError
+from .specs import Catalog, Record, UnknownNameError, describe_errors
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
            "load_models", "MODEL_CATALOG", "UnknownModelError", "HFConfigError"]
@@ -306,8 +306,6 @@ class TransformerConfig(Record):
         try:
             return cls.model_validate(fields)
         except ValidationError as exc:  # a value out of range: the record's own checks
-            from .specs import describe_errors
-
             raise HFConfigError(f"the {mtype} config does not make a valid model: {describe_errors(exc)}") from None
 
 

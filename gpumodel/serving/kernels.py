@@ -28,6 +28,8 @@ import numpy as np
 
 from ..core import ops
 from ..records.dtypes import DType, bytes_per_element
+from ..cluster.collectives import system_collective_time
+from ..records.system import node_system
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
            "HOST_STEP_S"]
@@ -132,9 +134,6 @@ def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
     >>> round(allreduce_time(8192, 8, gm.gpu("a100")) * 1e6, 1)    # one token's hidden state, 8 A100s
     15.1
     """
-    from ..cluster.collectives import system_collective_time
-    from ..records.system import node_system
-
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
         return 0.0 * nbytes

@@ -36,6 +36,7 @@ import yaml
 
 from ..base.errors import ArgumentError, SpecError
 from ..records.specs import shipped_root
+from ..vocabulary import path_argument
 
 __all__ = ["HostCosts", "DEFAULT_HOST", "host_costs_for", "load_host_costs", "timeline", "Timeline"]
 
@@ -172,8 +173,6 @@ DEFAULT_HOST = HostCosts()
 
 def load_host_costs(path: str | os.PathLike) -> HostCosts:
     """Read a host-cost YAML file (``host:`` mapping of :class:`HostCosts` fields)."""
-    from ..vocabulary import path_argument
-
     path = path_argument(path, "host").expanduser()
     if not path.is_file():
         raise SpecError(f"{path}: no such host-cost file")

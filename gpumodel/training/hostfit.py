@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -42,6 +43,8 @@ import numpy as np
 import yaml
 
 from .hostcost import DEFAULT_HOST, HostCosts
+from ..records.transformer import TransformerConfig
+from .stepplan import step_plan
 
 __all__ = ["fit_host_costs", "combine_host_costs", "load_rows", "save_host_costs", "measure_host"]
 
@@ -182,7 +185,6 @@ def combine_host_costs(fits: list[HostCosts], source: str = "") -> HostCosts:
 
 
 def _moe_layers(hf_config: dict) -> int:
-    from ..records.transformer import TransformerConfig
     cfg = TransformerConfig.from_hf(hf_config)
     return cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers)
 
@@ -242,9 +244,6 @@ def _compiled(rows: list[dict]) -> dict:
 
 def _plan_host(hc: HostCosts, hf_config: dict, amp: bool, ckpt: bool = False) -> dict[str, float]:
     """Per-op host seconds of forward and backward of a tiny model (batch 1 x 16 tokens, as measured)."""
-    from .stepplan import step_plan
-    from ..records.transformer import TransformerConfig
-
     cfg = TransformerConfig.from_hf(hf_config)
     out = {"forward": 0.0, "backward": 0.0}
     for block in step_plan(cfg, 1, 16, "amp_bf16" if amp else "fp32", "adamw", ckpt, host=hc):
@@ -360,5 +359,4 @@ def measure_host(device: str = "cuda", n: int = 2000) -> list[dict]:  # pragma: 
 
 
 def _now() -> float:
-    import time
     return time.perf_counter()

@@ -40,6 +40,7 @@ from ..records.transformer import TransformerConfig
 from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
                          format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
                          resolve_gpu, resolve_model)
+from ..base.reprs import html_table
 
 __all__ = ["StepTime", "single_gpu_step_time", "step_kernels"]
 
@@ -116,7 +117,6 @@ class StepTime:
         return out
 
     def _repr_html_(self) -> str:
-        from ..base.reprs import html_table
         rows = [("step", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.0f}"),
                 ("MFU", f"{self.mfu:.1%}"), ("HFU", f"{self.hfu:.1%}"), ("host-bound", str(self.host_bound)),
                 ("calibrated", str(self.calibrated)), ("fits", str(self.fits))]
