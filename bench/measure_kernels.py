@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
-from gpumodel.calibration.plan import (STRIDED_KERNELS, _case, case_key, fit_cases, gaps_cases,  # noqa: E402
+from gpumodel.calibration.plan import (STRIDED_KERNELS, case_key, fit_cases, gaps_cases, make_case,  # noqa: E402
                                       strided_case, strided_cases, tiles_cases, widened_cases)
 
 #: the committed measurements (plans leave out the shapes these already hold)
@@ -49,46 +49,46 @@ def validation_cases(fp8: bool = True) -> list[dict]:
         projections = [(hidden + 2 * kv, hidden), (hidden, hidden), (ffn, hidden), (hidden, ffn), (vocab, hidden)]
         for tokens in TOKENS:
             for n, k in projections:
-                cases.append(_case("matmul", "linear", "bf16", m=tokens, n=n, k=k))
+                cases.append(make_case("matmul", "linear", "bf16", m=tokens, n=n, k=k))
     odd = [(1000, 1000, 1000), (1023, 1025, 1027), (3000, 5000, 700), (777, 4097, 2049),
            (5555, 3333, 1111), (100, 10000, 1000), (12345, 678, 910), (2500, 2500, 2500),
            (7000, 7000, 300), (300, 300, 20000), (4001, 3999, 4003), (96, 50000, 4096)]
     for m, n, k in odd:
-        cases.append(_case("matmul", "mm", "bf16", m=m, n=n, k=k))
+        cases.append(make_case("matmul", "mm", "bf16", m=m, n=n, k=k))
     for dt in ("fp16", "tf32", "fp32"):
         for m, n, k in odd[::2]:
-            cases.append(_case("matmul", "mm", dt, m=m, n=n, k=k))
+            cases.append(make_case("matmul", "mm", dt, m=m, n=n, k=k))
     if fp8:
         for m, n, k in [(1008, 4112, 2064), (4096, 14336, 4096), (16, 8192, 8192), (5120, 5120, 13824),
                         (2000, 3008, 1008)]:
-            cases.append(_case("matmul", "mm", "fp8", m=m, n=n, k=k))
+            cases.append(make_case("matmul", "mm", "fp8", m=m, n=n, k=k))
     for b, m, n, k in [(64, 512, 512, 128), (128, 1024, 128, 1024), (256, 1, 4096, 128), (32, 2048, 2048, 64),
                        (12, 777, 555, 333), (96, 4096, 64, 4096), (8, 3000, 3000, 3000), (512, 16, 16, 2048)]:
-        cases.append(_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
+        cases.append(make_case("bmm", "bmm", "bf16", batch=b, m=m, n=n, k=k))
     for seq in (512, 1024, 2048, 4096, 8192, 16384):
         for causal in (False, True):
             for backward in (False, True):
-                cases.append(_case("attention", "sdpa", "bf16", batch=max(1, 16384 // seq), heads=32, seq=seq,
-                                   head_dim=128, causal=causal, backward=backward))
+                cases.append(make_case("attention", "sdpa", "bf16", batch=max(1, 16384 // seq), heads=32, seq=seq,
+                                       head_dim=128, causal=causal, backward=backward))
     for seq, d in ((1536, 64), (3000, 128), (6144, 64)):
         for backward in (False, True):
-            cases.append(_case("attention", "sdpa", "bf16", batch=2, heads=24, seq=seq, head_dim=d,
-                               causal=True, backward=backward))
+            cases.append(make_case("attention", "sdpa", "bf16", batch=2, heads=24, seq=seq, head_dim=d,
+                                   causal=True, backward=backward))
     for family in ("softmax", "layer_norm", "rms_norm", "reduce_sum"):
         for rows in (1, 32, 1000, 4096, 16384):
             for cols in (4096, 5120, 8192, 32000, 128256):
                 if family == "reduce_sum" and rows not in (32, 4096):
                     continue
-                cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
+                cases.append(make_case(family, family, "bf16", rows=rows, cols=cols))
         for rows, cols in ((2048, 8192), (8000, 1000)):
-            cases.append(_case(family, family, "fp32", rows=rows, cols=cols))
+            cases.append(make_case(family, family, "fp32", rows=rows, cols=cols))
     sizes = [6144, 15360, 100003, 3_000_001, 4096 * 1000, 5120 * 4096, 14336 * 4096, 8192 * 12288, 70_000_000]
     for numel in sizes:
         for kernel, inputs, fpe in (("copy", 1, 0), ("add", 2, 1), ("mul", 2, 1), ("relu", 1, 1),
                                     ("gelu", 1, 8), ("silu", 1, 4)):
-            cases.append(_case("elementwise", kernel, "bf16", numel=numel, inputs=inputs, outputs=1,
-                               flops_per_element=fpe))
-        cases.append(_case("elementwise", "add", "fp32", numel=numel, inputs=2, outputs=1, flops_per_element=1))
+            cases.append(make_case("elementwise", kernel, "bf16", numel=numel, inputs=inputs, outputs=1,
+                                   flops_per_element=fpe))
+        cases.append(make_case("elementwise", "add", "fp32", numel=numel, inputs=2, outputs=1, flops_per_element=1))
     return cases
 
 
@@ -103,75 +103,75 @@ def widened_validation_cases() -> list[dict]:
         for rows in (24576, 65536, 196608, 1000000):
             for cols in (96, 128, 200, 512, 768, 2048):
                 if rows * cols <= 2**28 and (family == "reduce_sum" or cols != 96):
-                    cases.append(_case(family, family, "bf16", rows=rows, cols=cols))
-        cases.append(_case(family, family, "fp32", rows=500000, cols=128))
+                    cases.append(make_case(family, family, "bf16", rows=rows, cols=cols))
+        cases.append(make_case(family, family, "fp32", rows=500000, cols=128))
     for seq, batch, heads, d in ((512, 1, 32, 128), (512, 4, 8, 128), (512, 16, 16, 128), (512, 2, 12, 64),
                                  (320, 8, 16, 128), (640, 1, 16, 64), (1024, 1, 8, 128)):
         for causal in (False, True):
             for backward in (False, True):
-                cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=d,
-                                   causal=causal, backward=backward))
+                cases.append(make_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=d,
+                                       causal=causal, backward=backward))
     for m, n, k in ((4096, 4096, 2048), (2048, 11008, 4096), (8192, 1024, 1024), (1024, 8192, 2048),
                     (16384, 4096, 128), (1000, 3000, 2000), (256, 320, 256), (3333, 4444, 555)):
-        cases.append(_case("matmul", "mm", "tf32", m=m, n=n, k=k))
+        cases.append(make_case("matmul", "mm", "tf32", m=m, n=n, k=k))
     for m, n, k in ((4096, 12288, 4096), (1024, 1024, 16384)):
-        cases.append(_case("matmul", "linear", "tf32", m=m, n=n, k=k))
+        cases.append(make_case("matmul", "linear", "tf32", m=m, n=n, k=k))
     for b, h, seq, d in ((1, 40, 1024, 128), (2, 12, 768, 64), (1, 16, 3000, 64), (8, 16, 512, 128)):
         for causal in (False, True):
             for backward in (False, True):
-                cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
-                                   causal=causal, impl="naive", backward=backward, dropout=0.0))
-        cases.append(_case("bmm", "bmm", "bf16", batch=b * h, m=seq, n=seq, k=d))
-        cases.append(_case("softmax", "softmax", "bf16", rows=b * h * seq, cols=seq))
+                cases.append(make_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                                       causal=causal, impl="naive", backward=backward, dropout=0.0))
+        cases.append(make_case("bmm", "bmm", "bf16", batch=b * h, m=seq, n=seq, k=d))
+        cases.append(make_case("softmax", "softmax", "bf16", rows=b * h * seq, cols=seq))
     for b, h, seq, d in ((1, 40, 1024, 128), (8, 16, 512, 128)):
         for backward in (False, True):
-            cases.append(_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
-                               causal=True, impl="naive", backward=backward, dropout=0.1))
+            cases.append(make_case("attention", "naive", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                                   causal=True, impl="naive", backward=backward, dropout=0.1))
     for b, h, seq, d in ((2, 8, 2048, 64), (4, 12, 1024, 64)):  # the same maths through SDPA's math backend
         for backward in (False, True):
-            cases.append(_case("attention", "sdpa_math", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
-                               causal=True, impl="math", backward=backward, dropout=0.0))
+            cases.append(make_case("attention", "sdpa_math", "bf16", batch=b, heads=h, seq=seq, head_dim=d,
+                                   causal=True, impl="math", backward=backward, dropout=0.0))
     for tokens in (1024, 4096, 16384):
         for vocab in (49152, 151936, 32768):
             for backward in (False, True):
-                cases.append(_case("cross_entropy", "cross_entropy", "bf16", tokens=tokens, vocab=vocab,
-                                   upcast=True, backward=backward))
+                cases.append(make_case("cross_entropy", "cross_entropy", "bf16", tokens=tokens, vocab=vocab,
+                                       upcast=True, backward=backward))
     for tokens, vocab, dt, upcast in ((4096, 32000, "bf16", False), (3000, 128256, "fp32", False),
                                       (512, 262144, "bf16", True), (8000, 50257, "bf16", False)):
         for backward in (False, True):
-            cases.append(_case("cross_entropy", "cross_entropy", dt, tokens=tokens, vocab=vocab, upcast=upcast,
-                               backward=backward))
+            cases.append(make_case("cross_entropy", "cross_entropy", dt, tokens=tokens, vocab=vocab, upcast=upcast,
+                                   backward=backward))
     for tokens in (1024, 8192, 16384):
         for vocab, hidden in ((128256, 4096), (32000, 5120), (151936, 3584)):
             for backward in (False, True):
-                cases.append(_case("embedding", "embedding", "bf16", tokens=tokens, vocab=vocab, hidden=hidden,
-                                   backward=backward))
+                cases.append(make_case("embedding", "embedding", "bf16", tokens=tokens, vocab=vocab, hidden=hidden,
+                                       backward=backward))
     for m, n, k in ((2048, 28672, 8192), (128, 8192, 8192), (1, 4096, 4096), (64, 14336, 4096), (8192, 8192, 1024),
                     (4000, 6144, 4096)):
-        cases.append(_case("matmul", "mm", "fp8", m=m, n=n, k=k))
+        cases.append(make_case("matmul", "mm", "fp8", m=m, n=n, k=k))
     for numel, tensors, dt in ((100_000, 4, "fp32"), (3_000_000, 32, "fp32"), (50_000_000, 200, "fp32"),
                                (300_000_000, 32, "fp32"), (7_000_000, 1, "fp32"), (1_000_000_000, 290, "fp32"),
                                (3_000_000, 4, "bf16"), (80_000_000, 100, "bf16"), (500_000_000, 8, "bf16")):
-        cases.append(_case("adamw_step", "adamw_fused", dt, numel=numel, tensors=tensors))
+        cases.append(make_case("adamw_step", "adamw_fused", dt, numel=numel, tensors=tensors))
     for kv_seq in (256, 1024, 4096, 16384, 32000):
         for batch, heads, kv_heads in ((2, 32, 8), (16, 64, 8), (128, 32, 8), (4, 16, 16)):
-            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=1, head_dim=128,
-                               causal=False, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+            cases.append(make_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=1, head_dim=128,
+                                   causal=False, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
     for seq, kv_seq in ((128, 4096), (1024, 16384), (32, 1000), (512, 3072)):
         for batch, heads, kv_heads in ((1, 32, 8), (2, 40, 8)):
-            cases.append(_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=128,
-                               causal=True, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
+            cases.append(make_case("attention", "sdpa", "bf16", batch=batch, heads=heads, seq=seq, head_dim=128,
+                                   causal=True, backward=False, kv_heads=kv_heads, kv_seq=kv_seq))
     for tokens in (1, 64, 512, 4096):
         for batch, kv_heads, head_dim in ((4, 8, 128), (64, 8, 128), (16, 4, 64)):
-            cases.append(_case("kv_cache_write", "index_copy", "bf16", batch=batch, kv_heads=kv_heads, tokens=tokens,
-                               head_dim=head_dim))
+            cases.append(make_case("kv_cache_write", "index_copy", "bf16", batch=batch, kv_heads=kv_heads,
+                                   tokens=tokens, head_dim=head_dim))
     for weight_dtype in ("int8", "int4", "fp8"):
         for m in (1, 4, 16, 64, 256, 2048):
             for n, k in ((6144, 4096), (4096, 14336), (28672, 8192)):
-                cases.append(_case("matmul", "weight_only", "bf16", m=m, n=n, k=k, weight_dtype=weight_dtype))
+                cases.append(make_case("matmul", "weight_only", "bf16", m=m, n=n, k=k, weight_dtype=weight_dtype))
     for m in (2, 8, 32, 128, 200):  # skinny weight-bound bf16 GEMMs through F.linear
         for n, k in ((6144, 4096), (4096, 14336), (28672, 8192)):
-            cases.append(_case("matmul", "linear", "bf16", m=m, n=n, k=k))
+            cases.append(make_case("matmul", "linear", "bf16", m=m, n=n, k=k))
     seen: set = set()
     unique = []
     for c in cases:  # a naive-attention part may repeat a grid shape
@@ -203,7 +203,7 @@ def strided_validation_cases() -> list[dict]:
 def skinny_validation_cases() -> list[dict]:
     """VALIDATION shapes around the stream edge: ``F.linear`` with m = 96..768 tokens (a served decode batch,
     a short prefill) over LLM projection weights, where a GEMM turns from a weight stream into tiled math."""
-    cases = [_case("matmul", "linear", "bf16", m=m, n=n, k=k)
+    cases = [make_case("matmul", "linear", "bf16", m=m, n=n, k=k)
              for m in (96, 160, 224, 256, 288, 320, 384, 448, 512, 768)
              for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672))]
     fit = _fit_keys()
@@ -239,7 +239,7 @@ def cases_from(path: str) -> list[dict]:
     """The cases of a measurement file, in its order: each point's ``op``, ``kernel``, ``dtype`` and ``shape``."""
     from gpumodel.calibration.fit import load_points
 
-    return [_case(pt["op"], pt.get("kernel", pt["op"]), pt["dtype"], **pt["shape"]) for pt in load_points(path)[1]]
+    return [make_case(pt["op"], pt.get("kernel", pt["op"]), pt["dtype"], **pt["shape"]) for pt in load_points(path)[1]]
 
 
 def _other_validation_keys() -> set:

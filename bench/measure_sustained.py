@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpumodel.calibration.plan import _case  # noqa: E402
+from gpumodel.calibration.plan import make_case  # noqa: E402
 
-CASES = [_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
-         _case("matmul", "mm", "bf16", m=4096, n=14336, k=4096),
-         _case("matmul", "mm", "fp8", m=8192, n=8192, k=8192),
-         _case("elementwise", "copy", "bf16", numel=2**28, inputs=1, outputs=1, flops_per_element=0),
-         _case("attention", "sdpa", "bf16", batch=4, heads=32, seq=4096, head_dim=128, causal=True, backward=True)]
-ADAMW = [_case("adamw_step", "adamw_fused", "fp32", numel=n, tensors=t) for n, t in
+CASES = [make_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
+         make_case("matmul", "mm", "bf16", m=4096, n=14336, k=4096),
+         make_case("matmul", "mm", "fp8", m=8192, n=8192, k=8192),
+         make_case("elementwise", "copy", "bf16", numel=2**28, inputs=1, outputs=1, flops_per_element=0),
+         make_case("attention", "sdpa", "bf16", batch=4, heads=32, seq=4096, head_dim=128, causal=True, backward=True)]
+ADAMW = [make_case("adamw_step", "adamw_fused", "fp32", numel=n, tensors=t) for n, t in
          ((65536, 1), (1048576, 1), (1048576, 8), (3_000_000, 32), (16777216, 1))]
 
 

@@ -65,9 +65,11 @@ def test_serving_helpers_say_batch_size():
         assert G.decode_total(setup, batch=4, first_context=100, steps=3)[0] == \
             G.decode_total(setup, batch_size=4, first_context=100, steps=3)[0]
     args = dict(cached=100, dtype=gm.dtype("bf16"), kv_dtype=None)
-    with pytest.warns(DeprecationWarning, match="use step_tokens"):
+    with pytest.warns(DeprecationWarning) as record:
         old = step_kernels(setup.cfg, batch=4, new_tokens=1, **args)
-    assert old == step_kernels(setup.cfg, batch_size=4, step_tokens=1, **args)
+    assert {str(w.message) for w in record} == {"batch is deprecated; use batch_size",
+                                                "new_tokens is deprecated; use step_tokens"}
+    assert repr(old) == repr(step_kernels(setup.cfg, batch_size=4, step_tokens=1, **args))
 
 
 @pytest.mark.parametrize("fn, positional, keywords", [

@@ -48,6 +48,7 @@ from gpumodel.records.dtypes import bytes_per_element
 from gpumodel.core.opcost import OpName
 
 from .predictors import CalibrationModel, Prediction, farray, predictor, queued, soft_max
+from .composite import math_attention, naive_attention
 
 __all__ = ["num_splits", "decode_splits", "flash_tiles", "bwd_side_bytes", "BLOCK_M", "SPLIT_BLOCK_M", "MAX_SPLITS", "BWD_KERNELS"]
 
@@ -177,8 +178,6 @@ def bwd_side_bytes(op: Any) -> np.ndarray:
 def _attention(model: CalibrationModel, op: Any) -> Prediction:
     impl = str(op.shape.get("impl", "flash"))
     if impl != "flash":
-        from .composite import math_attention, naive_attention
-
         return math_attention(model, op) if impl == "math" else naive_attention(model, op)
     p, P = model.params, float(model.sm_count)
     s = op.shape

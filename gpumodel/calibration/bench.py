@@ -23,6 +23,7 @@ Run as a script::
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -294,8 +295,6 @@ def _has_fp8(torch) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(description="Measure calibration points (raw JSON lines).")
     p.add_argument("--mode", choices=["quick", "full"], default="full")
     p.add_argument("--plan", choices=["fit", "sweep"], default="fit",

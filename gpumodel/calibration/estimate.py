@@ -33,6 +33,9 @@ from ..vocabulary import flag, format_seconds, path_argument, resolve_gpu
 from ..base.callmodule import make_callable
 
 from .model import CalibrationModel, Prediction, default_parameters, predict
+from .record import Calibration, calibration_for, load_calibration
+from .transfer import transfer_for
+from .points import op_family
 
 __all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
 
@@ -41,9 +44,6 @@ _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
 
 def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
     """(model, source label, description, calibration or transfer record) for a GPU record."""
-    from .record import Calibration, calibration_for, load_calibration
-    from .transfer import transfer_for
-
     if calibration is not None:
         if not isinstance(calibration, Calibration):
             try:
@@ -96,7 +96,6 @@ def _expected_error(record: Any, op: Any) -> Any:
         return None
     if hasattr(record, "expected_error"):
         return record.expected_error(op)
-    from .fit import op_family
 
     hit = record.validation_error.get(op_family(op))
     return None if hit is None else hit.median

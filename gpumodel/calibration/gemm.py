@@ -12,6 +12,8 @@ import numpy as np
 from gpumodel.core.opcost import OpName
 
 from .predictors import CalibrationModel, Prediction, elem_bytes, farray, predictor, queued, soft_max
+from ..records.gpu import UnsupportedDTypeError
+from .composite import weight_only_matmul
 
 #: candidate GEMM output tiles (rows x cols), as cuBLAS kernels for Hopper/Ampere use
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -64,8 +66,6 @@ def _flops_param(params: Mapping[str, float], op: Any) -> float:
         dt = "fp8"
     key = f"flops_{dt}"
     if key not in params:
-        from gpumodel.records.gpu import UnsupportedDTypeError
-
         known = sorted(k[6:] for k in params if k.startswith("flops_"))
         raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model (known: {', '.join(known)}); "
                                     "for a calibrated GPU, calibrated=False gives the datasheet estimate")
@@ -257,7 +257,5 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
 @predictor(OpName.MATMUL, OpName.BMM)
 def _matmul(model: CalibrationModel, op: Any) -> Prediction:
     if op.shape.get("weight_dtype") is not None:
-        from .composite import weight_only_matmul
-
         return weight_only_matmul(model, op)
     return _gemm(model, op)

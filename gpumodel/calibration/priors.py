@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..records.specs import Catalog
+from ..vocabulary import resolve_gpu
 
 __all__ = ["PriorValue", "AttentionPrior", "ArchPrior", "PRIORS", "prior_for", "list_priors"]
 
@@ -101,8 +102,6 @@ def prior_for(gpu: Any) -> ArchPrior | None:
     >>> prior_for("mi300x") is None        # no prior for that vendor's parts
     True
     """
-    from ..vocabulary import resolve_gpu
-
     g = resolve_gpu(gpu)
     cc = g.compute_capability
     if cc is None:

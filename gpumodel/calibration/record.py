@@ -17,11 +17,14 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..records.gpu import GPUSpec
 from ..records.specs import Catalog, SpecError, load_records
 from .model import PARAMETERS, CalibrationModel, default_parameters
+from ..vocabulary.gpus import gpu as _gpu
+from ..vocabulary import path_argument
 
 #: parameters of records fitted to timings that counted the host's issue time (before 2026-12-04): host-time
 #: floors of one ``torch.autograd.grad`` or optimizer call. The kernel-time model prices the GPU's work alone
@@ -146,8 +149,6 @@ class Calibration(BaseModel):
             measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
         # a record fitted before a mechanism existed lacks its parameters: those take the datasheet default
         # (GEMM rates excepted: a dtype the record has no rate for stays unsupported)
-        from gpumodel.vocabulary.gpus import gpu as _gpu
-
         defaults = {k: v for k, v in default_parameters(_gpu(self.gpu)).items()
                     if k not in self.parameters and (not k.startswith("flops_") or k.endswith("_mm"))}
         return CalibrationModel({**defaults, **self.parameters}, self.sm_count, calibrated=True,
@@ -156,8 +157,6 @@ class Calibration(BaseModel):
 
     def efficiencies(self, gpu: Any = None) -> dict[str, float]:
         """Fitted rates as fractions of the datasheet (``flops_bf16 / peak bf16``, ``bandwidth / HBM``)."""
-        from gpumodel.vocabulary.gpus import gpu as _gpu
-
         g = _gpu(gpu or self.gpu) if not hasattr(gpu, "peak_flops") else gpu
         out = {"bandwidth": self.parameters["bandwidth"] / g.memory_bandwidth}
         for key, value in self.parameters.items():
@@ -188,8 +187,6 @@ class Calibration(BaseModel):
 
     # ------------------------------------------------------------------ files
     def to_yaml(self) -> str:
-        import yaml
-
         data = self.model_dump(mode="json")
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
 
@@ -245,8 +242,6 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
     SpecError
         The file is missing, not YAML, or a field is invalid (the message names file and field).
     """
-    from ..vocabulary import path_argument
-
     path = path_argument(path, "path").expanduser()
     if not path.is_file():
         raise SpecError(f"{path}: no such calibration file")
@@ -291,8 +286,6 @@ def calibration_for(gpu: Any) -> Calibration | None:
     if isinstance(gpu, GPUSpec):  # a record's name is canonical: no calibration under another name
         return None
     try:
-        from gpumodel.vocabulary.gpus import gpu as _gpu
-
         canonical = _gpu(name).name
     except Exception:  # noqa: BLE001 - an unknown GPU simply has no calibration
         return None

@@ -15,6 +15,7 @@ from gpumodel.core.opcost import OpName
 from .kernels import concat_steps, generic_unroll, softmax_plan, sum_plan
 from .predictors import CalibrationModel, Prediction, elem_bytes, fallback, farray, predictor, queued, soft_max
 from .parameters import NORM_PASS_THREADS
+from ..base.errors import UnsupportedError
 
 
 def _waves(blocks: np.ndarray, per_sm: Any, P: float) -> np.ndarray:
@@ -200,8 +201,6 @@ predictor(OpName.ELEMENTWISE, OpName.SOFTMAX, OpName.LAYER_NORM, OpName.RMS_NORM
 @predictor(OpName.FUSED)
 def _fused_op(model: CalibrationModel, op: Any) -> Prediction:
     if op.unit == "tensor":
-        from ..base.errors import UnsupportedError
-
         raise UnsupportedError("a fused op with tensor-core parts has no calibrated model; estimate its parts")
     return _fused(model, op)
 

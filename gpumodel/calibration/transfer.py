@@ -93,7 +93,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .model import PARAMETERS, CalibrationModel, default_parameters
-from .priors import ArchPrior, prior_for
+from .priors import PRIORS, ArchPrior, prior_for
+from .points import op_family
+from ..base.errors import UnsupportedError
+from ..vocabulary import resolve_gpu
+from .record import Calibration, calibration_for
 
 __all__ = ["ParameterKind", "Transfer", "classify", "transfer", "transfer_for", "REFERENCE"]
 
@@ -218,8 +222,6 @@ class Transfer:
         >>> bool(t.expected_error(op) > t.reference_error["matmul"])    # the H200's own error, plus the priors'
         True
         """
-        from .fit import op_family
-
         dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
         key = op_family(op)
         if key in ("attention_fwd", "attention_bwd"):
@@ -310,10 +312,6 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
-    from ..base.errors import UnsupportedError
-    from ..vocabulary import resolve_gpu
-    from .record import Calibration, calibration_for
-
     target = resolve_gpu(gpu)
     cal = reference if isinstance(reference, Calibration) else calibration_for(resolve_gpu(reference or REFERENCE))
     if cal is None:
@@ -351,8 +349,6 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
 
 
 def _all_priors() -> list[ArchPrior]:
-    from .priors import PRIORS
-
     return PRIORS.records()
 
 
@@ -376,9 +372,6 @@ def transfer_for(gpu: Any) -> Transfer | None:
     Transfer or None
         The transferred model, or None where the reference has no calibration or either GPU no prior.
     """
-    from ..vocabulary import resolve_gpu
-    from .record import calibration_for
-
     g = resolve_gpu(gpu)
     cal, prior = calibration_for(REFERENCE), prior_for(g)
     if cal is None or prior is None:

@@ -18,6 +18,9 @@ import os
 import sys
 import warnings
 
+from gpumodel import __version__
+from gpumodel.base.errors import GpumodelError
+
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: sub-command modules, in the order ``gpumodel --help`` lists them
@@ -45,7 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Analytical GPU performance modeling: specs, rooflines, memory budgets, occupancy.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from gpumodel import __version__
 
     parser.add_argument("--version", action="version", version=f"gpumodel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -78,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from gpumodel.base.errors import GpumodelError
-
         if isinstance(exc, GpumodelError):
             message, code = str(exc), 2
         elif isinstance(exc, OSError):  # a file the user named (--out, --plot) cannot be written or read

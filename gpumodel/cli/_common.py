@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -121,8 +122,6 @@ def refuse(given: Iterable[str], needs: str) -> None:
 # ---------------------------------------------------------------------------------------------- output
 def fill(text: str, width: int = 88) -> str:
     """A paragraph wrapped for ``--help`` (the parsers keep their epilogs' lines as written)."""
-    import textwrap
-
     return textwrap.fill(" ".join(text.split()), width)
 
 

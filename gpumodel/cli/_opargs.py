@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 
 from ._common import count_type, parse_count, parse_number, refuse
+from ..core.ops import AttentionImpl, cost, list_ops, size_arguments
+from ..base.errors import ArgumentError
+from ..vocabulary.gpus import gpu
 
 __all__ = ["add_op_arguments", "build_op", "count_type", "op_usage", "selected_gpus", "SIZES_HELP"]
 
@@ -22,15 +25,11 @@ _ELEMENTWISE = {"inputs": 1, "outputs": 1, "flops_per_element": 1.0}
 
 def op_usage() -> str:
     """``"matmul M N K; bmm BATCH M N K; ..."``: every op and its sizes, for a parser's description."""
-    from gpumodel.core.ops import list_ops, size_arguments
-
     return "; ".join(f"{name} {' '.join(size_arguments(name)).upper()}" for name in list_ops())
 
 
 def add_op_arguments(p: argparse.ArgumentParser, default_gpu: str, impl: bool = True) -> None:
     """Add ``op``, ``sizes``, ``--gpu``, ``--dtype`` and the attention and elementwise options."""
-    from gpumodel.core.ops import AttentionImpl, list_ops
-
     p.add_argument("op", help="op name: " + ", ".join(list_ops()))
     p.add_argument("sizes", nargs="*", help="the op's sizes, in order (see above)")
     p.add_argument("--gpu", default=default_gpu, help=f"GPU name(s), comma-separated (default: {default_gpu})")
@@ -55,12 +54,8 @@ def _given(args: argparse.Namespace, defaults: dict) -> list[str]:
 
 def build_op(args: argparse.Namespace):
     """The :class:`~gpumodel.core.ops.OpCost` the parsed arguments describe."""
-    from gpumodel.core.ops import cost, size_arguments
-
     names = size_arguments(args.op)
     if len(args.sizes) != len(names):
-        from gpumodel.base.errors import ArgumentError
-
         raise ArgumentError(f"{args.op} takes {len(names)} sizes ({' '.join(names)}), got {len(args.sizes)}")
     sizes = [parse_count(text, name, minimum=1) for text, name in zip(args.sizes, names)]
     op_name = args.op.strip().lower().replace("-", "_")
@@ -80,9 +75,6 @@ def build_op(args: argparse.Namespace):
 
 def selected_gpus(args: argparse.Namespace) -> list:
     """The GPU records named by ``--gpu`` (comma-separated)."""
-    from gpumodel.base.errors import ArgumentError
-    from gpumodel.vocabulary.gpus import gpu
-
     names = [name.strip() for name in args.gpu.split(",")]
     if not all(names):
         raise ArgumentError(f"--gpu {args.gpu!r}: give a GPU name, or several separated by commas (h100,h200)")

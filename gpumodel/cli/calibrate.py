@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 
 from ._common import input_path, output_path, print_json, print_table, refuse
+from ..base.errors import ArgumentError, GpumodelError, UnsupportedError
+from ..vocabulary.gpus import gpu
 
 EPILOG = """\
 JSON output (--json), SI units:
@@ -50,7 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _load(path: str, option: str) -> tuple[dict, list]:
     """The measurements in a JSON-lines file, with any unreadable content reported against the option."""
     from gpumodel.calibration.fit import load_points
-    from gpumodel.base.errors import ArgumentError, GpumodelError
 
     input_path(path, option)
     try:
@@ -66,9 +67,6 @@ def _load(path: str, option: str) -> tuple[dict, list]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gpumodel.base.errors import UnsupportedError
-    from gpumodel.vocabulary.gpus import gpu
-
     output_path(args.out, "--out")
     if args.points:
         output_path(args.points, "--points")
@@ -113,7 +111,6 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     slow = None
     if getattr(args, "sustained", None):
         from gpumodel.calibration.sustained import sustained_slowdown
-        from gpumodel.base.errors import ArgumentError
 
         input_path(args.sustained, "--sustained")
         try:

@@ -14,6 +14,8 @@ import argparse
 
 from ._common import fill, input_path, print_json, print_table, refuse
 from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
+from ..vocabulary import format_seconds as fs
+from ..base.units import format_quantity as fq
 
 EPILOG = SIZES_HELP + """
 JSON output (--json), SI units:
@@ -43,9 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpumodel.calibration.estimate import estimate
-    from gpumodel.vocabulary import format_seconds as fs
     from gpumodel.core.roofline import roofline
-    from gpumodel.base.units import format_quantity as fq
 
     if args.calibration:
         refuse(["--uncalibrated"] if args.uncalibrated else [], "cannot be given with --calibration")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from ._common import print_json, print_table
+from ..records.gpu import GPUSpec
+from ..vocabulary.gpus import gpu, list_gpus
+from ..base.errors import ArgumentError
+from ..base.units import format_quantity
 
 
 GPUS_EPILOG = """\
@@ -16,10 +21,6 @@ JSON output (--json): a list with one object per GPU, SI units:
 """
 
 def _gpu_epilog() -> str:
-    import textwrap
-
-    from gpumodel.records.gpu import GPUSpec
-
     keys = textwrap.fill("keys (those of the GPU spec YAML): " + ", ".join(GPUSpec.model_fields) + ".",
                          width=100, initial_indent="  ", subsequent_indent="  ")
     return ("Several comma-separated names (gpumodel gpu h100,a100,4090) print a comparison, one column per GPU.\n"
@@ -57,7 +58,6 @@ def _si_row(g) -> dict:
 
 def _gpus(args: argparse.Namespace) -> int:
     from gpumodel.core.comparison import compare
-    from gpumodel.vocabulary.gpus import list_gpus
 
     table = compare(list_gpus(args.vendor))
     if args.json:
@@ -68,8 +68,6 @@ def _gpus(args: argparse.Namespace) -> int:
 
 
 def _names(text: str) -> list[str]:
-    from gpumodel.base.errors import ArgumentError
-
     names = [n.strip() for n in text.split(",")]
     if not all(names):
         raise ArgumentError(f"name {text!r}: give a GPU name, or several separated by commas (h100,a100,4090)")
@@ -78,8 +76,6 @@ def _names(text: str) -> list[str]:
 
 def _gpu(args: argparse.Namespace) -> int:
     from gpumodel.core.comparison import compare
-    from gpumodel.vocabulary.gpus import gpu
-    from gpumodel.base.units import format_quantity
 
     names = _names(args.name)
     if len(names) > 1:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ._common import count_type, output_path, print_json, print_table, read_json_object, refuse
 from ..vocabulary import resolve_model
+import gpumodel as gm
 
 GiB = 2 ** 30
 
@@ -91,7 +93,6 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    import gpumodel as gm
     from gpumodel.core.sizing import max_batch_size
 
     _check_options(args)
@@ -104,8 +105,6 @@ def _memory(args: argparse.Namespace) -> int:
         return 0
     plot = output_path(args.plot, "--plot") if args.plot else None
     if args.hf_config:
-        from pathlib import Path
-
         data = read_json_object(args.hf_config, "--hf-config")
         path = Path(args.hf_config)
         fallback = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
@@ -155,7 +154,6 @@ def _memory(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace, path, cfg, gpu, m, best: int, kw: dict) -> None:
     """Stacked bars for the requested batch and, when different, the largest batch that fits."""
-    import gpumodel as gm
     from gpumodel.plots.memory import plot_memory_breakdown
 
     runs = {f"batch {args.batch}": m}

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from ._common import count_type, print_json, print_table
+import gpumodel as gm
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,10 +42,6 @@ def _progress(done: int, total: int) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    import warnings
-
-    import gpumodel as gm
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gm.DoesNotFitWarning)
         plan = gm.plan_training(args.model, args.system, tokens=args.tokens, global_batch=args.global_batch,

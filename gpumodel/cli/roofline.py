@@ -13,6 +13,8 @@ import argparse
 
 from ._common import fill, output_path, print_json, print_table
 from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
+from ..base.units import format_quantity as fq
+from ..vocabulary import format_seconds as _fmt_time
 
 _LEVELS = ("hbm", "l2", "shared")
 
@@ -44,7 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gpumodel.core.roofline import arithmetic_intensity, roofline
-    from gpumodel.base.units import format_quantity as fq
 
     op, gpus = build_op(args), selected_gpus(args)
     plot = output_path(args.plot, "--plot") if args.plot else None
@@ -78,7 +79,6 @@ def _run(args: argparse.Namespace) -> int:
     print()
     headers = ["GPU", "level", "peak", "bandwidth", "ridge [FLOP/B]", "intensity/ridge", "bound", "time",
                "compute floor", "memory floor"]
-    from gpumodel.vocabulary import format_seconds as _fmt_time
 
     rows = [[r.gpu, r.level, fq(r.peak_flops, "FLOP/s"), fq(r.bandwidth, "B/s"), f"{r.ridge_point:.4g}",
              f"{r.arithmetic_intensity / r.ridge_point:.3g}x", r.bound, _fmt_time(r.seconds),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ._common import count_type, output_path, parse_number, print_json, print_table
+import gpumodel as gm
+from ..vocabulary import format_seconds
 
 
 def _rate(text: str) -> float:
@@ -36,9 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import gpumodel as gm
-    from gpumodel.vocabulary import format_seconds
-
     if args.plot:
         output_path(args.plot, "--plot")
     cap = gm.serving_capacity(args.model, args.gpu, prompt_len=args.prompt, output_len=args.output,

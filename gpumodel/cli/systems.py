@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import print_json, print_table
+from ..records.system import list_systems, system
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _systems(args: argparse.Namespace) -> int:
-    from gpumodel.records.system import list_systems, system
-
     recs = [system(n) for n in list_systems(args.gpu)]
     if args.json:
         print_json([r.model_dump(mode="json") for r in recs])
@@ -37,8 +36,6 @@ def _systems(args: argparse.Namespace) -> int:
 
 
 def _system(args: argparse.Namespace) -> int:
-    from gpumodel.records.system import system
-
     r = system(args.name)
     if args.json:
         print_json(r.model_dump(mode="json"))

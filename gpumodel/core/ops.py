@@ -5,8 +5,10 @@ the *minimal* device-memory traffic a kernel needs: each input read once, each o
 written once (``bytes_read``, ``bytes_written``). Every size argument may be a scalar or a
 numpy array; arrays broadcast, so a million shapes are one call. The cost formulas live
 in one registry (:func:`gpumodel.core.opcost.register`, with a duplicate guard); :func:`cost`
-calls one by name. The record itself is defined in :mod:`gpumodel.core.opcost`; the step-level ops (embedding,
-cross-entropy, the AdamW step, the KV-cache write) in :mod:`gpumodel.core.step_ops`, re-exported here.
+calls one by name. The record itself is defined in :mod:`gpumodel.core.opcost`; attention in
+:mod:`gpumodel.core.attention_ops`, the row-wise kernels (softmax, the norms, the row sum) in
+:mod:`gpumodel.core.row_ops` and the step-level ops (embedding, cross-entropy, the AdamW step, the KV-cache write)
+in :mod:`gpumodel.core.step_ops`, all re-exported here.
 
 Examples
 --------
@@ -22,7 +24,6 @@ array([3.43597384e+10, 6.87194767e+10])
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,9 @@ from .opcost import (
     DuplicateOpError, OpArgumentError, OpCost, OpName, UnknownOpError, check_broadcast, cost, list_ops, make_op_cost,
     op_amount, op_argument, op_size, register, size_arguments,
 )
-from ..vocabulary import choice, flag, weight_dtype as _weight_dtype
+from ..vocabulary import flag, weight_dtype as _weight_dtype
+from .attention_ops import STAT_BYTES, AttentionImpl, attention  # noqa: F401 (re-exported)
+from .row_ops import layer_norm, reduce_sum, rms_norm, softmax  # noqa: F401 (re-exported)
 from .step_ops import INDEX_BYTES, adamw_step, cross_entropy, embedding, kv_cache_write  # noqa: F401 (re-exported)
 
 __all__ = [
@@ -42,24 +45,10 @@ __all__ = [
     "cross_entropy", "attention", "adamw_step", "kv_cache_write", "fuse",
 ]
 
-#: bytes of one fp32 statistic (softmax log-sum-exp kept by FlashAttention)
-STAT_BYTES = 4
 #: elements per scale of group-wise int4 weights (the common group size of GPTQ/AWQ/tinygemm checkpoints)
 INT4_GROUP = 128
 #: bytes of one scale (bf16) of a quantised weight; int4 groups keep a scale and a zero point
 SCALE_BYTES = 2
-
-
-class AttentionImpl(str, enum.Enum):
-    """How attention is computed: ``flash`` keeps scores on chip, ``naive`` writes them to device memory,
-    ``math`` is PyTorch's SDPA math backend (the naive form, computed in fp32 for 16-bit inputs)."""
-
-    FLASH = "flash"
-    NAIVE = "naive"
-    MATH = "math"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: bytes of an fp8 GEMM's output element (bf16: ``torch._scaled_mm``'s ``out_dtype`` in fp8 training and serving)
@@ -254,261 +243,6 @@ def concat(numel: Any, dtype: DType | str = "bf16", pieces: int = 2, *, strided:
     (512.0, 2)
     """
     return elementwise(numel, dtype, 1, 1, 0, strided=strided, concat=pieces)
-
-
-@register(OpName.SOFTMAX.value)
-def softmax(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
-    """Softmax over the last dimension of a ``rows x cols`` tensor (one fused kernel).
-
-    Parameters
-    ----------
-    rows, cols : int or array_like
-        Rows [element] and the length of the softmax dimension [element].
-    dtype : str
-        Number format of the tensors ("bf16", "fp16", "fp32", ...).
-
-    Returns
-    -------
-    OpCost
-        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
-
-    Notes
-    -----
-    Reads the input once and writes the output once: :math:`R = W = rc\\,s`. FLOPs are 5 per
-    element, counting the row max (1 compare), the subtraction (1), ``exp`` (1, a special-function
-    unit op counted as one), the row sum (1) and the division (1): :math:`F = 5rc`.
-
-    Examples
-    --------
-    >>> softmax(4096, 4096, "fp16").bytes / 2**20     # 2 * 4096*4096 * 2 bytes
-    64.0
-    """
-    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
-    check_broadcast(rows=rows, cols=cols)
-    dt = _dtype(dtype)
-    x = rows * cols * bytes_per_element(dt)
-    return make_op_cost(OpName.SOFTMAX, dt, 5.0 * rows * cols, x, x, "vector", {"rows": rows, "cols": cols})
-
-
-@register(OpName.LAYER_NORM.value)
-def layer_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
-    """LayerNorm over ``cols`` (Ba et al. 2016) with an elementwise affine ``gamma``, ``beta``.
-
-    Parameters
-    ----------
-    rows, cols : int or array_like
-        Rows normalised (tokens) [element] and the normalised dimension (hidden size) [element].
-    dtype : str
-        Number format of the tensors ("bf16", "fp16", "fp32", ...).
-
-    Returns
-    -------
-    OpCost
-        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
-
-    Notes
-    -----
-    Reads ``x`` and ``gamma``, ``beta``; writes ``y``: :math:`R = (rc + 2c)\\,s`, :math:`W = rc\\,s`.
-    FLOPs are 7 per element: the mean's sum (1), ``x - mean`` (1), its square and sum (2), the
-    scale by ``1/std`` (1), ``* gamma`` (1) and ``+ beta`` (1); per-row work (``rsqrt``) is ignored.
-    The saved mean and rstd (training) are ``2r`` fp32 values, below 1% of the traffic; not counted.
-
-    Examples
-    --------
-    >>> layer_norm(2, 4, "fp32").bytes_read     # (2*4 + 2*4) * 4 bytes
-    64.0
-    """
-    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
-    check_broadcast(rows=rows, cols=cols)
-    dt = _dtype(dtype)
-    s = bytes_per_element(dt)
-    x, params = rows * cols * s, 2.0 * cols * s
-    return make_op_cost(OpName.LAYER_NORM, dt, 7.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
-                        {"activations": 2.0 * x, "weights": params})
-
-
-@register(OpName.RMS_NORM.value)
-def rms_norm(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
-    """RMSNorm over ``cols`` (Zhang & Sennrich 2019) with a scale ``gamma``.
-
-    Parameters
-    ----------
-    rows, cols : int or array_like
-        Rows normalised (tokens) [element] and the normalised dimension (hidden size) [element].
-    dtype : str
-        Number format of the tensors ("bf16", "fp16", "fp32", ...).
-
-    Returns
-    -------
-    OpCost
-        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
-
-    Notes
-    -----
-    :math:`R = (rc + c)\\,s`, :math:`W = rc\\,s`. FLOPs are 4 per element: square (1), sum (1),
-    scale by ``1/rms`` (1), ``* gamma`` (1).
-
-    Examples
-    --------
-    >>> rms_norm(2, 4, "fp32").flops    # 4 * 2*4
-    32.0
-    """
-    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
-    check_broadcast(rows=rows, cols=cols)
-    dt = _dtype(dtype)
-    s = bytes_per_element(dt)
-    x, params = rows * cols * s, cols * s
-    return make_op_cost(OpName.RMS_NORM, dt, 4.0 * rows * cols, x + params, x, "vector", {"rows": rows, "cols": cols},
-                        {"activations": 2.0 * x, "weights": params})
-
-
-@register(OpName.REDUCE_SUM.value)
-def reduce_sum(rows: Any, cols: Any, dtype: DType | str = "bf16") -> OpCost:
-    """Sum over the last dimension: ``rows x cols`` in, ``rows`` out.
-
-    Parameters
-    ----------
-    rows, cols : int or array_like
-        Rows (outputs) [element] and the length of the summed dimension [element].
-    dtype : str
-        Number format of the tensors ("bf16", "fp16", "fp32", ...).
-
-    Returns
-    -------
-    OpCost
-        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
-
-    Notes
-    -----
-    :math:`R = rc\\,s`, :math:`W = r\\,s`, :math:`F = rc` (one add per element into the accumulator).
-
-    Examples
-    --------
-    >>> reduce_sum(3, 5, "fp32").bytes_written   # 3 * 4 bytes
-    12.0
-    """
-    rows, cols = op_size(rows, "rows"), op_size(cols, "cols")
-    check_broadcast(rows=rows, cols=cols)
-    dt = _dtype(dtype)
-    s = bytes_per_element(dt)
-    return make_op_cost(OpName.REDUCE_SUM, dt, rows * cols, rows * cols * s, rows * s, "vector",
-                        {"rows": rows, "cols": cols})
-
-
-@register(OpName.ATTENTION.value)
-def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | str = "bf16", *, causal: bool = False,
-              impl: AttentionImpl | str = "flash", backward: bool = False, kv_heads: Any = None, kv_seq: Any = None,
-              dropout: float = 0.0) -> OpCost:
-    """Scaled dot-product attention ``softmax(Q K^T / sqrt(d)) V``, forward or backward.
-
-    Parameters
-    ----------
-    batch, heads, seq, head_dim : int or array_like
-        Batch size, query heads, query tokens, head dimension [element].
-    dtype : str
-        Number format of Q, K, V and O ("bf16", "fp16", "fp32", ...).
-    causal : bool
-        Causal mask (aligned to the last key: query ``i`` of ``seq`` sees the first
-        ``kv_seq - seq + i + 1`` keys); with ``seq == kv_seq`` half of the scores are useful work.
-    impl : {"flash", "naive", "math"}
-        ``flash`` (FlashAttention) keeps the ``seq x kv_seq`` scores on chip; ``naive`` writes the
-        scores and the softmax output to device memory and reads them back; ``math`` is the same
-        form as ``scaled_dot_product_attention``'s math backend runs it (counted as ``naive`` here;
-        the calibrated time model prices its fp32 kernels).
-    backward : bool
-        Cost of the backward pass instead of the forward.
-    kv_heads : int or array_like, optional
-        Key/value heads (grouped-query attention); defaults to ``heads``. Must divide ``heads``.
-    kv_seq : int or array_like, optional
-        Keys and values attended to (a KV cache: decode has ``seq = 1``, chunked prefill
-        ``seq < kv_seq``); defaults to ``seq``.
-    dropout : float
-        Dropout probability on the attention weights (training); the naive form writes a mask.
-
-    Returns
-    -------
-    OpCost
-        ``flops`` [FLOP], ``bytes_read`` and ``bytes_written`` [bytes]; arrays where the sizes were arrays.
-        ``breakdown`` has the bytes of ``q``, ``kv``, ``out``, ``stats`` (flash) or ``scores`` (naive).
-
-    Notes
-    -----
-    FLOPs follow the FlashAttention-2 paper's convention (Dao 2023, Sec. 4.1): the two matmuls
-    ``Q K^T`` and ``P V`` give :math:`F_{fwd} = 4 b h s s_{kv} d\\,f`, with :math:`f` the unmasked
-    fraction of the scores (1; causal :math:`1 - s / (2 s_{kv})`, i.e. 1/2 when :math:`s = s_{kv}`);
-    softmax and scaling are not counted. Backward: ``flash`` runs 5 matmuls (it recomputes
-    ``Q K^T``), so :math:`F_{bwd} = 2.5 F_{fwd}` as in that paper; ``naive`` keeps ``P`` and runs 4.
-
-    Traffic (``q = b h s d`` elements, ``kv = b h_{kv} s_{kv} d``, ``S = b h s s_{kv}``):
-
-    * flash forward reads Q, K, V and writes O and the fp32 log-sum-exp (``b h s``);
-      backward reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
-    * naive forward runs ``S = Q K^T`` (read Q, K; write S), ``P = softmax(S)`` (mask and scale
-      fused; read S, write P), ``O = P V`` (read P, V; write O); dropout adds a read and a write
-      of ``P`` and a one-byte mask per score. Backward runs ``dV = P^T dO``, ``dP = dO V^T``,
-      ``dS = P * (dP - rowsum(dP * P))``, ``dQ = dS K``, ``dK = dS^T Q``: score-sized traffic of 5
-      reads and 2 writes. The causal mask does not shrink the score buffers.
-
-    References
-    ----------
-    T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023.
-
-    Examples
-    --------
-    >>> op = attention(1, 32, 4096, 128)            # flash, forward, bf16
-    >>> op.flops / 1e12                             # 4*1*32*4096**2*128
-    0.274877906944
-    >>> attention(1, 32, 4096, 128, causal=True).flops / op.flops
-    0.5
-    >>> attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096).bytes_read / 2**20   # decode: the KV cache, 2*8*8*4096*128*2 B
-    128.0625
-    """
-    batch, heads = op_size(batch, "batch"), op_size(heads, "heads")
-    seq, head_dim = op_size(seq, "seq"), op_size(head_dim, "head_dim")
-    kv_heads = heads if kv_heads is None else op_size(kv_heads, "kv_heads")
-    kv_seq = seq if kv_seq is None else op_size(kv_seq, "kv_seq")
-    check_broadcast(batch=batch, heads=heads, seq=seq, head_dim=head_dim, kv_heads=kv_heads, kv_seq=kv_seq)
-    causal, backward = op_argument(flag, causal, "causal"), op_argument(flag, backward, "backward")
-    impl = op_argument(choice, AttentionImpl, impl, "impl")
-    dropout = op_amount(dropout, "dropout")
-    if np.ndim(dropout) or dropout >= 1.0:
-        raise OpArgumentError(f"dropout must be a single probability in [0, 1), got {dropout!r}", argument="dropout",
-                              value=dropout, allowed="a single probability in [0, 1)")
-    if np.any(np.fmod(heads, kv_heads) != 0):
-        raise OpArgumentError(f"kv_heads must divide heads; got heads={heads!r}, kv_heads={kv_heads!r}")
-    if causal and np.any(np.asarray(seq) > np.asarray(kv_seq)):
-        raise OpArgumentError(f"a causal attention needs seq <= kv_seq; got seq={seq!r}, kv_seq={kv_seq!r}")
-    dt = _dtype(dtype)
-    s = bytes_per_element(dt)
-
-    frac = 1.0 - seq / (2.0 * kv_seq) if causal else 1.0
-    fwd = 4.0 * batch * heads * seq * kv_seq * head_dim * frac
-    q = batch * heads * seq * head_dim * s          # also O, dO, dQ
-    kv = batch * kv_heads * kv_seq * head_dim * s   # each of K, V, dK, dV
-    scores = batch * heads * seq * kv_seq * s
-    mask = batch * heads * seq * kv_seq if dropout > 0 else 0.0 * scores   # one byte per score
-    lse = batch * heads * seq * STAT_BYTES
-    if impl is AttentionImpl.FLASH and not backward:
-        flops, read, written = fwd, q + 2 * kv, q + lse
-        bd = {"q": q, "kv": 2 * kv, "out": q, "stats": lse}
-    elif impl is AttentionImpl.FLASH:
-        flops, read, written = 2.5 * fwd, 3 * q + 2 * kv + lse, q + 2 * kv
-        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "stats": lse}
-    elif not backward:
-        # S = QK^T: read q, k, write S | P = softmax(S): read S, write P | O = PV: read P, v, write O
-        drop = scores if dropout > 0 else 0.0
-        flops, read, written = fwd, q + 2 * kv + 2 * scores + drop, q + 2 * scores + drop + mask
-        bd = {"q": q, "kv": 2 * kv, "out": q, "scores": 4 * scores + 2 * drop + mask}
-    else:
-        # dV = P^T dO: read P, dO, write dV | dP = dO V^T: read dO, V, write dP
-        # dS: read P, dP, write dS | dQ = dS K: read dS, K, write dQ | dK = dS^T Q: read dS, Q, write dK
-        flops = 2.0 * fwd
-        read = 5 * scores + 2 * q + 2 * kv + q + mask
-        written = 2 * scores + 2 * kv + q
-        bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores + mask}
-    shape = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads,
-             "kv_seq": kv_seq, "causal": causal, "backward": backward, "impl": impl.value, "dropout": dropout}
-    return make_op_cost(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)
 
 
 def fuse(*ops: OpCost) -> OpCost:

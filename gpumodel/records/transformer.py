@@ -23,15 +23,14 @@ Examples
 from __future__ import annotations
 
 import enum
-import json
 import os
 import warnings
 from typing import Any, Mapping
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from ..base.errors import ArgumentError, ArgumentTypeError
 from .specs import Catalog, Record, UnknownNameError, describe_errors
+from .hf_config import HFConfigError, hf_fields
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
            "load_models", "MODEL_CATALOG", "UnknownModelError", "HFConfigError"]
@@ -67,10 +66,6 @@ class PositionType(str, enum.Enum):
 
 class UnknownModelError(UnknownNameError):
     """No model preset of that name."""
-
-
-class HFConfigError(ArgumentError):
-    """A Hugging Face config lacks a needed key or has an unsupported ``model_type``."""
 
 
 class TransformerConfig(Record):
@@ -289,20 +284,7 @@ class TransformerConfig(Record):
         ArgumentTypeError
             ``config`` is none of the accepted kinds.
         """
-        cfg = _as_dict(config)
-        mtype = str(cfg.get("model_type", "")).lower()
-        if mtype not in _READERS:
-            supported = ", ".join(sorted(_READERS))
-            raise HFConfigError(f"unsupported model_type {mtype!r}; supported: {supported}", argument="model_type",
-                                value=cfg.get("model_type"), allowed=supported)
-        try:
-            fields = _READERS[mtype](_Getter(cfg, mtype))
-        except HFConfigError:  # a key is missing: its own message
-            raise
-        except (TypeError, ValueError, ArithmeticError) as exc:  # a value of the wrong kind, e.g. "2048"
-            raise HFConfigError(f"{mtype} config has a value of the wrong kind: {exc}") from None
-        fields.setdefault("family", mtype)
-        fields["name"] = name or str(cfg.get("_name_or_path") or mtype) or mtype
+        mtype, fields = hf_fields(config, name)
         try:
             return cls.model_validate(fields)
         except ValidationError as exc:  # a value out of range: the record's own checks
@@ -313,161 +295,6 @@ class TransformerConfig(Record):
 _SIZE_FIELDS = frozenset(n for n, f in TransformerConfig.model_fields.items()
                          if f.annotation in (int, int | None))
 
-
-class _Getter:
-    def __init__(self, cfg: Mapping[str, Any], mtype: str):
-        self.cfg, self.mtype = cfg, mtype
-
-    def __call__(self, *keys: str, default: Any = ...) -> Any:
-        for key in keys:
-            if self.cfg.get(key) is not None:
-                return self.cfg[key]
-        if default is ...:
-            raise HFConfigError(f"{self.mtype} config lacks the key {keys[0]!r}"
-                                + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else ""),
-                                argument=keys[0], allowed=f"a config with the key {' or '.join(map(repr, keys))}")
-        return default
-
-
-def _as_dict(config: Any) -> dict:
-    if isinstance(config, Mapping):
-        return dict(config)
-    if isinstance(config, (str, os.PathLike)):
-        try:
-            with open(config, encoding="utf-8") as fh:
-                loaded = json.load(fh)
-        except OSError as exc:
-            raise HFConfigError(f"config: cannot read {os.fspath(config)!r}: {exc.strerror or exc}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HFConfigError(f"config: {os.fspath(config)!r} is not JSON: {exc}") from None
-        if not isinstance(loaded, Mapping):
-            raise HFConfigError(f"config: {os.fspath(config)!r} holds a JSON {type(loaded).__name__}, "
-                                "not the object of a Hugging Face config.json")
-        return dict(loaded)
-    if hasattr(config, "to_dict"):
-        return config.to_dict()
-    raise ArgumentTypeError(f"config must be a dict, a path to config.json or a transformers config, "
-                    f"got {type(config).__name__}")
-
-
-def _llama_like(g: _Getter, **extra: Any) -> dict:
-    h, heads = g("hidden_size"), g("num_attention_heads")
-    out = dict(hidden_size=h, num_layers=g("num_hidden_layers"), num_heads=heads,
-               num_kv_heads=g("num_key_value_heads", default=heads), head_dim=g("head_dim", default=None),
-               intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
-               max_position_embeddings=g("max_position_embeddings", default=2048),
-               tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
-               activation=str(g("hidden_act", "hidden_activation", default="silu")),
-               qkv_bias=bool(g("attention_bias", default=False)), o_bias=bool(g("attention_bias", default=False)),
-               mlp_bias=bool(g("mlp_bias", default=False)), attn_dropout=float(g("attention_dropout", default=0.0)))
-    out.update(extra)
-    return out
-
-
-def _qwen2(g: _Getter) -> dict:
-    return _llama_like(g, qkv_bias=True, o_bias=False)
-
-
-def _gemma(g: _Getter) -> dict:
-    return _llama_like(g, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
-                       activation=str(g("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")))
-
-
-def _phi3(g: _Getter) -> dict:
-    return _llama_like(g, fused_qkv=True, fused_gate_up=True, resid_dropout=float(g("resid_pdrop", default=0.0)),
-                       embd_dropout=float(g("embd_pdrop", default=0.0)))
-
-
-def _mixtral(g: _Getter) -> dict:
-    return _llama_like(g, num_experts=g("num_local_experts"), experts_per_token=g("num_experts_per_tok"))
-
-
-def _qwen3(g: _Getter) -> dict:
-    return _llama_like(g, qk_norm="head")
-
-
-def _moe_keys(g: _Getter) -> dict:
-    return dict(num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
-                experts_per_token=g("num_experts_per_tok"), moe_intermediate_size=g("moe_intermediate_size"))
-
-
-def _qwen2_moe(g: _Getter) -> dict:
-    if g("decoder_sparse_step", default=1) != 1 or g("mlp_only_layers", default=[]):
-        raise HFConfigError("qwen2_moe configs with dense layers between MoE layers (decoder_sparse_step != 1 or "
-                            "mlp_only_layers) are not supported")
-    return _llama_like(g, qkv_bias=bool(g("qkv_bias", default=True)), o_bias=False, **_moe_keys(g),
-                       shared_expert_intermediate_size=g("shared_expert_intermediate_size", default=0),
-                       shared_expert_gate=bool(g("shared_expert_intermediate_size", default=0)))
-
-
-def _qwen3_moe(g: _Getter) -> dict:
-    if g("decoder_sparse_step", default=1) != 1 or g("mlp_only_layers", default=[]):
-        raise HFConfigError("qwen3_moe configs with dense layers between MoE layers (decoder_sparse_step != 1 or "
-                            "mlp_only_layers) are not supported")
-    return _llama_like(g, qk_norm="head", **_moe_keys(g))
-
-
-def _gemma2(g: _Getter) -> dict:
-    return _gemma(g) | dict(extra_norms=2)
-
-
-def _gemma3(g: _Getter) -> dict:
-    text = g.cfg.get("text_config")
-    if isinstance(text, Mapping):  # the multimodal Gemma 3: its language model (the vision tower is not counted)
-        g = _Getter({"model_type": "gemma3_text", **text}, "gemma3")
-    return _gemma(g) | dict(extra_norms=2, qk_norm="head", family="gemma3")
-
-
-def _olmo2(g: _Getter) -> dict:  # post-norms (after attention and MLP) instead of pre-norms; q/k norm over all heads
-    return _llama_like(g, qk_norm="full")
-
-
-def _starcoder2(g: _Getter) -> dict:
-    bias = bool(g("use_bias", default=True))
-    return _llama_like(g, mlp=MLPType.PLAIN, norm=NormType.LAYERNORM, norm_bias=True, qkv_bias=bias, o_bias=bias,
-                       mlp_bias=bias, activation=str(g("hidden_act", default="gelu_pytorch_tanh")),
-                       tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
-                       resid_dropout=float(g("residual_dropout", default=0.0)),
-                       embd_dropout=float(g("embedding_dropout", default=0.0)))
-
-
-def _deepseek_v3(g: _Getter) -> dict:
-    nope, rope = g("qk_nope_head_dim"), g("qk_rope_head_dim")
-    return _llama_like(g, head_dim=nope + rope, v_head_dim=g("v_head_dim"), qk_rope_head_dim=rope,
-                       q_lora_rank=g("q_lora_rank", default=0) or 0, kv_lora_rank=g("kv_lora_rank"),
-                       num_kv_heads=g("num_attention_heads"), **_moe_keys(g),
-                       shared_expert_intermediate_size=g("n_shared_experts", default=0) * g("moe_intermediate_size"),
-                       first_dense_layers=g("first_k_dense_replace", default=0))
-
-
-def _gpt2(g: _Getter) -> dict:
-    h = g("n_embd", "hidden_size")
-    return dict(hidden_size=h, num_layers=g("n_layer", "num_hidden_layers"), num_heads=g("n_head", "num_attention_heads"),
-                intermediate_size=g("n_inner", default=None) or 4 * h, vocab_size=g("vocab_size"),
-                max_position_embeddings=g("n_positions", "max_position_embeddings"), mlp=MLPType.PLAIN,
-                activation=str(g("activation_function", default="gelu_new")), norm=NormType.LAYERNORM,
-                position=PositionType.LEARNED, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
-                qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, fused_qkv=True,
-                attn_dropout=float(g("attn_pdrop", default=0.1)), resid_dropout=float(g("resid_pdrop", default=0.1)),
-                embd_dropout=float(g("embd_pdrop", default=0.1)))
-
-
-def _gpt_neox(g: _Getter) -> dict:
-    return dict(hidden_size=g("hidden_size"), num_layers=g("num_hidden_layers"), num_heads=g("num_attention_heads"),
-                intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
-                max_position_embeddings=g("max_position_embeddings", default=2048), mlp=MLPType.PLAIN,
-                activation=str(g("hidden_act", default="gelu")), norm=NormType.LAYERNORM,
-                tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
-                qkv_bias=bool(g("attention_bias", default=True)), o_bias=bool(g("attention_bias", default=True)),
-                mlp_bias=True, norm_bias=True, fused_qkv=True,
-                parallel_residual=bool(g("use_parallel_residual", default=True)),
-                attn_dropout=float(g("attention_dropout", default=0.0)), resid_dropout=float(g("hidden_dropout", default=0.0)))
-
-
-_READERS = {"llama": _llama_like, "mistral": _llama_like, "qwen2": _qwen2, "gemma": _gemma,
-            "phi3": _phi3, "mixtral": _mixtral, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "qwen3": _qwen3,
-            "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3": _gemma3,
-            "gemma3_text": _gemma3, "olmo2": _olmo2, "starcoder2": _starcoder2, "deepseek_v3": _deepseek_v3}
 
 #: Shipped presets (``specs/models``) plus ``GPUMODEL_SPEC_PATH`` folders and :func:`load_models`.
 MODEL_CATALOG: Catalog[TransformerConfig] = Catalog("models", TransformerConfig, error=UnknownModelError)
