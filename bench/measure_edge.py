@@ -42,7 +42,6 @@ import argparse
 import gc
 import gzip
 import json
-import os
 import sys
 import time
 import traceback

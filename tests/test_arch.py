@@ -88,6 +88,35 @@ def test_lookup_forms(key):
     assert gm.arch_limits(key).compute_capability == "9.0"
 
 
+@pytest.mark.parametrize("key, cc", [("sm_90a", "9.0"), ("sm_100a", "10.0"), ("sm_100f", "10.0"), ("sm_120f", "12.0"),
+                                     ("sm_120a", "12.0"), ("compute_90a", "9.0"), ("compute_90", "9.0"),
+                                     ("SM_86", "8.6"), ("sm89", "8.9")])
+def test_nvcc_targets_with_architecture_suffixes_name_their_capability(key, cc):
+    assert gm.arch_limits(key).compute_capability == cc
+    assert gm.occupancy(key, 256, 32).compute_capability == cc
+
+
+@pytest.mark.parametrize("key", ["sm_91", "sm_91a", "compute_85", "9.5"])
+def test_an_unknown_capability_suggests_the_known_capabilities_not_gpus(key):
+    with pytest.raises(UnknownArchError) as info:
+        gm.arch_limits(key)
+    text = str(info.value)
+    assert "known compute capabilities: 7.0, 7.5" in text and "10.0" in text and "12.0" in text
+    assert "v100" not in text and "h100" not in text
+    assert info.value.allowed == ", ".join(list_archs()) and info.value.value == key
+
+
+@pytest.mark.parametrize("key", ["sm_9", "sm_90x", "cc9.0", "9"])
+def test_a_capability_in_an_unknown_form_lists_the_forms_and_capabilities(key):
+    with pytest.raises(UnknownArchError, match="known form .*known compute capabilities: 7.0"):
+        gm.arch_limits(key)
+
+
+def test_a_gpu_typo_still_suggests_gpus():
+    with pytest.raises(gm.UnknownGPUError, match="did you mean"):
+        gm.arch_limits("h10x")
+
+
 def test_lookup_by_gpu():
     h100 = gm.gpu("h100")
     assert gm.arch_limits(h100) is gm.arch_limits("9.0")

@@ -19,9 +19,10 @@ ROOT = PACKAGE.parent
 CORE_DEPENDENCIES = frozenset({"numpy", "pydantic", "yaml"})
 
 #: the command line keeps each sub-command's machinery (the calibration fit, the plots, the sizing and occupancy
-#: models...) imported inside its handler: importing it at the top of the sub-command modules made
-#: ``python -m gpumodel --help`` load 84 of the package's modules instead of 29 and cost about 130 ms more CPU
-#: time (505 ms against 375 ms, medians of 20 runs each, +35%), for commands that use one of them at a time
+#: models, the roofline and GPU comparison) imported inside its handler, for the startup time of the command:
+#: importing it at the top of the sub-command modules made ``python -m gpumodel --help`` load 84 of the
+#: package's modules instead of 30 and take about 150 ms more CPU time (531 ms against 381 ms, medians of 25
+#: runs each, +39%), while a command uses one of them. Shared helpers (errors, units, GPU names) are at the top.
 LAZY_INTERNAL_IMPORTS = ("cli",)
 
 MAX_LINES = 450

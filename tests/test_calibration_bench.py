@@ -97,6 +97,7 @@ def test_cli_calibrate_without_a_gpu_says_so(capsys, tmp_path):
     assert not (tmp_path / "x.yaml").exists()
 
 
+@pytest.mark.slow
 def test_cli_calibrate_from_points_needs_no_gpu(tmp_path, capsys):
     from pathlib import Path
 

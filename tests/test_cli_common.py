@@ -111,3 +111,36 @@ def test_bytes_scale(n, unit):
 def test_seconds_scale(x, unit):
     scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}.get(unit, 1.0)
     assert parse_seconds(f"{x!r}{unit}") == pytest.approx(x * scale, rel=1e-12)
+
+
+def test_progress_goes_to_a_terminal_only():
+    """The slow commands say what they are doing on stderr when it is a terminal; a pipe or file stays clean."""
+    import io
+
+    from gpumodel.cli._common import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term, pipe = Terminal(), io.StringIO()
+    progress("planning 9,288 layouts...", file=term)
+    progress("planning 9,288 layouts...", file=pipe)
+    assert term.getvalue() == "planning 9,288 layouts...\n" and pipe.getvalue() == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "--gpu", "h100", "matmul", "64", "64", "64", "--json"],
+    ["memory", "gpt2", "--gpu", "h100", "--batch", "1", "--seq", "128", "--json"],
+])
+def test_progress_never_reaches_stdout(argv, capsys, monkeypatch):
+    import json
+    import sys
+
+    from gpumodel.cli import main
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)                      # stdout holds the JSON alone
+    assert err.strip().endswith("...")   # the progress line went to stderr

@@ -132,10 +132,20 @@ def test_shared_memory_message_says_what_to_write(capsys):
     refused(["occupancy", "--threads", "256", "--regs", "32", "--smem", "32KB"], capsys, "write 32KiB (or 32768)")
 
 
-@pytest.mark.parametrize("smem, expected", [("32KiB", 32768), ("32768", 32768), ("0", 0), ("1MiB", 2 ** 20)])
+@pytest.mark.parametrize("smem, expected", [("32KiB", 32768), ("32768", 32768), ("0", 0), ("48KiB", 48 * 2 ** 10)])
 def test_shared_memory_in_binary_units_or_bytes(smem, expected, capsys):
     code, out, _ = run(["occupancy", "--threads", "256", "--regs", "32", "--static-smem", smem, "--json"], capsys)
     assert code == 0 and json.loads(out)["static_shared_bytes"] == expected
+    code, out, _ = run(["occupancy", "--threads", "256", "--regs", "32", "--smem", smem, "--json"], capsys)
+    assert code == 0 and json.loads(out)["dynamic_shared_bytes"] == expected
+
+
+def test_static_shared_memory_above_48_kib_is_refused(capsys):
+    # static shared memory is capped at 48 KiB a block; more is dynamic (--smem)
+    refused(["occupancy", "--threads", "256", "--regs", "32", "--static-smem", "1MiB"], capsys,
+            "static_shared_bytes = 1048576", "48 KiB")
+    code, out, _ = run(["occupancy", "--threads", "256", "--regs", "32", "--smem", "1MiB", "--json"], capsys)
+    assert code == 0 and json.loads(out)["dynamic_shared_bytes"] == 2 ** 20
 
 
 # ---------------------------------------------------------------------------------------------- the battery

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+import gpumodel as gm
 from gpumodel.cluster import collectives as C
 
 
@@ -105,3 +106,47 @@ def test_dgx_h100_ring_busbw_against_published_figure():
             if size >= 2**28:
                 assert C.busbw(op, size, t, 8) == pytest.approx(370e9, rel=0.15)
             assert t > 0
+
+
+@pytest.mark.parametrize("seconds", [0, 0.0, -1, -1e-3, float("nan"), float("inf")])
+def test_bandwidths_refuse_a_time_that_is_not_positive(seconds):
+    # 1 GB in 0 s is no bandwidth (it was inf, with a numpy warning); -1 s gave -1.75e9 B/s
+    for call in (lambda: C.busbw("all_reduce", 1e9, seconds, 8), lambda: C.algbw(1e9, seconds)):
+        with pytest.raises(gm.ArgumentError, match="seconds must be a positive number") as info:
+            call()
+        assert info.value.argument == "seconds" and info.value.allowed == "a positive number"
+
+
+def test_bandwidths_by_hand():
+    assert C.algbw(1e9, 1e-2) == pytest.approx(100e9)                 # 1 GB in 10 ms
+    assert C.busbw("all_reduce", 1e9, 1e-2, 8) == pytest.approx(175e9)  # x 2 (8 - 1) / 8
+    assert C.busbw("all_gather", [1e9, 2e9], 1e-2, 4).tolist() == pytest.approx([75e9, 150e9])   # x 3 / 4
+    with pytest.raises(gm.ArgumentError, match="nbytes"):
+        C.algbw(-1, 1.0)
+
+
+def _names_both(call, first, second):
+    with pytest.raises(gm.ArgumentError, match=f"{first} .shape .*{second} .shape") as info:
+        call()
+    assert info.value.argument == f"{first}, {second}"
+
+
+def test_shapes_that_do_not_broadcast_are_refused_naming_both_arguments():
+    two, three = np.array([1e9, 2e9]), np.array([2, 4, 8])
+    _names_both(lambda: C.collective_time("all_reduce", two, three, 360e9), "nbytes", "n")
+    _names_both(lambda: C.collective_time("all_reduce", 1e9, 8, [1e11, 2e11], step_latency=[1e-6, 2e-6, 3e-6]),
+                "bus_bandwidth", "step_latency")
+    _names_both(lambda: C.busbw("all_reduce", two, [1.0, 2.0, 3.0], 8), "nbytes", "seconds")
+    _names_both(lambda: C.busbw("all_reduce", two, 1.0, three), "nbytes", "n")
+    _names_both(lambda: C.algbw(two, [1.0, 2.0, 3.0]), "nbytes", "seconds")
+    for algorithm in ("auto", "ring", "tree", "hierarchical"):
+        _names_both(lambda: C.system_collective_time("all_reduce", two, "dgx-h100", three, algorithm=algorithm),
+                    "nbytes", "n")
+    _names_both(lambda: C.system_collective_time("all_reduce", two, "dgx-h100", 2, stride=three), "nbytes", "stride")
+    _names_both(lambda: C.group_bus_bandwidth("dgx-h100", [2, 4], three), "n", "stride")
+
+
+def test_a_grid_of_arrays_still_broadcasts():
+    grid = C.collective_time("all_reduce", np.array([1e9, 2e9])[:, None], np.array([2, 4, 8])[None, :], 360e9)
+    assert grid.shape == (2, 3)
+    assert grid[1, 2] == pytest.approx(C.collective_time("all_reduce", 2e9, 8, 360e9))

@@ -151,3 +151,14 @@ def test_step_uses_nvls_for_tensor_parallel_all_reduce_but_not_with_sequence_par
             a = gm.training_step_time(cfg, h100, parallelism=par, **args).breakdown["communication"]
             b = gm.training_step_time(cfg, plain, parallelism=par, **args).breakdown["communication"]
             assert (a < b) if faster else (a == pytest.approx(b))
+
+
+def test_nvls_shapes_that_do_not_broadcast_are_refused_naming_both_arguments():
+    with pytest.raises(gm.ArgumentError, match="nbytes .shape .2,.. and n .shape .3,..") as info:
+        N.nvls_time("all_reduce", np.array([1e9, 2e9]), "dgx-h100", np.array([2, 4, 8]))
+    assert info.value.argument == "nbytes, n"
+    with pytest.raises(gm.ArgumentError, match="n .shape .2,.. and stride .shape .3,..") as info:
+        N.nvls_available("all_reduce", "dgx-h100", [2, 4], [1, 2, 4])
+    assert info.value.argument == "n, stride"
+    # a grid broadcasts: 2 sizes x 2 group sizes
+    assert np.shape(N.nvls_time("all_reduce", np.array([1e9, 2e9])[:, None], "dgx-h100", np.array([4, 8]))) == (2, 2)

@@ -85,3 +85,22 @@ def test_replicated_key_value_heads_are_counted_in_the_weights():
     # for k and v a whole head (128 x 4096 each) instead of 4/8 of one, in each of the 32 layers
     extra = 2 * 4096 * 128 * (1 - 4 / 8) * 32
     assert eight * 8 == pytest.approx(one + (7 * 4096 + 8 * extra) * 4)
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(dp=2**63), "dp"), (dict(tp=2**20 + 1), "tp"), (dict(pp=2.0**63), "pp"), (dict(cp=10**30), "cp"),
+    (dict(dp=2, ep=2**21), "ep"), (dict(pp=2, virtual_stages=2**40), "virtual_stages"),
+])
+def test_degrees_beyond_2_to_the_20_are_refused_naming_the_degree(kwargs, argument):
+    # dp=2**63 was accepted, then failed in the step about an internal "stride"
+    with pytest.raises(gm.ArgumentError, match=f"{argument}=.* is too large: each parallel degree is at most 2\\*\\*20") \
+            as info:
+        gm.Parallelism(**kwargs)
+    assert info.value.argument == argument and info.value.allowed == "an integer from 1 to 1,048,576 (2**20)"
+
+
+def test_the_gpu_count_is_bounded_too():
+    assert gm.Parallelism(dp=2**20).num_gpus == 2**20 and gm.Parallelism(dp=2**10, tp=2**10).num_gpus == 2**20
+    with pytest.raises(gm.ArgumentError, match="dp \\* tp \\* pp \\* cp = 2,097,152 GPUs is too many") as info:
+        gm.Parallelism(dp=2**10, tp=2**10, pp=2)
+    assert info.value.argument == "dp * tp * pp * cp" and info.value.value == 2**21

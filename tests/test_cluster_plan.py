@@ -3,6 +3,7 @@
 import time
 import warnings
 
+import numpy as np
 import pytest
 
 import gpumodel as gm
@@ -63,3 +64,44 @@ def test_errors():
         gm.plan_training("llama-3-8b", "dgx-h100", objective="speed", **KW)
     with pytest.raises(gm.ArgumentError, match="tokens"):
         gm.plan_training("llama-3-8b", "dgx-h100", tokens="lots", global_batch=8, seq_len=128)
+
+
+@pytest.mark.parametrize("argument", ["global_batch", "seq_len", "max_gpus", "num_gpus", "top", "price_per_gpu_hour"])
+def test_scalar_only_arguments_refuse_arrays(argument):
+    # global_batch=np.array([512, 1024]) crashed with numpy's broadcast error; num_gpus=[8, 16] planned silently
+    kw = dict(KW, **{argument: np.array([8, 16])})
+    with pytest.raises(gm.ArgumentError, match=f"plan_training takes one {argument}") as info:
+        gm.plan_training("llama-3-8b", "dgx-h100", **kw)
+    assert info.value.argument == argument and info.value.allowed == "one value, not an array"
+
+
+def test_searched_values_must_be_a_flat_list():
+    with pytest.raises(gm.ArgumentError, match="micro_batches must be one value or a flat list") as info:
+        gm.plan_training("llama-3-8b", "dgx-h100", micro_batches=[np.array([1, 2])], **KW)
+    assert info.value.argument == "micro_batches"
+
+
+def test_parallelism_of_a_row_out_of_range_names_rank_and_the_row_count():
+    p = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=8, top=3, **KW)
+    assert len(p.rows) == 3 and p.parallelism(2).num_gpus == 8
+    for bad in (3, 999, -1):
+        with pytest.raises(gm.ArgumentError, match=f"rank={bad} is out of range: the plan has 3 rows") as info:
+            p.parallelism(bad)
+        assert (info.value.argument, info.value.value, info.value.allowed) == ("rank", bad, "an int from 0 to 2 (3 rows)")
+    for bad in ("0", 1.0, True, None):
+        with pytest.raises(gm.ArgumentTypeError, match="rank must be an int") as info:
+            p.parallelism(bad)
+        assert info.value.argument == "rank"
+
+
+def test_the_repr_has_column_headers_and_a_legend():
+    p = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=8, top=7, **KW)
+    lines = repr(p).splitlines()
+    assert lines[0].startswith("TrainingPlan(llama-3-8b on dgx-h100, 1T tokens, batch 256 x 4096 tokens;")
+    assert lines[1].split() == ["#", "GPUs", "layout", "ZeRO", "recompute", "mb", "x", "acc", "step", "s", "MFU",
+                                "days", "GPU-h", "MWh", "cost", "free", "GiB", "bound"]
+    assert set(lines[2].strip()) == {"-", " "}
+    assert lines[3].split()[:2] == ["1", "8"] and len(lines[3:8]) == 5   # five rows, then how many more
+    assert lines[8].strip() == "... 2 more rows"
+    assert "mb x acc: micro-batch x accumulation steps" in " ".join(line.strip() for line in lines[9:])
+    assert max(len(line) for line in lines) <= 140

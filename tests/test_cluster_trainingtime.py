@@ -43,3 +43,34 @@ def test_token_counts():
 def test_parse_tokens_is_a_deprecated_alias_of_token_count():
     with pytest.warns(DeprecationWarning, match="token_count"):
         assert parse_tokens("300B") == token_count("300B") == 300e9
+
+
+def test_repr_says_the_wall_clock_once():
+    # it printed "92.22 days = 92.22 days on 256 GPUs"
+    run = gm.training_time("llama-3.2-1b", "h200", tokens=1e9, batch_size=8, seq_len=1024)
+    text = repr(run)
+    assert text.startswith(f"TrainingTime({gm.vocabulary.format_seconds(run.seconds)} on 1 GPU, ")
+    assert "days =" not in text and " = " not in text
+
+
+def test_an_unknown_system_name_suggests_close_systems_and_gpus():
+    # "dgx-h1000" suggested GPU names only ('b200', 'h100-sxm', ...), not the system dgx-h100
+    with pytest.raises(gm.UnknownNameError, match="no system or GPU named 'dgx-h1000'; did you mean 'dgx-h100'") \
+            as info:
+        gm.training_time("llama-3-8b", "dgx-h1000", tokens=1e12, batch_size=1, seq_len=4096)
+    assert info.value.argument == "gpu_or_system" and "'h100-sxm'" in info.value.allowed
+    assert isinstance(info.value, gm.UnknownGPUError) and isinstance(info.value, LookupError)
+    for call in (lambda: gm.training_step_time("llama-3-8b", "dgx-h1000", 1, 4096),
+                 lambda: gm.plan_training("llama-3-8b", "dgx-h1000", tokens=1e12, global_batch=8, seq_len=4096)):
+        with pytest.raises(gm.UnknownGPUError, match="did you mean 'dgx-h100'"):
+            call()
+    with pytest.raises(gm.UnknownGPUError, match="did you mean 'dgx-b200', .*'b200'"):
+        gm.training_step_time("llama-3-8b", "dgx-b2000", 1, 4096)
+
+
+@pytest.mark.parametrize("argument", ["price_per_gpu_hour", "power_per_gpu_watts"])
+def test_one_price_and_one_power(argument):
+    # an array price gave an array cost; an array power crashed in the record
+    with pytest.raises(gm.ArgumentError, match=f"training_time takes one {argument}") as info:
+        gm.training_time("llama-3.2-1b", "h200", tokens=1e9, batch_size=8, seq_len=1024, **{argument: [1.0, 2.0]})
+    assert info.value.argument == argument

@@ -135,3 +135,28 @@ def test_parallelism_label_only_when_row_slots_sit_idle():
     many = gm.estimate(gm.ops.layer_norm(8192, 4096), "h200")   # every row slot busy
     assert few.bound == "parallelism" and few.parallelism < 1
     assert many.bound != "parallelism"
+
+
+@pytest.mark.parametrize("gpu, dtype, instead", [("v100", "bf16", "fp16"), ("t4", "bf16", "fp16"), ("a100", "fp8", "bf16")])
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_a_gemm_in_a_format_the_gpu_lacks_names_the_format_to_use(gpu, dtype, instead, calibrated):
+    # not a calibration matter: calibrated=False gives the same error, not the datasheet estimate it suggested
+    with pytest.raises(gm.UnsupportedError, match=f"has no {dtype} tensor-core rate .*use {instead} instead") as info:
+        gm.estimate(gm.ops.matmul(4096, 4096, 4096, dtype), gpu, calibrated=calibrated)
+    assert "calibrated=False" not in str(info.value) and gm.gpu(gpu).name in str(info.value)
+    assert (info.value.argument, info.value.value, info.value.allowed) == ("dtype", dtype, instead)
+    with pytest.raises(gm.UnsupportedError, match=f"has no {dtype} tensor-core rate"):
+        gm.estimate_time(gm.ops.matmul(4096, 4096, 4096, dtype), gpu, calibrated=calibrated)
+
+
+def test_bf16_on_a_v100_points_training_to_amp_fp16():
+    with pytest.raises(gm.UnsupportedError, match="precision='amp_fp16'"):
+        gm.estimate(gm.ops.matmul(4096, 4096, 4096, "bf16"), "v100")
+    for calibrated in (True, False):
+        with pytest.raises(gm.UnsupportedError, match="v100-sxm2-32gb has no bf16 tensor-core rate .*"
+                                                      "use precision='amp_fp16' instead") as info:
+            gm.training_step_time("gpt2", "v100", batch_size=1, seq_len=128, calibrated=calibrated)
+        assert (info.value.argument, info.value.value) == ("precision", "amp_bf16")
+    with pytest.raises(gm.UnsupportedError, match="use precision='fp16' instead"):
+        gm.training_step_time("gpt2", "v100", batch_size=1, seq_len=128, precision="bf16")
+    assert gm.training_step_time("gpt2", "v100", batch_size=1, seq_len=128, precision="amp_fp16").seconds > 0

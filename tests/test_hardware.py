@@ -56,6 +56,26 @@ def test_fp8_on_a100_is_an_error_naming_what_exists():
         gm.gpu("h100").peak_flops("int32")
 
 
+def test_a_missing_peak_names_the_format_to_use_instead():
+    with pytest.raises(UnsupportedDTypeError, match=r"v100-sxm2-32gb has no bf16 .*\(use fp16 instead\)") as info:
+        gm.gpu("v100").peak_flops("bf16")
+    assert info.value.argument == "dtype"
+    with pytest.raises(UnsupportedDTypeError, match=r"\(use bf16 instead\)"):
+        gm.gpu("a100").peak_flops("fp8")
+    assert gm.gpu("v100").instead_of("bf16") == "fp16" and gm.gpu("t4").instead_of("bf16") == "fp16"
+    assert gm.gpu("a100").instead_of("fp8") == "bf16" and gm.gpu("h100").instead_of("fp4") == "fp8"
+    assert gm.gpu("h100").instead_of("bf16") is None  # it has bf16
+
+
+def test_visible_memory_above_the_installed_memory_is_refused_in_code():
+    with pytest.raises(gm.RecordError, match="memory_bytes_visible .* exceeds memory_bytes") as info:
+        GPUSpec(**_record(memory_bytes=24 * 2**30, memory_bytes_visible=25 * 2**30))
+    assert info.value.argument == "memory_bytes_visible"
+    # every shipped record, rebuilt from its fields, still validates (decimal "GB" read as up to GiB)
+    for g in gm.all_gpus():
+        assert GPUSpec(**g.model_dump()) == g
+
+
 def test_unknown_dtype_is_an_error():
     with pytest.raises(gm.UnknownDTypeError, match="known number formats"):
         gm.gpu("h100").peak_flops("fp12")

@@ -182,6 +182,58 @@ def test_invalid_input_names_the_argument(kwargs, name):
         gm.occupancy("9.0", **kwargs)
 
 
+def test_static_shared_memory_above_48_kib_is_refused_naming_dynamic():
+    # CUDA caps static shared memory at 48 KiB a block: more is dynamic, after the opt-in attribute
+    with pytest.raises(gm.ArgumentError, match="static_shared_bytes = 65536 exceeds the 48 KiB") as info:
+        gm.occupancy("a100", 256, 32, static_shared_bytes=64 * KIB)
+    assert "dynamic_shared_bytes" in str(info.value)
+    assert (info.value.argument, info.value.value) == ("static_shared_bytes", 64 * KIB)
+    assert "dynamic_shared_bytes" in info.value.allowed
+    with pytest.raises(gm.ArgumentError, match="static_shared_bytes"):
+        gm.occupancy("9.0", 256, 32, static_shared_bytes=np.array([0, 48 * KIB, 48 * KIB + 1]))
+    # 48 KiB itself compiles; the same 64 KiB as dynamic shared memory is a launch the runtime answers
+    assert gm.occupancy("a100", 256, 32, static_shared_bytes=48 * KIB).blocks_per_sm == 3
+    assert gm.occupancy("a100", 256, 32, dynamic_shared_bytes=64 * KIB).blocks_per_sm == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: gm.occupancy_curves("a100", 256, 32, static_shared_bytes=64 * KIB),
+    lambda: gm.max_potential_block_size("a100", 32, static_shared_bytes=64 * KIB),
+    lambda: gm.next_occupancy_step("a100", 256, 32, static_shared_bytes=64 * KIB),
+    lambda: gm.max_dynamic_shared_memory("a100", 1, 256, 32, static_shared_bytes=64 * KIB),
+])
+def test_the_helpers_refuse_static_shared_memory_above_48_kib(call):
+    with pytest.raises(gm.ArgumentError, match="static_shared_bytes .*dynamic_shared_bytes"):
+        call()
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1, 2**70, np.uint64(2**63)])
+def test_huge_counts_are_out_of_range_never_negative(value):
+    for call, name in [(lambda: gm.occupancy("a100", value, 32), "threads_per_block"),
+                       (lambda: gm.occupancy("a100", 256, value), "registers_per_thread"),
+                       (lambda: gm.occupancy_curves("a100", value, 32), "threads_per_block"),
+                       (lambda: gm.next_occupancy_step("a100", 256, value), "registers_per_thread"),
+                       (lambda: gm.max_potential_block_size("a100", value), "registers_per_thread")]:
+        with pytest.raises(gm.ArgumentError, match=f"{name} = 9223372036854775808|{name} = 18446744073709551615|"
+                                                   f"{name} = 1180591620717411303424") as info:
+            call()
+        assert info.value.argument == name and info.value.value > 0 and "-" not in str(info.value).split(";")[0]
+
+
+@pytest.mark.parametrize("values", [np.array([128, 2**63], dtype=np.uint64), [128, 2**63], [128, 2**70], 1e30])
+def test_huge_counts_in_an_array_or_as_floats_are_out_of_range(values):
+    with pytest.raises(gm.ArgumentError, match=r"threads_per_block = (9223372036854775808|9\.22337e\+18|1e\+30|"
+                                               r"1180591620717411303424) is out of range; allowed: 1\.\.1024"):
+        gm.occupancy("a100", values, 32)
+
+
+def test_threads_and_registers_name_their_range():
+    with pytest.raises(gm.ArgumentError, match=r"threads_per_block = 2048 is out of range; allowed: 1\.\.1024"):
+        gm.occupancy("a100", 2048, 32)
+    with pytest.raises(gm.ArgumentError, match=r"registers_per_thread = 256 is out of range; allowed: 0\.\.255"):
+        gm.occupancy("a100", 256, 256)
+
+
 def test_unknown_gpu_or_capability():
     with pytest.raises(gm.UnknownGPUError):
         gm.occupancy("h10x", 128, 32)

@@ -45,7 +45,7 @@ def test_quantised_weights_and_fp8_cache_are_faster_where_they_should_be():
     int8 = gm.decode_step_time("llama-2-7b", "a100", dtype="int8", **kw).seconds
     int4 = gm.decode_step_time("llama-2-7b", "a100", dtype="int4", **kw).seconds
     assert bf16 > int8 > int4
-    long = dict(batch_size=64, context_len=16384)
+    long = dict(batch_size=16, context_len=16384)   # a bf16 cache of 32 GiB: fits an H100 (64 sequences would not)
     assert (gm.decode_step_time("llama-3-8b", "h100", kv_dtype="fp8", **long).breakdown["attention"]
             < 0.7 * gm.decode_step_time("llama-3-8b", "h100", **long).breakdown["attention"])
     assert gm.prefill_time("llama-3-8b", "h100", batch_size=8, prompt_len=2048, dtype="fp8").seconds < \
@@ -68,7 +68,8 @@ def test_arrays_broadcast_like_scalars():
     assert pre.seconds.shape == (2,) and pre.seconds[1] > pre.seconds[0]
 
 
-@settings(max_examples=15, deadline=None)
+@pytest.mark.filterwarnings("ignore::gpumodel.base.errors.DoesNotFitWarning")  # a property of the time alone:
+@settings(max_examples=15, deadline=None)                                     # the sweep reaches caches no GPU holds
 @given(b=st.integers(1, 256), c=st.integers(1, 32768), db=st.integers(1, 64), dc=st.integers(1, 8192))
 def test_decode_time_grows_with_batch_and_context(b, c, db, dc):
     t = gm.decode_step_time("llama-3.2-1b", "h200", batch_size=[b, b + db, b], context_len=[c, c, c + dc]).seconds
@@ -148,3 +149,102 @@ def test_compiled_engine_fuses_each_run_of_memory_bound_kernels():
     c = gm.decode_step_time("llama-3-8b", "h200", batch_size=1, context_len=100, engine="compiled")
     assert c.kernels == g.kernels - 12 * cfg.num_layers and float(c.seconds) < float(g.seconds)
     assert c.breakdown["matmul"] == g.breakdown["matmul"]                    # the GEMMs are the same kernels
+
+
+# ---------------------------------------------------------------------------------------------- memory: fits
+GiB = 2 ** 30
+
+
+def _one_warning(record, cls=gm.DoesNotFitWarning):
+    """The single warning of ``cls`` recorded, pointing at this file (the caller's line, not the library's)."""
+    hits = [w for w in record if issubclass(w.category, cls)]
+    assert len(hits) == 1, [str(w.message) for w in hits]
+    assert hits[0].filename == __file__
+    return str(hits[0].message)
+
+
+def test_prefill_of_405b_on_one_h100_does_not_fit_and_warns():
+    # 405B parameters x 2 B = 811 GB of bf16 weights on an 80 GB card (79.6 GiB usable)
+    with pytest.warns(gm.DoesNotFitWarning) as record:
+        t = gm.prefill_time("llama-3-405b", "h100", batch_size=1, prompt_len=1024)
+    text = _one_warning(record)
+    assert "prefill at batch_size=1, prompt_len=1024" in text and "79.6 GiB h100-sxm offers" in text
+    assert t.fits is False and "DOES NOT FIT" in repr(t) and "DOES NOT FIT" in t._repr_html_()
+    weights = gm.model("llama-3-405b").num_parameters() * 2
+    assert t.peak_bytes > weights > 9 * gm.gpu("h100").usable_memory_bytes
+    assert t.peak_bytes == gm.inference_memory("llama-3-405b", 1, 1024).peak_bytes
+    assert f"needs {t.peak_bytes / GiB:,.1f} GiB per GPU" in text         # the graph engine: the allocated peak
+    assert t.seconds > 0                                                  # the time is still given
+    d = t.to_dict()
+    assert d["fits"] is False and d["peak_bytes"] == t.peak_bytes
+
+
+def test_prefill_of_ten_million_tokens_does_not_fit():
+    # the KV cache alone: 2 (K, V) x 32 layers x 1024 (8 KV heads x 128) x 10**7 tokens x 2 B = 1.31 TB
+    with pytest.warns(gm.DoesNotFitWarning, match="prompt_len=10000000"):
+        t = gm.prefill_time("llama-3-8b", "h100", batch_size=1, prompt_len=10**7)
+    assert t.fits is False and t.peak_bytes > 2 * 32 * 1024 * 10**7 * 2 == 1.31072e12
+
+
+def test_decode_of_a_million_sequences_does_not_fit():
+    # 10**6 caches of 4097 positions x 131,072 B each: 537 TB
+    with pytest.warns(gm.DoesNotFitWarning, match="decode step at batch_size=1000000, context_len=4096"):
+        t = gm.decode_step_time("llama-3-8b", "h100", batch_size=10**6, context_len=4096)
+    assert t.fits is False and t.peak_bytes > 10**6 * 4097 * 131072
+
+
+def test_a_step_that_fits_says_so_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gm.DoesNotFitWarning)
+        t = gm.decode_step_time("llama-3-8b", "h100", batch_size=1, context_len=1024)
+        p = gm.prefill_time("llama-3-8b", "h100", batch_size=1, prompt_len=1024)
+    assert t.fits is True and p.fits is True and "DOES NOT FIT" not in repr(t)
+    # a decode step holds the weights (16.06 GB), the cache of 1025 positions (1025 x 131,072 B) and its logits:
+    # inference_memory of one prompt token generating 1024 more
+    assert t.peak_bytes == gm.inference_memory("llama-3-8b", 1, 1, new_tokens=1024).peak_bytes
+    assert 16.06e9 + 1025 * 131072 < t.peak_bytes < 16.06e9 + 1025 * 131072 + 0.2e9
+    assert p.peak_bytes == gm.inference_memory("llama-3-8b", 1, 1024).peak_bytes
+
+
+def test_arrays_of_sizes_check_each_configuration():
+    with pytest.warns(gm.DoesNotFitWarning, match="1 of 2 configurations of the prefill need up to") as record:
+        t = gm.prefill_time("llama-3-8b", "h100", batch_size=[1, 10**4], prompt_len=4096)
+    _one_warning(record)
+    assert t.fits.tolist() == [True, False] and np.shape(t.peak_bytes) == (2,)
+    assert t.pick(0).fits is True and t.pick(1).fits is False and "1 DO NOT FIT" in repr(t)
+
+
+def test_tensor_parallelism_checks_the_memory_per_gpu():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gm.DoesNotFitWarning)
+        t = gm.prefill_time("llama-3-405b", "h100", batch_size=1, prompt_len=1024, tp=16)
+    assert t.fits is True and t.peak_bytes == gm.inference_memory("llama-3-405b", 1, 1024, tp=16).peak_bytes
+
+
+def test_eager_hf_is_checked_with_the_allocator_reserve():
+    # eager generate runs through PyTorch's caching allocator: its reserve and the CUDA context count too
+    from gpumodel.serving.timing import memory_check, resolve_serving_args
+
+    graph = resolve_serving_args("llama-3-8b", "h100", "bf16", None, 1, "graph")
+    hf = resolve_serving_args("llama-3-8b", "h100", "bf16", None, 1, "hf")
+    m = gm.inference_memory("llama-3-8b", 8, 512)
+    assert memory_check(graph, 8, 512) == (True, m.peak_bytes, m.peak_bytes)
+    assert memory_check(hf, 8, 512) == (True, m.peak_bytes, m.total_bytes)
+
+
+def test_internal_steps_are_not_checked_and_do_not_warn():
+    # serving_capacity and generation_time time steps in loops through step_time: no memory check, no warning
+    import warnings
+
+    from gpumodel.serving.timing import resolve_serving_args, step_time
+
+    setup = resolve_serving_args("llama-3-405b", "h100", "bf16", None, 1, "graph")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gm.DoesNotFitWarning)
+        t = step_time(setup, 1, 1024, 0, "prefill")
+        cap = gm.serving_capacity("llama-3-405b", "h100")
+    assert t.fits is None and t.peak_bytes != t.peak_bytes and cap.max_concurrency == 0

@@ -186,6 +186,36 @@ def test_non_mapping_record(tmp_path):
         load_records(path, gm.GPUSpec)
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "[]\n", "---\n"])
+def test_an_empty_spec_file_says_it_is_empty(tmp_path, text):
+    path = tmp_path / "empty.yaml"
+    path.write_text(text, encoding="utf-8")
+    for load in (gm.load_gpus, lambda p: load_records(p, gm.TransformerConfig)):
+        with pytest.raises(SpecError, match="empty.yaml: the file is empty") as info:
+            load(path)
+        assert "NoneType" not in str(info.value) and info.value.argument == "path"
+
+
+@pytest.mark.parametrize("memory, visible", [("24 GiB", "25 GiB"), ("24 GiB", "26 GB"), ("80 GB", "90 GB"),
+                                             ("85899345920 B", "81 GiB")])
+def test_visible_memory_above_the_installed_memory_is_refused(tmp_path, memory, visible):
+    path = _write(tmp_path / "mine.yaml", _record(memory_bytes=memory, memory_bytes_visible=visible))
+    with pytest.raises(SpecError, match="mine.yaml: record 'my-gpu': field 'memory_bytes_visible': "
+                                        "memory_bytes_visible .* exceeds memory_bytes") as info:
+        gm.load_gpus(path)
+    assert "the driver shows at most what is installed" in str(info.value)
+    assert (info.value.argument, info.value.value) == ("memory_bytes_visible", visible)
+    assert "my-gpu" not in gm.list_gpus()
+
+
+@pytest.mark.parametrize("memory, visible", [("24 GB", "24564 MiB"), ("80 GB", "81559 MiB"), ("80 GB", "80 GiB"),
+                                             ("24 GiB", "24 GiB"), ("24 GiB", "23 GiB")])
+def test_visible_memory_within_the_installed_memory_loads(tmp_path, memory, visible):
+    # a datasheet's decimal "GB" may be binary (the driver shows 81920 MiB of an A100 "80GB"): up to GiB is allowed
+    path = _write(tmp_path / "mine.yaml", _record(memory_bytes=memory, memory_bytes_visible=visible))
+    assert [g.name for g in gm.load_gpus(path)] == ["my-gpu"]
+
+
 def test_duplicate_name_needs_replace(tmp_path):
     path = _write(tmp_path / "h100.yaml", _record("h100-sxm", aliases=[], notes="my clocks", sm_count=132))
     with pytest.raises(SpecError, match="duplicates the one in .*h100-sxm.yaml; pass replace=True"):

@@ -1,7 +1,9 @@
+import warnings
+
 import pytest
 
 import gpumodel as gm
-from gpumodel.training.steptime import step_kernels
+from gpumodel.training.steptime import model_flops_per_token, recompute_flops_per_token, step_kernels
 
 
 def test_step_kernels_count_matmuls_per_layer():
@@ -219,3 +221,80 @@ def test_parallel_layouts_delegate_and_refuse_the_eager_options():
         gm.training_step_time("gpt2", "dgx-h100", batch_size=1, seq_len=512, fused=True, clip_grad_norm=1.0)
     with pytest.raises(gm.ArgumentError, match="framework"):
         gm.training_step_time("gpt2", "h100", batch_size=1, seq_len=512, framework="jax")
+
+
+# ---------------------------------------------------------------- MFU and HFU: one convention, HFU >= MFU
+def _quiet_step(model, gpu, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        return gm.training_step_time(model, gpu, **kw)
+
+
+def test_flop_convention_by_hand_for_gpt2():
+    # GPT-2: N = 124,439,808; embeddings 50257 x 768 + 1024 x 768 = 39,383,808; final norm 2 x 768;
+    # layers 85,054,464 (12 x 7,087,872); L h s = 12 x 768 x 1024 = 9,437,184
+    cfg, lhs = gm.model("gpt2"), 12 * 768 * 1024
+    assert model_flops_per_token(cfg, 1024) == 6 * 124_439_808 + 12 * lhs
+    assert recompute_flops_per_token(cfg, 1024, "none") == 0
+    assert recompute_flops_per_token(cfg, 1024, "selective") == 4 * lhs
+    assert recompute_flops_per_token(cfg, 1024, True) == 2 * 85_054_464 + 4 * lhs
+
+
+def test_hfu_is_mfu_plus_the_recomputed_forward_on_gpt2():
+    # the issue: GPT-2 on H200 in bf16 gave HFU 0.061 < MFU 0.068 (kernel FLOPs with causal attention halved)
+    plain = _quiet_step("gpt2", "h200", batch_size=8, seq_len=1024, precision="bf16")
+    full = _quiet_step("gpt2", "h200", batch_size=8, seq_len=1024, precision="bf16", checkpointing="full")
+    assert plain.hfu == plain.mfu
+    lhs = 12 * 768 * 1024
+    ratio = (6 * 124_439_808 + 12 * lhs + 2 * 85_054_464 + 4 * lhs) / (6 * 124_439_808 + 12 * lhs)   # 1.2417
+    assert full.hfu / full.mfu == pytest.approx(ratio, rel=1e-12) and full.hfu > full.mfu
+    assert full.hardware_flops > plain.hardware_flops   # the kernels' own FLOP sum, kept apart
+
+
+@pytest.mark.parametrize("model, gpu, kw", [
+    ("gpt2", "h200", dict(batch_size=8, seq_len=1024, precision="bf16")),
+    ("llama-3-8b", "h100", dict(batch_size=1, seq_len=4096)),
+    ("llama-3.2-1b", "a100", dict(batch_size=2, seq_len=2048, precision="amp_fp16")),
+    ("mixtral-8x7b", "h200", dict(batch_size=1, seq_len=1024)),
+    ("llama-3-8b", "dgx-h100", dict(batch_size=1, seq_len=4096, framework="megatron",
+                                    parallelism=gm.Parallelism(dp=2, tp=4, sequence_parallel=True))),
+    ("llama-3-70b", "dgx-h100", dict(batch_size=1, seq_len=4096, framework="megatron", gradient_accumulation_steps=8,
+                                     parallelism=gm.Parallelism(dp=2, tp=8, pp=4, zero=1))),
+    ("gpt2", "dgx-a100-80gb", dict(batch_size=4, seq_len=1024, framework="fsdp", parallelism=gm.Parallelism(dp=8, zero=3))),
+])
+def test_hfu_equals_mfu_without_recomputation_and_exceeds_it_with_it(model, gpu, kw):
+    steps = {c: _quiet_step(model, gpu, checkpointing=c, **kw) for c in ("none", "selective", "full")}
+    parallel = "parallelism" in kw
+    assert steps["none"].hfu == pytest.approx(steps["none"].mfu, rel=1e-12)
+    assert steps["full"].hfu > steps["full"].mfu
+    if parallel:   # Megatron-style selective recomputation of the attention core
+        assert steps["selective"].hfu > steps["selective"].mfu
+    else:          # eager Hugging Face has no selective recomputation: nothing is recomputed
+        assert steps["selective"].hfu == steps["selective"].mfu
+    for c, st in steps.items():
+        assert st.hfu >= st.mfu, c
+        # same convention: the step's FLOPs over its time, recomputed work added
+        tokens = st.tokens_per_s * st.seconds
+        cfg, s = gm.model(model), kw["seq_len"]
+        recomputed = c if (parallel or c == "full") else "none"
+        used = (model_flops_per_token(cfg, s) + recompute_flops_per_token(cfg, s, recomputed)) * tokens
+        assert st.hfu / st.mfu == pytest.approx(used / st.model_flops, rel=1e-9)
+
+
+def test_expert_load_on_a_dense_model_says_it_is_not_a_mixture_of_experts():
+    # it read "expert_load must be no non-negative shares, one per expert of llama-3-8b"
+    with pytest.raises(gm.ArgumentError, match="expert_load applies to mixture-of-experts models only: llama-3.2-1b "
+                                               "is a dense model") as info:
+        _st(expert_load=[0.5, 0.5])
+    assert info.value.argument == "expert_load" and info.value.allowed == "None for a dense model"
+
+
+@pytest.mark.parametrize("load, match", [
+    ([1.0, 1.0], "expert_load must have 8 shares, one per expert of mixtral-8x7b, got 2 values"),
+    ([0.0] * 8, "expert_load is all zero"),
+    ([-1.0] + [1.0] * 7, "expert_load must be a number >= 0"),
+])
+def test_expert_load_of_a_moe_model(load, match):
+    with pytest.raises(gm.ArgumentError, match=match) as info:
+        _quiet_step("mixtral-8x7b", "h200", batch_size=1, seq_len=128, expert_load=load)
+    assert info.value.argument == "expert_load"

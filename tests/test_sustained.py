@@ -82,6 +82,7 @@ def test_training_steps_are_priced_under_sustained_load():
     assert 1.03 < st.seconds / iso.seconds < cal.parameters["sustained_slowdown"]
 
 
+@pytest.mark.slow
 def test_calibrate_keeps_the_measured_slowdown(tmp_path):
     from gpumodel.calibration.record import load_calibration
     from gpumodel.cli import main

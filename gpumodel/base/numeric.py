@@ -60,6 +60,23 @@ def _integers(value: Any, name: str, lowest: int, what: str):
     return arr.astype(np.int64)
 
 
+def _beyond_int64(value: Any) -> int | None:
+    """The first Python or numpy integer of ``value`` (a scalar or an array of them) that no int64 holds, or None."""
+    if isinstance(value, (str, bytes, bool, np.bool_)):
+        return None
+    try:
+        items = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    if items.dtype.kind not in "uO":  # signed integers and floats hold no such value (floats are checked apart)
+        return None
+    for item in items.flat:
+        if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)) \
+                and not -_INT64_LIMIT <= item < _INT64_LIMIT:
+            return int(item)
+    return None
+
+
 def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowed: str | None = None) -> np.ndarray:
     """Whole numbers in ``[low, high]`` as an ``int64`` array (0-d for a scalar); ``allowed`` describes the range.
 
@@ -67,14 +84,22 @@ def bounded_int(value: Any, name: str, low: int, high: int | None = None, allowe
     64
     """
     allowed = allowed or (f">= {low}" if high is None else f"{low}..{high}")
+    big = _beyond_int64(value)
+    if big is not None:  # a whole number no int64 holds: out of any range here
+        raise ArgumentError(f"{name} = {big} is out of range; allowed: {allowed}", argument=name, value=big,
+                            allowed=allowed)
     arr = _numeric_array(value, name, f"whole numbers ({allowed})", allow_empty=True)
     if arr.size == 0:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
             raise ArgumentError(f"{name} is NaN; allowed: {allowed}", argument=name, value=value, allowed=allowed)
-        if np.isinf(arr).any() or (arr != np.floor(arr)).any() or (np.abs(arr) >= _INT64_LIMIT).any():
+        if np.isinf(arr).any() or (arr != np.floor(arr)).any():
             raise ArgumentError(f"{name} must be whole numbers ({allowed}), got {value!r}", argument=name, value=value,
+                                allowed=allowed)
+        if (np.abs(arr) >= _INT64_LIMIT).any():  # whole, but beyond int64: out of any range here
+            first = arr[np.abs(arr) >= _INT64_LIMIT].flat[0].item()
+            raise ArgumentError(f"{name} = {first:g} is out of range; allowed: {allowed}", argument=name, value=first,
                                 allowed=allowed)
     arr = arr.astype(np.int64)
     bad = arr < low if high is None else (arr < low) | (arr > high)

@@ -4,7 +4,8 @@ Submodules (imported on first use; this package never imports torch itself):
 
 * :mod:`~gpumodel.calibration.bench` - torch microbenchmarks (the ``torch`` extra);
 * :mod:`~gpumodel.calibration.model` - the fitted efficiency model (numpy only);
-* :mod:`~gpumodel.calibration.fit` - least-squares fit of that model to measured points;
+* :mod:`~gpumodel.calibration.fit` - least-squares fit of that model to measured points (read and grouped by
+  :mod:`~gpumodel.calibration.points`);
 * :mod:`~gpumodel.calibration.record` - the :class:`Calibration` record, YAML load/save, shipped catalog;
 * :mod:`~gpumodel.calibration.priors` - per-architecture achieved fractions of datasheet peaks (cited);
 * :mod:`~gpumodel.calibration.transfer` - a calibration carried to a GPU without one.

@@ -60,16 +60,36 @@ STREAM_MAX_EDGE = max(max(tile) for tile in TILES)
 BMM_STREAM_MAX_EDGE = 128
 
 
-def _flops_param(params: Mapping[str, float], op: Any) -> float:
+def _flops_param(params: Mapping[str, float], op: Any, gpu: Any = None) -> float:
+    """The GEMM rate [FLOP/s] of the op's dtype; refused where the GPU (``gpu``, its record) or the model has none."""
     dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
     if dt in ("fp8_e4m3", "fp8_e5m2"):
         dt = "fp8"
     key = f"flops_{dt}"
     if key not in params:
-        known = sorted(k[6:] for k in params if k.startswith("flops_"))
+        known = sorted(k[6:] for k in params if k.startswith("flops_") and not k.endswith("_mm"))
+        if gpu is not None and hasattr(gpu, "supports") and not gpu.supports(dt):  # the hardware lacks it
+            raise unsupported_gemm_dtype(gpu, dt)
         raise UnsupportedDTypeError(f"no GEMM rate for dtype {dt!r} in this model (known: {', '.join(known)}); "
-                                    "for a calibrated GPU, calibrated=False gives the datasheet estimate")
+                                    "for a calibrated GPU, calibrated=False gives the datasheet estimate",
+                                    argument="dtype", value=dt, allowed=", ".join(known))
     return params[key]
+
+
+def unsupported_gemm_dtype(gpu: Any, dt: str) -> UnsupportedDTypeError:
+    """The error for a GEMM in a number format the GPU has no execution path for, naming the format to use.
+
+    >>> import gpumodel as gm
+    >>> print(unsupported_gemm_dtype(gm.gpu("a100"), "fp8"))
+    a100-sxm4-80gb has no fp8 tensor-core rate (its datasheet has no fp8 execution path): use bf16 instead
+    """
+    alt = gpu.instead_of(dt)
+    what = " (precision='amp_fp16' for a training step)" if alt == "fp16" and dt == "bf16" else ""
+    unit = "tensor-core rate" if dt not in ("fp32", "fp64") else "rate"
+    have = ", ".join(k for k, v in gpu.peaks.model_dump().items() if v is not None)
+    use = f": use {alt} instead{what}" if alt else f"; it has: {have}"
+    return UnsupportedDTypeError(f"{gpu.name} has no {dt} {unit} (its datasheet has no {dt} execution path){use}",
+                                 argument="dtype", value=dt, allowed=alt or have)
 
 
 def _load_alignment(op: Any, k: np.ndarray, n: np.ndarray, e: float) -> np.ndarray:
@@ -115,7 +135,7 @@ def fill_split(base_tiles: np.ndarray, slots: Any, sm_count: float) -> np.ndarra
     return np.maximum(np.floor(sm_count * np.asarray(slots, dtype=float) / base_tiles), 1.0)
 
 
-def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.ndarray:
+def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float, gpu: Any = None) -> np.ndarray:
     """The tensor-core rate [FLOP/s] of a GEMM's kernel generation, chosen by its operands' alignment
     (``align``: :func:`_load_alignment`, bytes; ``e``: bytes per element).
 
@@ -128,7 +148,7 @@ def _rate(p: Mapping[str, float], op: Any, align: np.ndarray, e: float) -> np.nd
     ``unaligned_flops_wide`` times the ratio of the aligned tf32 and bf16 rates (the tensor cores' rate
     ratio of the two types).
     """
-    full = _flops_param(p, op)
+    full = _flops_param(p, op, gpu)
     wide = p.get("unaligned_flops_wide", p["unaligned_flops"])
     if e == 4.0:
         wide = wide * p.get("flops_tf32", full) / p.get("flops_bf16", full)
@@ -143,7 +163,7 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
     batch = farray(s.get("batch", 1.0))
     e = elem_bytes(op)
     align = _load_alignment(op, k, n, e)
-    rate = _rate(p, op, align, e) / P
+    rate = _rate(p, op, align, e, model.gpu) / P
     # the older kernels an unaligned GEMM falls back to do not overlap a tile's prologue and epilogue with
     # the previous tile's math (no TMA, no warp specialisation): their own fixed time per tile
     overhead = np.where(align >= 16, p["tile_overhead_s"],

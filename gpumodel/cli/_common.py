@@ -25,6 +25,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -36,7 +37,8 @@ from gpumodel.base.reprs import text_table
 
 __all__ = [
     "parse_count", "parse_bytes", "parse_seconds", "parse_number", "count_type", "output_path", "input_path",
-    "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable", "OptionError",
+    "read_json_object", "refuse", "fill", "print_table", "print_json", "to_jsonable", "OptionError", "HelpFormatter",
+    "wrap_values", "terminal_width",
 ]
 
 
@@ -120,6 +122,21 @@ def refuse(given: Iterable[str], needs: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- output
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` that keeps the epilog's lines as written and ends each option's help with its default.
+
+    Options without a default (None), switches (False) and positional arguments show none; a help text
+    that already names ``%(default)s`` is left as it is.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if (not text or "%(default)" in text or not action.option_strings
+                or action.default in (None, False, argparse.SUPPRESS)):
+            return text
+        return text + " (default: %(default)s)"
+
+
 def fill(text: str, width: int = 88) -> str:
     """A paragraph wrapped for ``--help`` (the parsers keep their epilogs' lines as written)."""
     return textwrap.fill(" ".join(text.split()), width)
@@ -148,6 +165,49 @@ def print_json(value: Any, file=None) -> None:
     (file or sys.stdout).write("\n")
 
 
+def terminal_width() -> int:
+    """Columns of the terminal (``shutil.get_terminal_size``; 100 where there is none, as in a pipe)."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def wrap_values(rows: Iterable[Sequence[Any]], width: int | None = None) -> list[tuple[str, ...]]:
+    """Rows of a two-column ``field | value`` table with long values wrapped onto continuation rows, so
+    that the table fits in ``width`` columns (default: the terminal's, :func:`terminal_width`).
+
+    >>> wrap_values([("notes", "one two three four five six"), ("name", "h100")], width=20)  # 20 at least
+    [('notes', 'one two three four'), ('', 'five six'), ('name', 'h100')]
+    """
+    rows = [(str(k), str(v)) for k, v in rows]
+    width = terminal_width() if width is None else width
+    key_width = max((len(k) for k, _ in rows), default=0)
+    room = max(width - key_width - 2, 20)          # two spaces between the columns; never narrower than 20
+    out: list[tuple[str, ...]] = []
+    for key, value in rows:
+        lines = textwrap.wrap(value, room, break_long_words=False, break_on_hyphens=False) or [value]
+        out += [(key, lines[0])] + [("", line) for line in lines[1:]]
+    return out
+
+
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], file=None, align_numbers: bool = True) -> None:
     """A plain, aligned text table (:func:`gpumodel.base.reprs.text_table`) written to ``file`` (stdout)."""
     (file or sys.stdout).write(text_table(headers, rows, align_numbers) + "\n")
+
+
+def progress(message: str, file=None) -> None:
+    """Say what a command that takes over a second is about to do: ``message`` on one line of stderr.
+
+    Written only when the stream (stderr) is a terminal, so that a pipe, a log file and the JSON of ``--json``
+    (stdout in any case) stay clean.
+
+    Parameters
+    ----------
+    message : str
+        What is being worked on, e.g. ``"planning llama-3-70b on 64 GPUs of dgx-h100..."``.
+    file : file-like, optional
+        The stream (default: ``sys.stderr``).
+    """
+    stream = file or sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        stream.write(message + "\n")
+        stream.flush()

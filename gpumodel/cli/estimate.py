@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import fill, input_path, print_json, print_table, refuse
+from ._common import fill, input_path, print_json, print_table, progress, refuse
 from ._opargs import SIZES_HELP, add_op_arguments, build_op, op_usage, selected_gpus
 from ..vocabulary import format_seconds as fs
 from ..base.units import format_quantity as fq
@@ -51,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         refuse(["--uncalibrated"] if args.uncalibrated else [], "cannot be given with --calibration")
         input_path(args.calibration, "--calibration")
     op, gpus = build_op(args), selected_gpus(args)
+    progress(f"estimating {op.name} on {', '.join(g.name for g in gpus)}...")
     results = []
     for g in gpus:
         est = estimate(op, g, calibrated=not args.uncalibrated, calibration=args.calibration)

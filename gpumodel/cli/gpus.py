@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from ._common import print_json, print_table
+from ._common import print_json, print_table, wrap_values
 from ..records.gpu import GPUSpec
 from ..vocabulary.gpus import gpu, list_gpus
 from ..base.errors import ArgumentError
@@ -120,5 +120,5 @@ def _gpu(args: argparse.Namespace) -> int:
         cap = format_quantity(lvl.capacity, "B", binary=lvl.per_sm) if lvl.capacity else "-"
         rows.append((f"level {lvl.level}", f"{cap}{' per SM' if lvl.per_sm else ''}, {bw} ({lvl.basis}: {lvl.source})"))
     rows += [("source", g.source), ("notes", g.notes or "-")]
-    print_table(["field", "value"], rows, align_numbers=False)
+    print_table(["field", "value"], wrap_values(rows), align_numbers=False)   # long notes wrapped to the terminal
     return 0

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
-from ._common import count_type, output_path, print_json, print_table, read_json_object, refuse
+from ._common import count_type, output_path, print_json, print_table, progress, read_json_object, refuse
 from ..vocabulary import resolve_model
 import gpumodel as gm
 
@@ -25,7 +26,8 @@ JSON output (--json), SI units:
   reserved_bytes [B] (allocator estimate), total_bytes [B] (with the CUDA context),
   gpu_memory_bytes [B] (usable), fits (true/false), headroom_bytes [B] (negative: does not fit),
   max_batch_size (largest batch that fits at --seq), options {keyword: value} (what was passed),
-  plot (the file written, with --plot).
+  suggestions (when it does not fit: a list of {change (the options to give), total_bytes [B] per
+  GPU, fits (true/false)}), plot (the file written, with --plot).
 With --list --json: a list of model preset names.
 
 Counts (--batch, --seq, ...) accept 4096, 8Ki (8192), 1e6. Training-only options (--precision,
@@ -114,6 +116,7 @@ def _memory(args: argparse.Namespace) -> int:
     else:
         raise gm.ArgumentError("give a model preset name (see `gpumodel memory --list`) or --hf-config PATH")
     gpu = gm.gpu(args.gpu)
+    progress(f"sizing {cfg.name} on {gpu.name}: the memory of batch {args.batch} and the largest batch that fits...")
     if args.inference:
         kw = dict(dtype=args.dtype, kv_dtype=args.kv_dtype, new_tokens=args.new_tokens, attention=args.attention,
                   tp=args.tp)
@@ -130,7 +133,8 @@ def _memory(args: argparse.Namespace) -> int:
                   seq_len=args.seq, mode="inference" if args.inference else "training", peak_bytes=m.peak_bytes,
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
                   total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(headroom >= 0),
-                  headroom_bytes=headroom, max_batch_size=best, options=kw)
+                  headroom_bytes=headroom, max_batch_size=best, options=kw,
+                  suggestions=[] if headroom >= 0 else _suggestions(args, cfg, gpu, kw))
     if plot:
         _plot(args, plot, cfg, gpu, m, best, kw)
         result["plot"] = str(plot)
@@ -147,9 +151,83 @@ def _memory(args: argparse.Namespace) -> int:
     verdict = "fits" if headroom >= 0 else "does NOT fit"
     print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
     print(f"largest batch that fits at seq {args.seq}: {best}")
+    if result["suggestions"]:
+        print("what would fit (each change alone, then together; total per GPU with the CUDA context):")
+        print_table(["change", "GiB per GPU", "fits"],
+                    [(s["change"], f"{s['total_bytes'] / GiB:,.2f}" if s["total_bytes"] == s["total_bytes"] else "-",
+                      "yes" if s["fits"] else "no")
+                     for s in result["suggestions"]])
     if plot:
         print(f"wrote {plot}")
     return 0
+
+
+def _flags(changes: dict) -> str:
+    """Options as the command line takes them: ``--checkpointing full --precision bf16``."""
+    return " ".join(f"{_flag(k)} {v}" if v is not True else _flag(k) for k, v in changes.items())
+
+
+def _suggestions(args: argparse.Namespace, cfg, gpu, kw: dict) -> list[dict]:
+    """Changes that shrink a run that does not fit, each with the memory it needs per GPU (``total_bytes``,
+    allocator reserve and CUDA context included) and whether that fits; from the library's memory and sizing
+    functions, as notebook 03 ("will it fit") tries them.
+
+    Training: full activation recomputation, bf16 weights and optimizer states, an 8-bit AdamW, the three
+    together, and the fewest GPUs with the data/tensor/pipeline split and ZeRO stage that fit
+    (:func:`gpumodel.min_gpus`). Serving: int8 and int4 weights, an fp8 KV cache, and the fewest GPUs of
+    tensor parallelism that fit.
+    """
+    have = gpu.usable_memory_bytes
+    out: list[dict] = []
+
+    def need(**change) -> float:
+        fn = gm.inference_memory if args.inference else gm.training_memory
+        return float(fn(cfg, args.batch, args.seq, **{**kw, **change}).total_bytes)
+
+    def add(changes: dict, total: float) -> None:
+        out.append(dict(change=_flags(changes), total_bytes=total, fits=bool(total <= have)))
+
+    if args.inference:
+        tries = {}
+        if args.dtype not in ("int8", "int4"):
+            tries["int8"] = {"dtype": "int8"}
+        if args.dtype != "int4":
+            tries["int4"] = {"dtype": "int4"}
+        if args.kv_dtype not in ("fp8", "int8"):
+            tries["kv"] = {"kv_dtype": "fp8"}
+        if args.dtype != "int4" and args.kv_dtype not in ("fp8", "int8"):
+            tries["both"] = {"dtype": "int4", "kv_dtype": "fp8"}
+        for changes in tries.values():
+            add(changes, need(**changes))
+        layout = ("tp",)
+    else:
+        tries = {}
+        if args.checkpointing != "full":
+            tries["checkpointing"] = "full"
+        if args.precision in ("amp_bf16", "amp_fp16", "fp32"):
+            tries["precision"] = "bf16"
+        if args.optimizer in ("adamw", "adam"):
+            tries["optimizer"] = "adamw_8bit"
+        for key, value in tries.items():
+            add({key: value}, need(**{key: value}))
+        if len(tries) > 1:
+            add(tries, need(**tries))
+        layout = ("dp", "tp", "pp", "zero", "sequence_parallel", "gradient_accumulation_steps")
+    rest = {k: v for k, v in kw.items() if k not in layout}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.GpumodelWarning)
+        plan = gm.min_gpus(cfg, gpu, args.batch, args.seq, training=not args.inference, **rest)
+    if plan is not None and plan.num_gpus > 1:
+        split = {"dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "zero": plan.zero}
+        changes = {k: v for k, v in split.items() if v > (0 if k == "zero" else 1)}
+        if plan.tp > 1 and not args.inference:
+            changes["sp"] = True                  # min_gpus splits the sequence with tp, and
+        if plan.pp > 1:
+            changes["grad_accum"] = plan.pp       # runs pp micro-batches through the pipeline
+        out.append(dict(change=f"{plan.num_gpus} GPUs: {_flags(changes)}", total_bytes=plan.per_gpu_bytes, fits=True))
+    elif plan is None:
+        out.append(dict(change="no split over up to 4096 GPUs (tp <= 8) fits", total_bytes=float("nan"), fits=False))
+    return out
 
 
 def _plot(args: argparse.Namespace, path, cfg, gpu, m, best: int, kw: dict) -> None:

@@ -45,7 +45,8 @@ import numpy as np
 
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError
-from ..vocabulary import choice, nonnegative_number, positive_int, positive_number, resolve_system, scalar_or_array
+from ..vocabulary import (broadcastable, choice, nonnegative_number, positive_int, positive_number, resolve_system,
+                          scalar_or_array)
 from ..records.system import Fabric
 from .groups import BUS_EFFICIENCY, Collective, group_layout, link_bus_bandwidth
 from .nvls import NVLS_COLLECTIVES, nvls_time
@@ -137,7 +138,8 @@ def latency_steps(collective: Any, n: Any, algorithm: Any = "ring") -> Any:
     alg = choice(Algorithm, algorithm, "algorithm")
     if alg == Algorithm.NVLS:
         raise ArgumentError("algorithm='nvls' reduces in the switch and has no ring steps; give a system to "
-                            "system_collective_time, or use 'ring' or 'tree'")
+                            "system_collective_time, or use 'ring' or 'tree'", argument="algorithm",
+                            value=algorithm, allowed="'ring', 'tree' or 'hierarchical'")
     n = np.asarray(positive_int(n, "n"), float)
     if op == Collective.SEND_RECV:
         steps = np.where(n > 1, 1.0, 0.0)
@@ -170,7 +172,9 @@ def collective_time(collective: Any, nbytes: Any, n: Any, bus_bandwidth: Any, st
     Returns
     -------
     float or ndarray
-        ``base + steps * step_latency + bus_factor * nbytes / bus_bandwidth`` [s]; 0 for ``n = 1``.
+        ``base + steps * step_latency + bus_factor * nbytes / bus_bandwidth`` [s]; 0 for ``n = 1``. Array
+        arguments broadcast together; shapes that do not broadcast are refused with an
+        :class:`~gpumodel.base.errors.ArgumentError` naming them.
 
     Examples
     --------
@@ -184,6 +188,8 @@ def collective_time(collective: Any, nbytes: Any, n: Any, bus_bandwidth: Any, st
     bw = positive_number(bus_bandwidth, "bus_bandwidth")
     alpha = nonnegative_number(step_latency, "step_latency")
     base = nonnegative_number(base_latency, "base_latency")
+    n = positive_int(n, "n")
+    broadcastable(nbytes=nbytes, n=n, bus_bandwidth=bw, step_latency=alpha, base_latency=base)
     f = np.asarray(bus_factor(collective, n))
     steps = np.asarray(latency_steps(collective, n, algorithm))
     t = np.where(f > 0, base + steps * alpha + f * np.asarray(nbytes) / bw, 0.0)
@@ -198,13 +204,26 @@ def algbw(nbytes: Any, seconds: Any) -> Any:
     nbytes : float or array
         Message size as nccl-tests counts it (the whole buffer) [B].
     seconds : float or array
-        Time of the collective [s].
+        Time of the collective [s]; a positive number (0, a negative time or NaN is refused with an
+        :class:`~gpumodel.base.errors.ArgumentError` naming ``seconds``).
 
     Returns
     -------
     float or ndarray
         ``nbytes / seconds`` [B/s].
+
+    Examples
+    --------
+    >>> algbw(1e9, 1e-2) / 1e9   # 1 GB in 10 ms [GB/s]
+    100.0
+    >>> algbw(1e9, 0)
+    Traceback (most recent call last):
+    ...
+    gpumodel.base.errors.ArgumentError: seconds must be a positive number, got 0
     """
+    nbytes = nonnegative_number(nbytes, "nbytes")
+    seconds = positive_number(seconds, "seconds")
+    broadcastable(nbytes=nbytes, seconds=seconds)
     return scalar_or_array(np.asarray(nbytes, float) / np.asarray(seconds, float))
 
 
@@ -218,7 +237,7 @@ def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
     nbytes : float or array
         Message size as nccl-tests counts it (the whole buffer) [B].
     seconds : float or array
-        Time of the collective [s].
+        Time of the collective [s]; a positive number.
     n : int or array
         Ranks.
 
@@ -227,12 +246,22 @@ def busbw(collective: Any, nbytes: Any, seconds: Any, n: Any) -> Any:
     float or ndarray
         ``nbytes / seconds * bus_factor(collective, n)`` [B/s].
 
+    Raises
+    ------
+    ArgumentError
+        ``seconds`` <= 0 or NaN, ``nbytes`` < 0, ``n`` < 1, or array arguments whose shapes do not broadcast.
+
     Examples
     --------
     >>> busbw("all_reduce", 1e9, 1.75e-2, 8) / 1e9   # 1 GB in 17.5 ms over 8 ranks
     100.0
     """
-    return scalar_or_array(np.asarray(algbw(nbytes, seconds)) * np.asarray(bus_factor(collective, n)))
+    op = choice(Collective, collective, "collective")
+    nbytes = nonnegative_number(nbytes, "nbytes")
+    seconds = positive_number(seconds, "seconds")
+    n = positive_int(n, "n")
+    broadcastable(nbytes=nbytes, seconds=seconds, n=n)
+    return scalar_or_array(np.asarray(algbw(nbytes, seconds)) * np.asarray(bus_factor(op, n)))
 
 
 def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
@@ -258,7 +287,9 @@ def group_bus_bandwidth(system: Any, n: Any, stride: Any = 1) -> Any:
         spans nodes of a system without a network.
     """
     s = resolve_system(system)
-    k, nodes = group_layout(s, positive_int(n, "n"), positive_int(stride, "stride"))
+    n, stride = positive_int(n, "n"), positive_int(stride, "stride")
+    broadcastable(n=n, stride=stride)
+    k, nodes = group_layout(s, n, stride)
     intra = link_bus_bandwidth(s.intra_node)
     if s.inter_node is None:
         net = np.where(nodes > 1, np.nan, np.inf)
@@ -309,6 +340,9 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
     s = resolve_system(system)
     alg = choice(Algorithm, algorithm, "algorithm")
     op = choice(Collective, collective, "collective")
+    nbytes = nonnegative_number(nbytes, "nbytes")
+    n, stride = positive_int(n, "n"), positive_int(stride, "stride")
+    broadcastable(nbytes=nbytes, n=n, stride=stride)
     if alg == Algorithm.NVLS:
         return nvls_time(op, nbytes, s, n, stride)
     if alg == Algorithm.AUTO:

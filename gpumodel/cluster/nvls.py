@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError
-from ..vocabulary import choice, nonnegative_number, positive_int, resolve_system, scalar_or_array
+from ..vocabulary import broadcastable, choice, nonnegative_number, positive_int, resolve_system, scalar_or_array
 from .groups import Collective, group_layout, link_bus_bandwidth
 
 __all__ = ["NVLS_EFFICIENCY", "NVLS_LATENCY_S", "NVLS_TREE_HOP_LATENCY_S", "NVLS_TREE_RAIL_CAP",
@@ -97,8 +97,11 @@ def nvls_efficiency(system: Any) -> float:
     return NVLS_EFFICIENCY[_generation(s)] if s.nvlink_sharp else 0.0
 
 
-def _layout(s, n, stride):
-    return group_layout(s, positive_int(n, "n"), positive_int(stride, "stride"))
+def _layout(s, n, stride, **others):
+    """(ranks per node, nodes) of the groups; ``n``, ``stride`` and the ``others`` must broadcast together."""
+    n, stride = positive_int(n, "n"), positive_int(stride, "stride")
+    broadcastable(**others, n=n, stride=stride)
+    return group_layout(s, n, stride)
 
 
 def nvls_available(collective: Any, system: Any, n: Any, stride: Any = 1) -> Any:
@@ -156,6 +159,7 @@ def nvls_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1
     op = choice(Collective, collective, "collective")
     s = resolve_system(system)
     nbytes = np.asarray(nonnegative_number(nbytes, "nbytes"), float)
+    k, nodes = _layout(s, n, stride, nbytes=nbytes)
     ok = np.asarray(nvls_available(op, s, n, stride), bool)
     if strict and not np.all(ok | (np.asarray(n) == 1)):
         why = ("the system has no NVLink SHARP (nvlink_sharp: false)" if not s.nvlink_sharp else
@@ -163,8 +167,8 @@ def nvls_time(collective: Any, nbytes: Any, system: Any, n: Any, stride: Any = 1
                else "NVLS needs two or more GPUs of the group in each node, and all-gather and reduce-scatter "
                     "inside one node (across nodes they need IB SHARP)")
         raise ArgumentError(f"algorithm='nvls' is not available for {op.value} on {s.name} with n={n}, "
-                            f"stride={stride}: {why}; use 'ring', 'tree' or 'auto'")
-    k, nodes = _layout(s, n, stride)
+                            f"stride={stride}: {why}; use 'ring', 'tree' or 'auto'", argument="algorithm",
+                            value="nvls", allowed="'ring', 'tree' or 'auto'")
     nn = np.asarray(n, float)
     if not s.nvlink_sharp:
         return scalar_or_array(np.where(nn > 1, np.inf, 0.0) + 0 * nbytes)

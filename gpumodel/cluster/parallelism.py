@@ -16,12 +16,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ..base.errors import ArgumentError
 from ..vocabulary.parallel_rules import divides, tensor_parallel
 from ..vocabulary import flag, nonnegative_int, positive_int, resolve_model
 from ..base.reprs import html_table
 
-__all__ = ["Parallelism"]
+__all__ = ["Parallelism", "MAX_DEGREE"]
+
+#: Largest parallel degree, and largest ``dp * tp * pp * cp``, a layout may have [GPUs]: 2**20 (1,048,576),
+#: beyond any cluster built; a larger degree is a typo, and would overflow the rank arithmetic.
+MAX_DEGREE = 2**20
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,16 @@ class Parallelism:
         replace the all-reduces.
     virtual_stages : int
         Model chunks per pipeline stage (interleaved 1F1B schedule); 1 is plain 1F1B.
+
+    Each degree, and the job's GPU count ``dp * tp * pp * cp``, must be from 1 to :data:`MAX_DEGREE`
+    (2**20); a larger one is refused with an :class:`~gpumodel.base.errors.ArgumentError` naming it.
+
+    Examples
+    --------
+    >>> Parallelism(dp=2**63)
+    Traceback (most recent call last):
+    ...
+    gpumodel.base.errors.ArgumentError: dp=9223372036854775808 is too large: each parallel degree is at most 2**20 (1,048,576) GPUs
     """
 
     dp: int = 1
@@ -61,23 +77,39 @@ class Parallelism:
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages"):
-            value = positive_int(getattr(self, name), name)
-            if not isinstance(value, int):
-                raise ArgumentError(f"{name} must be one positive integer, got an array")
-            object.__setattr__(self, name, value)
+            raw = getattr(self, name)
+            if not isinstance(raw, str) and np.ndim(raw):
+                raise ArgumentError(f"{name} must be one positive integer, got an array", argument=name, value=raw,
+                                    allowed="one positive integer")
+            number = isinstance(raw, (int, float, np.integer, np.floating)) and not isinstance(raw, bool)
+            if number and raw > MAX_DEGREE and raw != float("inf"):   # checked before int64 limits apply
+                shown = int(raw) if isinstance(raw, (int, np.integer)) else f"{raw:g}"
+                raise ArgumentError(f"{name}={shown} is too large: each parallel degree is at most 2**20 "
+                                    f"({MAX_DEGREE:,}) GPUs", argument=name, value=raw,
+                                    allowed=f"an integer from 1 to {MAX_DEGREE:,} (2**20)")
+            object.__setattr__(self, name, positive_int(raw, name))
+        gpus = self.dp * self.tp * self.pp * self.cp
+        if gpus > MAX_DEGREE:
+            raise ArgumentError(f"dp * tp * pp * cp = {gpus:,} GPUs is too many: a layout has at most 2**20 "
+                                f"({MAX_DEGREE:,}) GPUs (dp={self.dp}, tp={self.tp}, pp={self.pp}, cp={self.cp})",
+                                argument="dp * tp * pp * cp", value=gpus,
+                                allowed=f"a product from 1 to {MAX_DEGREE:,} (2**20)")
         zero = nonnegative_int(self.zero, "zero")
         if not isinstance(zero, int) or zero > 3:
-            raise ArgumentError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+            raise ArgumentError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}", argument="zero", value=self.zero,
+                                allowed="0, 1, 2 or 3")
         object.__setattr__(self, "zero", zero)
         object.__setattr__(self, "sequence_parallel", flag(self.sequence_parallel, "sequence_parallel"))
         divides(self.ep, self.dp * self.cp, "ep", "dp * cp")
         if self.zero and self.dp * self.cp == 1:
             raise ArgumentError(f"zero={self.zero} shards over the data-parallel (and context-parallel) ranks and "
-                                "needs dp * cp > 1")
+                                "needs dp * cp > 1", argument="zero", value=self.zero, allowed="0 when dp * cp = 1")
         if self.virtual_stages > 1 and self.pp == 1:
-            raise ArgumentError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
+            raise ArgumentError("virtual_stages > 1 needs pipeline parallelism (pp > 1)", argument="virtual_stages",
+                                value=self.virtual_stages, allowed="1 when pp = 1")
         if self.sequence_parallel and self.tp == 1:
-            raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
+            raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)", argument="sequence_parallel",
+                                value=True, allowed="False when tp = 1")
 
     @property
     def num_gpus(self) -> int:

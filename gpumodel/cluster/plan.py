@@ -24,6 +24,7 @@ import numpy as np
 
 from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from ..base.reprs import text_table
 from ..core.memory import training_memory
 from ..vocabulary.parallel_rules import splits_model
 from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, positive_int, positive_number,
@@ -89,8 +90,24 @@ class TrainingPlan:
         return self.rows[0]
 
     def parallelism(self, rank: int = 0):
-        """The :class:`~gpumodel.cluster.parallelism.Parallelism` of a ranked layout."""
-        r = self.rows[rank]
+        """The :class:`~gpumodel.cluster.parallelism.Parallelism` of a ranked layout.
+
+        Parameters
+        ----------
+        rank : int
+            Index of the layout in :attr:`rows`: ``0`` (the best) to ``len(rows) - 1``; anything else is
+            refused with an :class:`~gpumodel.base.errors.ArgumentError` naming ``rank`` and the row count.
+        """
+        n = len(self.rows)
+        allowed = f"an int from 0 to {n - 1} ({n} rows)" if n else "none: the plan has no rows"
+        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+            raise ArgumentTypeError(f"rank must be an int (the index of a row: {allowed}), got {rank!r} "
+                                    f"({type(rank).__name__})", argument="rank", value=rank, allowed=allowed)
+        if not 0 <= rank < n:
+            raise ArgumentError(f"rank={rank} is out of range: the plan has {n} rows, so rank is 0 to {n - 1}"
+                                if n else f"rank={rank}: the plan has no rows (no layout fits)",
+                                argument="rank", value=rank, allowed=allowed)
+        r = self.rows[int(rank)]
         return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], zero=r["zero"],
                            sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
 
@@ -118,18 +135,45 @@ class TrainingPlan:
     HEADERS = ["#", "GPUs", "layout", "ZeRO", "recompute", "mb x acc", "step s", "MFU", "days", "GPU-h", "MWh",
                "cost", "free GiB", "bound"]
 
+    #: What the columns of :attr:`HEADERS` mean (printed under the table).
+    LEGEND = ("layout: data, tensor, pipeline and context-parallel degrees (v: virtual pipeline stages)", "ZeRO: stage",
+              "recompute: activation recomputation (none, selective, full)", "mb x acc: micro-batch x accumulation steps", "step s: one optimizer step [s]",
+              "free GiB: memory left on each GPU", "bound: the largest part of the step besides compute")
+
     def __repr__(self) -> str:
-        head = (f"TrainingPlan({self.model} on {self.system}, {self.tokens:.3g} tokens, batch {self.global_batch} x "
-                f"{self.seq_len}; {self.feasible:,} of {self.candidates:,} layouts fit, by {self.objective})")
-        lines = [head] + ["  " + "  ".join(r) for r in self._lines(5)]
-        return "\n".join(lines)
+        head = (f"TrainingPlan({self.model} on {self.system}, {_tokens_text(self.tokens)} tokens, batch "
+                f"{self.global_batch} x {self.seq_len} tokens; {self.feasible:,} of {self.candidates:,} layouts fit, "
+                f"ranked by {self.objective})")
+        if not self.rows:
+            return head
+        table = text_table(self.HEADERS, self._lines(5))
+        more = f"\n  ... {len(self.rows) - 5:,} more rows" if len(self.rows) > 5 else ""
+        legend = [""]
+        for entry in self.LEGEND:   # entries whole, lines of at most about 110 characters
+            if legend[-1] and len(legend[-1]) + len(entry) > 108:
+                legend.append("")
+            legend[-1] += ("; " if legend[-1] else "") + entry
+        return "\n".join([head] + ["  " + line for line in table.splitlines()]) + more + "".join(
+            "\n  " + line for line in legend)
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADERS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self._lines(10))
         return (f"<b>{html.escape(self.model)} on {html.escape(self.system)}</b>: {self.feasible:,} of "
                 f"{self.candidates:,} layouts fit, ranked by {html.escape(self.objective)}"
-                f"<table><tr>{head}</tr>{body}</table>")
+                f"<table><tr>{head}</tr>{body}</table><small>{html.escape('; '.join(self.LEGEND))}</small>")
+
+
+def _tokens_text(tokens: float) -> str:
+    """A token count for people: ``2T``, ``300B``, ``1.5M`` (four significant digits at most).
+
+    >>> _tokens_text(2e12), _tokens_text(3e11), _tokens_text(123456)
+    ('2T', '300B', '123.5K')
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:.4g}{unit}"
+    return f"{tokens:.4g}"
 
 
 def _divisors_pow2(n: int, limit: int) -> list[int]:
@@ -140,10 +184,24 @@ def _sweep(values: Any, name: str, read: Callable) -> list:
     """The values of a searched option (one value or a non-empty list), each read by its kind's resolver."""
     if isinstance(values, (str, int, np.integer, bool)) or not hasattr(values, "__iter__"):
         values = [values]
-    out = [read(v, name) for v in values]
+    out = []
+    for v in values:
+        if np.ndim(v) and not isinstance(v, str):
+            raise ArgumentError(f"{name} must be one value or a flat list of values, got {v!r} in it",
+                                argument=name, value=values, allowed="one value or a flat list")
+        out.append(read(v, name))
     if not out:
-        raise ArgumentError(f"{name} is empty; give at least one value to search")
+        raise ArgumentError(f"{name} is empty; give at least one value to search", argument=name, value=values,
+                            allowed="one value or a non-empty list")
     return out
+
+
+def _one(value: Any, name: str, read: Callable) -> Any:
+    """A scalar-only argument read by ``read``; an array or a list is refused naming the argument."""
+    if not isinstance(value, str) and np.ndim(value):
+        raise ArgumentError(f"plan_training takes one {name}, got an array of shape {np.shape(value)}; call it once "
+                            f"per value", argument=name, value=value, allowed="one value, not an array")
+    return read(value, name)
 
 
 @keyword_only_after(2, "tokens", "global_batch", "seq_len")
@@ -201,32 +259,38 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
-    if objective not in ("time", "cost"):
-        raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'")
+    if not isinstance(objective, str) or objective not in ("time", "cost"):
+        raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'", argument="objective",
+                            value=objective, allowed="'time', 'cost'")
     n_tokens = token_count(tokens)
-    B = positive_int(global_batch, "global_batch")
-    s = positive_int(seq_len, "seq_len")
+    B = _one(global_batch, "global_batch", positive_int)
+    s = _one(seq_len, "seq_len", positive_int)
     micro_batches = _sweep(micro_batches, "micro_batches", positive_int)
     virtual_stages = _sweep(virtual_stages, "virtual_stages", positive_int)
     zero_stages = _sweep(zero_stages, "zero_stages", lambda x, name: bounded_int(x, name, 0, 3).item())
     checkpointing = _sweep(checkpointing, "checkpointing", lambda x, name: checkpointing_mode(x, name).value)
     if top is not None:
-        top = positive_int(top, "top")
+        top = _one(top, "top", positive_int)
     if progress is not None and not callable(progress):
         raise ArgumentTypeError(f"progress must be a function progress(done, total) or None, "
                                 f"got {type(progress).__name__}")
     if num_gpus is not None and max_gpus is not None:
-        raise ArgumentError("give num_gpus (exactly this many GPUs) or max_gpus (search up to this many), not both")
+        raise ArgumentError("give num_gpus (exactly this many GPUs) or max_gpus (search up to this many), not both",
+                            argument="num_gpus", value=num_gpus, allowed="num_gpus or max_gpus, not both")
     if num_gpus is not None:
-        counts = [positive_int(num_gpus, "num_gpus")]
+        counts = [_one(num_gpus, "num_gpus", positive_int)]
     else:
-        cap = positive_int(max_gpus, "max_gpus") if max_gpus is not None else sysm.gpus_per_node
+        cap = _one(max_gpus, "max_gpus", positive_int) if max_gpus is not None else sysm.gpus_per_node
         counts = sorted({2 ** k for k in range(0, 20) if 2 ** k <= cap} | {cap})
     if sysm.inter_node is None:
         counts = [n for n in counts if n <= sysm.gpus_per_node]
         if not counts:
-            raise ArgumentError(f"{sysm.name} has no network: at most {sysm.gpus_per_node} GPUs")
-    price = positive_number(price_per_gpu_hour, "price_per_gpu_hour") if price_per_gpu_hour is not None else None
+            which = "num_gpus" if num_gpus is not None else "max_gpus"
+            raise ArgumentError(f"{sysm.name} has no network: at most {sysm.gpus_per_node} GPUs", argument=which,
+                                value=num_gpus if num_gpus is not None else max_gpus,
+                                allowed=f"1 to {sysm.gpus_per_node}")
+    price = (_one(price_per_gpu_hour, "price_per_gpu_hour", positive_number) if price_per_gpu_hour is not None
+             else None)
 
     # ---- enumerate candidates
     tps = [t for t in _divisors_pow2(cfg.num_heads, sysm.gpus_per_node) if splits_model(cfg, t)]
@@ -241,7 +305,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     keep &= (v == 1) | ((pp > 1) & (cfg.num_layers % (pp * v) == 0))
     keep &= ~((z > 0) & (dp * cp == 1)) & ~((z == 3) & (pp > 1))
     if not keep.any():
-        raise ArgumentError(f"no layout divides {cfg.name}, {counts} GPUs and global_batch={B}")
+        raise ArgumentError(f"no layout divides {cfg.name}, {counts} GPUs and global_batch={B}",
+                            argument="global_batch", value=B, allowed="a multiple of dp x micro-batch")
     n, tp, cp, pp, mb, v, z, ck, dp = (x[keep] for x in (n, tp, cp, pp, mb, v, z, ck, dp))
     m = B // (dp * mb)
     G = n

@@ -53,9 +53,10 @@ import numpy as np
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..core.memory import training_memory
+from ..records.gpu import GPU_CATALOG
 from ..records.system import SYSTEM_CATALOG, SystemSpec
 from ..records.transformer import TransformerConfig
-from ..training.steptime import StepTime, single_gpu_step_time
+from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
                           precision as _precision, resolve_model, resolve_system)
 from .collectives import system_collective_time as _coll
@@ -79,11 +80,6 @@ class Framework(StrEnum):
     MEGATRON = "megatron"
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
-
-
-def model_flops_per_token(cfg, seq_len: float) -> float:
-    """``6 N + 12 L h s`` [FLOP/token]: PaLM's model FLOPs (Chowdhery et al. 2022, appendix B)."""
-    return 6.0 * cfg.active_parameters() + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len
 
 
 def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_len: int, precision: str = "amp_bf16",
@@ -124,7 +120,9 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     -------
     StepTime
         With ``num_gpus``, ``fits``/``peak_bytes`` per GPU and a breakdown of "forward", "backward",
-        "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s].
+        "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s]. MFU and HFU in the
+        convention of :class:`~gpumodel.training.steptime.StepTime`: HFU adds the recomputed forward work
+        (full: each layer's forward; selective: the attention core), so it equals MFU without recomputation.
 
     Examples
     --------
@@ -172,6 +170,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
     model_flops = model_flops_per_token(cfg, s) * tokens
+    used_flops = model_flops + recompute_flops_per_token(cfg, s, ckpt) * tokens   # HFU: MFU's convention
     hardware_flops = float(out["hardware_flops"])
     peak = g.peak_flops(prec.compute_dtype.value)
     n = par.num_gpus
@@ -185,7 +184,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                       DoesNotFitWarning, stacklevel=3)
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / (n * peak),
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
-                    hardware_flops=hardware_flops, hfu=hardware_flops / seconds / (n * peak), num_gpus=n,
+                    hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
                     fits=fits, peak_bytes=float(mem.peak_bytes))
 
 
@@ -196,7 +195,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
     same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
     (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is a bool. Returns the breakdown by :data:`PHASES` [s],
-    ``"hardware_flops"`` [FLOP] and ``"stage_parameters"`` (parameters per GPU before ZeRO).
+    ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
+    and ``"stage_parameters"`` (parameters per GPU before ZeRO).
     """
     A = np.asarray
     tp, pp, cp, dp, v, b, m, ckpt, zero = (A(x) for x in (tp, pp, cp, dp, virtual_stages, batch_size, micro_batches,
@@ -349,6 +349,8 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     True
     """
     fw = choice(Framework, framework, "framework")
+    if isinstance(gpu, str) and gpu not in SYSTEM_CATALOG and gpu not in GPU_CATALOG:
+        resolve_system(gpu, "gpu")   # neither: the error suggests close system and GPU names
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
             or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
         eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,

@@ -14,7 +14,10 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
 from ..base.arguments import keyword_only_after
+from ..base.errors import ArgumentError
 from ..training.steptime import StepTime
 from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
 from ..base.reprs import html_table
@@ -82,19 +85,29 @@ class TrainingTime:
 
     def __repr__(self) -> str:
         cost = "" if self.cost is None else f", cost {self.cost:,.0f}"
-        return (f"TrainingTime({self.days:.2f} days = {format_seconds(self.seconds)} on {self.num_gpus} GPUs, "
+        gpus = f"{self.num_gpus} GPU" + ("s" if self.num_gpus != 1 else "")
+        return (f"TrainingTime({format_seconds(self.seconds)} on {gpus}, "
                 f"{self.steps:,} steps of {format_seconds(self.step.seconds)}, {self.gpu_hours:,.0f} GPU-hours, "
                 f"{self.energy_kwh:,.0f} kWh at {self.power_per_gpu_watts:.0f} W per GPU ({self.power_basis}){cost}; "
                 f"MFU {self.step.mfu:.1%})")
 
     def _repr_html_(self) -> str:
-        rows = [("wall-clock", f"{self.days:.2f} days"), ("GPUs", str(self.num_gpus)), ("steps", f"{self.steps:,}"),
+        rows = [("wall-clock", format_seconds(self.seconds)), ("GPUs", str(self.num_gpus)), ("steps", f"{self.steps:,}"),
                 ("step", format_seconds(self.step.seconds)), ("MFU", f"{self.step.mfu:.1%}"),
                 ("GPU-hours", f"{self.gpu_hours:,.0f}"), ("energy", f"{self.energy_kwh:,.0f} kWh"),
                 ("power per GPU", f"{self.power_per_gpu_watts:.0f} W ({self.power_basis})")]
         if self.cost is not None:
             rows.append(("cost", f"{self.cost:,.0f}"))
         return html_table(f"Training {self.tokens:.3g} tokens", rows)
+
+
+def _one_number(value: Any, name: str) -> float:
+    """A positive number that must be one value (a price, a power): an array is refused naming the argument."""
+    out = positive_number(value, name)
+    if not isinstance(out, float):
+        raise ArgumentError(f"training_time takes one {name}, got an array of shape {np.shape(value)}; call it once "
+                            f"per value", argument=name, value=value, allowed="one positive number, not an array")
+    return out
 
 
 @keyword_only_after(2, "tokens", "batch_size", "seq_len", "precision", "optimizer", "checkpointing")
@@ -132,6 +145,9 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
     (1, 122071, 'h200-sxm board TDP')
     """
     n_tokens = token_count(tokens)
+    resolve_system(gpu_or_system, "gpu_or_system")   # an unknown name is refused naming gpu_or_system
+    price = None if price_per_gpu_hour is None else _one_number(price_per_gpu_hour, "price_per_gpu_hour")
+    given = None if power_per_gpu_watts is None else _one_number(power_per_gpu_watts, "power_per_gpu_watts")
     passed_on(step_options, training_step_time, "training_time",
               taken=("gpu", "batch_size", "seq_len", "precision", "optimizer", "checkpointing",
                      "gradient_accumulation_steps", "parallelism", "framework"))
@@ -144,8 +160,8 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
     steps = math.ceil(n_tokens / per_step - 1e-9)
     seconds = steps * step.seconds
     n = step.num_gpus
-    if power_per_gpu_watts is not None:
-        power, basis = positive_number(power_per_gpu_watts, "power_per_gpu_watts"), "given"
+    if given is not None:
+        power, basis = given, "given"
     else:
         sysm = resolve_system(gpu_or_system, "gpu_or_system")
         is_system = isinstance(gpu_or_system, SystemSpec) or (isinstance(gpu_or_system, str)
@@ -154,9 +170,7 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
             power, basis = sysm.gpu.tdp_watts, f"{sysm.gpu_name} board TDP"
         else:
             power, basis = sysm.gpu_power_watts, f"{sysm.name} node power / {sysm.gpus_per_node} GPUs"
-    cost = None
-    if price_per_gpu_hour is not None:
-        cost = positive_number(price_per_gpu_hour, "price_per_gpu_hour") * n * seconds / 3600.0
+    cost = None if price is None else price * n * seconds / 3600.0
     return TrainingTime(seconds=seconds, steps=steps, tokens=n_tokens, num_gpus=n, gpu_hours=n * seconds / 3600.0,
                         energy_kwh=power * n * seconds / 3.6e6, power_per_gpu_watts=float(power), power_basis=basis,
                         cost=cost, step=step)

@@ -44,7 +44,7 @@ from ..base.reprs import ResultRecord, plain
 from ..base.errors import ArgumentError
 from ..vocabulary import bounded_int, broadcastable
 
-from ..records.arch import ArchLimits, arch_limits
+from ..records.arch import ArchLimits, arch_limits, compute_capability_of
 from ..vocabulary.gpus import gpu as _gpu
 
 __all__ = ["occupancy", "Occupancy", "LIMITERS", "UNLIMITED", "resolve_arch", "carveout_bytes", "preferred_carveout"]
@@ -64,7 +64,7 @@ def resolve_arch(gpu_or_cc: Any) -> tuple[ArchLimits, Any]:
     gpu = None
     if hasattr(gpu_or_cc, "sm_count"):
         gpu = gpu_or_cc
-    elif isinstance(gpu_or_cc, str) and limits.compute_capability != gpu_or_cc.strip() and not gpu_or_cc.lower().startswith("sm"):
+    elif isinstance(gpu_or_cc, str) and compute_capability_of(gpu_or_cc) is None:
         gpu = _gpu(gpu_or_cc)
     return limits, gpu
 
@@ -201,7 +201,8 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
     registers_per_thread : int or array_like
         Registers per thread as ``cudaFuncGetAttributes`` reports them (``numRegs``), 0..255.
     static_shared_bytes, dynamic_shared_bytes : int or array_like
-        Static (``sharedSizeBytes``) and dynamic (launch argument) shared memory per block [bytes].
+        Static (``sharedSizeBytes``, at most 48 KiB) and dynamic (launch argument) shared memory per block
+        [bytes].
     carveout : int, array_like or None
         ``cudaFuncAttributePreferredSharedMemoryCarveout`` in percent (0..100); None or -1 = default.
     max_dynamic_shared_bytes : int, array_like or None
@@ -220,7 +221,8 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
     ------
     ValueError
         An input that no launch can have: threads_per_block outside 1..1024, registers_per_thread
-        outside 0..255, negative sizes, NaN, a carveout outside -1..100.
+        outside 0..255, negative sizes, static shared memory above the architecture's static cap (48 KiB),
+        NaN, a carveout outside -1..100.
 
     Notes
     -----
@@ -243,6 +245,7 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
                    f"1..{limits.max_threads_per_block}")
     R = _int_array("registers_per_thread", registers_per_thread, 0, 255, "0..255")
     S = _int_array("static_shared_bytes", static_shared_bytes, 0, None, ">= 0 bytes")
+    _static_within_cap(limits, S)
     D = _int_array("dynamic_shared_bytes", dynamic_shared_bytes, 0, None, ">= 0 bytes")
     C = _carveout_array(carveout)
     if max_dynamic_shared_bytes is None:
@@ -280,6 +283,23 @@ def occupancy(gpu_or_cc: Any, threads_per_block: Any, registers_per_thread: Any,
         shared_memory_carveout=out(raw["carveout_bytes"]), max_warps_per_sm=limits.max_warps_per_sm,
         gpu_name=getattr(gpu, "name", None), _scalar=scalar,
     )
+
+
+def _static_within_cap(limits: ArchLimits, static: np.ndarray) -> None:
+    """Refuse static shared memory beyond the per-block cap (48 KiB): no such kernel compiles.
+
+    A block gets more only as dynamic shared memory, after the kernel opts in with
+    ``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CUDA C++ Programming Guide, "Shared Memory").
+    """
+    cap = limits.max_static_shared_memory_per_block
+    over = static > cap
+    if np.any(over):
+        first = int(static[over].flat[0])
+        raise ArgumentError(f"static_shared_bytes = {first} exceeds the {cap // 1024} KiB ({cap} B) of static shared "
+                            f"memory a block can declare (cc {limits.compute_capability}); give the shared memory "
+                            f"beyond it as dynamic_shared_bytes (the kernel opts in with "
+                            f"cudaFuncAttributeMaxDynamicSharedMemorySize)", argument="static_shared_bytes",
+                            value=first, allowed=f"0..{cap} bytes (more as dynamic_shared_bytes)")
 
 
 def _limits(a: ArchLimits, T, R, S, D, C, M, block_barriers: int) -> dict[str, np.ndarray]:

@@ -34,10 +34,15 @@ from .gpu import GPU_CATALOG
 from .specs import Catalog, Record, UnknownNameError
 from ..base.units import parse_quantity
 
-__all__ = ["ArchLimits", "arch_limits", "list_archs", "load_archs", "ARCH_CATALOG", "UnknownArchError"]
+__all__ = ["ArchLimits", "arch_limits", "list_archs", "load_archs", "ARCH_CATALOG", "UnknownArchError",
+           "compute_capability_of"]
 
 
-_CC_PATTERN = re.compile(r"^(\d+\.\d+|sm_?\d+)$")
+#: A compute capability as written: "9.0", "sm_90", "sm90", "compute_90", with the architecture-specific ("a")
+#: or family-specific ("f") suffix of nvcc's targets ("sm_90a", "sm_100f", "compute_120a") allowed.
+_CC_PATTERN = re.compile(r"^(?:(\d+)\.(\d+)|(?:sm|compute)_?(\d+?)(\d))[af]?$")
+#: What looks like a compute capability but is none of the forms above ("sm_9", "sm_90x", "cc9.0").
+_CC_LIKE = re.compile(r"^(?:sm|compute|cc)[_-]?\d|^\d+\.\d+[a-z]?$|^\d{1,2}$")
 
 
 class UnknownArchError(UnknownNameError):
@@ -155,8 +160,10 @@ def arch_limits(gpu_or_cc: object) -> ArchLimits:
     Parameters
     ----------
     gpu_or_cc : str, float, tuple of int, GPUSpec or ArchLimits
-        A compute capability ("9.0", "sm_90", ``9.0`` or ``(9, 0)``), a GPU name or record; an
-        :class:`ArchLimits` is returned as it is. ``cc_or_gpu`` is its former name (deprecated).
+        A compute capability ("9.0", "sm_90", ``9.0`` or ``(9, 0)``; nvcc's targets with the
+        architecture- or family-specific suffix, "sm_90a", "sm_100f", "compute_120a", name their base
+        capability), a GPU name or record; an :class:`ArchLimits` is returned as it is. ``cc_or_gpu``
+        is its former name (deprecated).
 
     Returns
     -------
@@ -167,7 +174,8 @@ def arch_limits(gpu_or_cc: object) -> ArchLimits:
     Raises
     ------
     UnknownArchError
-        No limits for that compute capability (the message lists the known ones).
+        No limits for that compute capability, or a string that looks like one in no known form (the
+        message lists the known compute capabilities).
     UnknownGPUError
         Neither a compute capability nor a known GPU name.
     ValueError
@@ -185,9 +193,20 @@ def arch_limits(gpu_or_cc: object) -> ArchLimits:
     if isinstance(gpu_or_cc, (int, float)) and not isinstance(gpu_or_cc, bool):
         gpu_or_cc = f"{float(gpu_or_cc):.1f}"
     if isinstance(gpu_or_cc, str):
-        if _CC_PATTERN.match(gpu_or_cc.strip().lower()):
-            return ARCH_CATALOG.get(gpu_or_cc)  # an unknown one raises UnknownArchError listing the known ones
-        gpu_or_cc = GPU_CATALOG.get(gpu_or_cc)
+        text = gpu_or_cc.strip().lower()
+        cc = compute_capability_of(text)
+        if cc is not None:
+            return _limits_of(cc, gpu_or_cc)
+        try:
+            gpu_or_cc = GPU_CATALOG.get(gpu_or_cc)
+        except UnknownNameError:
+            if _CC_LIKE.match(text):  # a compute capability written in a form not known: say which forms are
+                known = ", ".join(list_archs())
+                raise UnknownArchError(f"{gpu_or_cc!r} is neither a GPU name nor a compute capability in a known "
+                                       f"form ('9.0', 'sm_90', 'sm_90a', 'compute_90'); known compute capabilities: "
+                                       f"{known}", argument="compute capability", value=gpu_or_cc,
+                                       allowed=known) from None
+            raise
     cc = getattr(gpu_or_cc, "compute_capability", "missing")
     if cc == "missing":
         raise ArgumentTypeError(f"expected a compute capability such as '9.0', a GPU name or a GPUSpec, got {gpu_or_cc!r}")
@@ -195,6 +214,29 @@ def arch_limits(gpu_or_cc: object) -> ArchLimits:
         note = getattr(gpu_or_cc, "occupancy_note", None) or "no CUDA compute capability"
         raise UnsupportedError(f"{gpu_or_cc.name} has no CUDA occupancy limits: {note}")
     return ARCH_CATALOG.get(cc)
+
+
+def compute_capability_of(text: str) -> str | None:
+    """The compute capability ("9.0") a string names ("9.0", "sm_90", "sm_90a", "compute_100f"), or None.
+
+    >>> compute_capability_of("sm_100a"), compute_capability_of("compute_86"), compute_capability_of("h100")
+    ('10.0', '8.6', None)
+    """
+    cc = _CC_PATTERN.match(str(text).strip().lower())
+    if cc is None:
+        return None
+    major, minor = (cc[1], cc[2]) if cc[1] is not None else (cc[3], cc[4])
+    return f"{int(major)}.{int(minor)}"
+
+
+def _limits_of(cc: str, given: str) -> ArchLimits:
+    """The limits of compute capability ``cc`` ("9.0"), read from ``given``; an unknown one lists the known ones."""
+    try:
+        return ARCH_CATALOG.get(cc)
+    except UnknownArchError:
+        known = ", ".join(list_archs())
+        raise UnknownArchError(f"no limits for compute capability {cc} ({given!r}); known compute capabilities: "
+                               f"{known}", argument="compute capability", value=given, allowed=known) from None
 
 
 def list_archs() -> list[str]:

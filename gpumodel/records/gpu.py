@@ -135,6 +135,10 @@ _DTYPE_TO_FIELD = {
     DType.INT8: "int8", DType.INT4: "int4",
 }
 _EXTRA_PEAKS = {"fp64_tensor": "fp64_tensor", "fp16_fp16acc": "fp16_fp16acc"}
+#: Formats to use instead of one a GPU has no peak for, nearest first: the same width, then wider.
+_INSTEAD = {"bf16": ("fp16",), "fp16": ("bf16",), "fp8": ("bf16", "fp16"), "fp6": ("fp8", "bf16", "fp16"),
+            "fp4": ("fp8", "bf16", "fp16"), "int8": ("fp16", "bf16"), "int4": ("int8", "fp16", "bf16"),
+            "tf32": ("fp32",), "fp64_tensor": ("fp64",), "fp64": ("fp32",)}
 _TENSOR_FIELDS = frozenset({"fp64_tensor", "tf32", "fp16", "fp16_fp16acc", "bf16", "fp8", "fp6", "fp4", "int8", "int4"})
 
 
@@ -177,6 +181,28 @@ class GPUSpec(_Record):
     source: str = Field(min_length=3)
     notes: str = ""
 
+    @field_validator("memory_bytes_visible")
+    @classmethod
+    def _visible_within_installed(cls, value: float | None, info: ValidationInfo) -> float | None:
+        """Refuse visible memory above the installed memory (the driver shows at most what is installed).
+
+        A datasheet's "GB" is often binary (A100 40GB: the driver shows 40960 MiB), so a ``memory_bytes`` that is
+        a whole number of decimal megabytes may be exceeded up to its binary reading (x 2**30 / 1e9), never more;
+        one written in binary units or bytes may not be exceeded at all.
+        """
+        memory = info.data.get("memory_bytes")
+        if value is None or memory is None:
+            return value
+        decimal = memory > 0 and float(memory) % 1e6 == 0
+        ceiling = memory * 2**30 / 1e9 if decimal else memory
+        if value > ceiling:
+            read = f" even read as {memory / 1e9:g} GiB (a datasheet's GB may be binary)" if decimal else ""
+            raise ArgumentError(f"memory_bytes_visible ({value:,.0f} B = {value / 2**30:.2f} GiB) exceeds memory_bytes "
+                                f"({memory:,.0f} B = {memory / 2**30:.2f} GiB){read}: the driver shows at most what "
+                                "is installed", argument="memory_bytes_visible", value=value,
+                                allowed=f"at most {ceiling:,.0f} B (memory_bytes{read and ' read as GiB'})")
+        return value
+
     @field_validator("source")
     @classmethod
     def _source_not_placeholder(cls, value: str) -> str:
@@ -193,10 +219,6 @@ class GPUSpec(_Record):
             problems.append("a non-NVIDIA GPU needs occupancy_note saying why CUDA occupancy does not apply")
         if self.max_shared_memory_per_block > self.shared_memory_per_sm:
             problems.append("max_shared_memory_per_block exceeds shared_memory_per_sm")
-        # Datasheets' "GB" are often binary (A100 40GB: the driver shows 40960 MiB), so the visible memory may
-        # exceed the decimal reading of the datasheet figure by up to 2**30 / 1e9, never more.
-        if self.memory_bytes_visible is not None and self.memory_bytes_visible > self.memory_bytes * 2**30 / 1e9:
-            problems.append("memory_bytes_visible exceeds memory_bytes (the driver shows at most what is installed)")
         problems += list(_plausibility(self))
         if problems:
             raise ValueError("; ".join(problems))
@@ -230,14 +252,33 @@ class GPUSpec(_Record):
         value = getattr(self.peaks, key)
         if value is None:
             have = ", ".join(k for k, v in self.peaks.model_dump().items() if v is not None)
+            alt = self.instead_of(key)
             raise UnsupportedDTypeError(
-                f"{self.name} has no {key} execution path with a published peak; it has: {have}"
-            )
+                f"{self.name} has no {key} execution path with a published peak"
+                + (f" (use {alt} instead)" if alt else "") + f"; it has: {have}",
+                argument="dtype", value=dtype, allowed=have)
         if sparse:
             if key not in _TENSOR_FIELDS or self.sparsity is None or key == "fp64_tensor":
                 raise UnsupportedDTypeError(f"{self.name} has no 2:4 sparse path for {key}")
             value *= 2.0
         return value
+
+    def instead_of(self, dtype: DType | str) -> str | None:
+        """The nearest number format with a peak on this GPU to use instead of ``dtype`` (None: none needed or known).
+
+        The same width first (fp16 for bf16 on a V100), then wider (bf16 for fp8 on an A100).
+
+        >>> import gpumodel as gm
+        >>> gm.gpu("v100").instead_of("bf16"), gm.gpu("a100").instead_of("fp8"), gm.gpu("h100").instead_of("fp8")
+        ('fp16', 'bf16', None)
+        """
+        try:
+            key = self._peak_field(dtype)
+        except (UnknownDTypeError, UnsupportedDTypeError):
+            return None
+        if getattr(self.peaks, key) is not None:
+            return None
+        return next((alt for alt in _INSTEAD.get(key, ()) if getattr(self.peaks, alt) is not None), None)
 
     def supports(self, dtype: DType | str) -> bool:
         """Whether :meth:`peak_flops` has a value for ``dtype``."""

@@ -84,6 +84,16 @@ class _Getter:
                                 argument=keys[0], allowed=f"a config with the key {' or '.join(map(repr, keys))}")
         return default
 
+    def flag(self, *keys: str, default: bool) -> bool:
+        """A true/false key: a JSON boolean. Text or a number is refused (``bool("false")`` is True)."""
+        value = self(*keys, default=default)
+        if isinstance(value, bool):
+            return value
+        key = next(k for k in keys if self.cfg.get(k) is not None)
+        raise HFConfigError(f"{self.mtype} config: {key} must be true or false (a JSON boolean), got {value!r} "
+                            f"({type(value).__name__})", argument=key, value=value,
+                            allowed="true or false (a JSON boolean)")
+
 
 def _as_dict(config: Any) -> dict:
     if isinstance(config, Mapping):
@@ -112,10 +122,10 @@ def _llama_like(g: _Getter, **extra: Any) -> dict:
                num_kv_heads=g("num_key_value_heads", default=heads), head_dim=g("head_dim", default=None),
                intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
                max_position_embeddings=g("max_position_embeddings", default=2048),
-               tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
+               tie_word_embeddings=g.flag("tie_word_embeddings", default=False),
                activation=str(g("hidden_act", "hidden_activation", default="silu")),
-               qkv_bias=bool(g("attention_bias", default=False)), o_bias=bool(g("attention_bias", default=False)),
-               mlp_bias=bool(g("mlp_bias", default=False)), attn_dropout=float(g("attention_dropout", default=0.0)))
+               qkv_bias=g.flag("attention_bias", default=False), o_bias=g.flag("attention_bias", default=False),
+               mlp_bias=g.flag("mlp_bias", default=False), attn_dropout=float(g("attention_dropout", default=0.0)))
     out.update(extra)
     return out
 
@@ -125,7 +135,7 @@ def _qwen2(g: _Getter) -> dict:
 
 
 def _gemma(g: _Getter) -> dict:
-    return _llama_like(g, tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+    return _llama_like(g, tie_word_embeddings=g.flag("tie_word_embeddings", default=True),
                        activation=str(g("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")))
 
 
@@ -151,7 +161,7 @@ def _qwen2_moe(g: _Getter) -> dict:
     if g("decoder_sparse_step", default=1) != 1 or g("mlp_only_layers", default=[]):
         raise HFConfigError("qwen2_moe configs with dense layers between MoE layers (decoder_sparse_step != 1 or "
                             "mlp_only_layers) are not supported")
-    return _llama_like(g, qkv_bias=bool(g("qkv_bias", default=True)), o_bias=False, **_moe_keys(g),
+    return _llama_like(g, qkv_bias=g.flag("qkv_bias", default=True), o_bias=False, **_moe_keys(g),
                        shared_expert_intermediate_size=g("shared_expert_intermediate_size", default=0),
                        shared_expert_gate=bool(g("shared_expert_intermediate_size", default=0)))
 
@@ -179,10 +189,10 @@ def _olmo2(g: _Getter) -> dict:  # post-norms (after attention and MLP) instead 
 
 
 def _starcoder2(g: _Getter) -> dict:
-    bias = bool(g("use_bias", default=True))
+    bias = g.flag("use_bias", default=True)
     return _llama_like(g, mlp="plain", norm="layernorm", norm_bias=True, qkv_bias=bias, o_bias=bias,
                        mlp_bias=bias, activation=str(g("hidden_act", default="gelu_pytorch_tanh")),
-                       tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                       tie_word_embeddings=g.flag("tie_word_embeddings", default=True),
                        resid_dropout=float(g("residual_dropout", default=0.0)),
                        embd_dropout=float(g("embedding_dropout", default=0.0)))
 
@@ -202,7 +212,7 @@ def _gpt2(g: _Getter) -> dict:
                 intermediate_size=g("n_inner", default=None) or 4 * h, vocab_size=g("vocab_size"),
                 max_position_embeddings=g("n_positions", "max_position_embeddings"), mlp="plain",
                 activation=str(g("activation_function", default="gelu_new")), norm="layernorm",
-                position="learned", tie_word_embeddings=bool(g("tie_word_embeddings", default=True)),
+                position="learned", tie_word_embeddings=g.flag("tie_word_embeddings", default=True),
                 qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, fused_qkv=True,
                 attn_dropout=float(g("attn_pdrop", default=0.1)), resid_dropout=float(g("resid_pdrop", default=0.1)),
                 embd_dropout=float(g("embd_pdrop", default=0.1)))
@@ -213,10 +223,10 @@ def _gpt_neox(g: _Getter) -> dict:
                 intermediate_size=g("intermediate_size"), vocab_size=g("vocab_size"),
                 max_position_embeddings=g("max_position_embeddings", default=2048), mlp="plain",
                 activation=str(g("hidden_act", default="gelu")), norm="layernorm",
-                tie_word_embeddings=bool(g("tie_word_embeddings", default=False)),
-                qkv_bias=bool(g("attention_bias", default=True)), o_bias=bool(g("attention_bias", default=True)),
+                tie_word_embeddings=g.flag("tie_word_embeddings", default=False),
+                qkv_bias=g.flag("attention_bias", default=True), o_bias=g.flag("attention_bias", default=True),
                 mlp_bias=True, norm_bias=True, fused_qkv=True,
-                parallel_residual=bool(g("use_parallel_residual", default=True)),
+                parallel_residual=g.flag("use_parallel_residual", default=True),
                 attn_dropout=float(g("attention_dropout", default=0.0)), resid_dropout=float(g("hidden_dropout", default=0.0)))
 
 

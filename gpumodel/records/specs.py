@@ -4,7 +4,7 @@ Shipped specs live in ``specs/<kind>/*.yaml`` (inside the wheel as ``gpumodel/sp
 Users add records with :func:`load_gpus` (a file or a folder) or by naming extra spec
 folders, laid out like ``specs/`` (``gpus/``, ``arch/``, ``models/``...), in the
 environment variable ``GPUMODEL_SPEC_PATH`` (``os.pathsep``-separated). Every record, shipped
-or not, goes through the same pydantic validation; YAML is read with ``yaml.safe_load`` only,
+or not, goes through the same pydantic validation; YAML is read with a safe loader only (``yaml.safe_load``'s),
 so loading never executes anything. Nothing is read at import: catalogs load on first use
 and cache.
 """
@@ -61,12 +61,26 @@ def spec_roots() -> list[Path]:
     return roots
 
 
+#: libyaml's parser under PyYAML's safe constructor where PyYAML was built with it (``yaml.safe_load``'s
+#: semantics, several times faster: the shipped calibration's thousands of points), else the pure-Python one
+_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: Path) -> object:
-    """Parse one YAML file with ``yaml.safe_load``; errors name the file."""
+    """Parse one YAML file as ``yaml.safe_load`` does; errors name the file.
+
+    The file is parsed by libyaml where PyYAML has it (``yaml.CSafeLoader``: the same safe constructor, no
+    tag that runs code); a file libyaml refuses is parsed again by the pure-Python ``SafeLoader``, so that
+    what loads and each error's message are ``yaml.safe_load``'s.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec file ({exc.strerror or exc})") from exc
+    try:
+        return yaml.load(text, Loader=_FAST_SAFE_LOADER)  # a safe loader, C or Python
+    except yaml.YAMLError:
+        pass
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -84,6 +98,8 @@ def describe_errors(exc: ValidationError) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
+        elif err["type"] == "value_error":  # a record's own check: its message as written, without pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
         parts.append(f"field {field!r}: {msg}")
     return "; ".join(parts)
 
@@ -102,6 +118,9 @@ def record_error(record: str, exc: ValidationError) -> RecordError:
         value = None if first["type"] == "missing" else first.get("input")
         if first["msg"].startswith("Input should be "):
             allowed = first["msg"].removeprefix("Input should be ")
+        cause = (first.get("ctx") or {}).get("error")  # a record's own check raised with what it allows
+        if getattr(cause, "allowed", None) is not None:
+            allowed = cause.allowed
     return RecordError(f"invalid {record}: {describe_errors(exc)}", argument=argument, value=value, allowed=allowed)
 
 
@@ -137,6 +156,9 @@ class Record(BaseModel):
 def load_records(path: Path, model: type[T]) -> list[T]:
     """Validate every record in one YAML file (a mapping, or a list of mappings) as ``model``."""
     data = read_yaml(path)
+    if data is None or data == []:
+        raise SpecError(f"{path}: the file is empty (no records); write a record as a mapping of fields, or a list "
+                        "of them", argument="path", value=str(path), allowed="a YAML file of one or more records")
     items = data if isinstance(data, list) else [data]
     records = []
     for index, item in enumerate(items):
@@ -148,7 +170,9 @@ def load_records(path: Path, model: type[T]) -> list[T]:
         try:
             records.append(model.model_validate(item, context={"units_required": True}))
         except ValidationError as exc:
-            raise SpecError(f"{path}: {label}: {describe_errors(exc)}") from None
+            first = record_error(label, exc)  # the first bad field, its value and what is allowed
+            raise SpecError(f"{path}: {label}: {describe_errors(exc)}", argument=first.argument, value=first.value,
+                            allowed=first.allowed) from None
     return records
 
 
@@ -273,12 +297,21 @@ class Catalog(Generic[T]):
         for alias, owner in self._index.items():
             if alias.replace("-", "") == compact:
                 return owner
-        close = difflib.get_close_matches(key, list(self._index), n=8, cutoff=0.5)
-        close += [a for a in self._index if key and (a.startswith(key) or key in a)]
-        suggestions = list(dict.fromkeys(self._index[a] for a in close))[:4]
+        suggestions = self.close_names(name)
         allowed = ", ".join(repr(s) for s in suggestions) if suggestions else ", ".join(sorted(records))
         hint = f"did you mean {allowed}?" if suggestions else f"known: {allowed}"
         raise self._error(f"no {self.label} named {name!r}; {hint}", argument=self.label, value=name, allowed=allowed)
+
+    def close_names(self, name: str, n: int = 4) -> list[str]:
+        """The names of at most ``n`` records whose name or an alias is close to ``name`` (closest first).
+
+        The suggestions of the unknown-name error; empty when nothing is close.
+        """
+        self._ensure()
+        key = normalize_name(name)
+        close = difflib.get_close_matches(key, list(self._index), n=8, cutoff=0.5)
+        close += [a for a in self._index if key and (a.startswith(key) or key in a)]
+        return list(dict.fromkeys(self._index[a] for a in close))[:n]
 
     def get(self, name: str) -> T:
         if isinstance(name, self.model):

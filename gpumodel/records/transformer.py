@@ -23,13 +23,16 @@ Examples
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 import os
 import warnings
 from typing import Any, Mapping
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from .specs import Catalog, Record, UnknownNameError, describe_errors
+from ..base.errors import ArgumentError
+from .specs import Catalog, Record, UnknownNameError, describe_errors, record_error
 from .hf_config import HFConfigError, hf_fields
 
 __all__ = ["TransformerConfig", "MLPType", "NormType", "PositionType", "model", "list_models",
@@ -125,16 +128,35 @@ class TransformerConfig(Record):
         """Fill ``num_kv_heads`` (= ``num_heads``) and ``head_dim`` (= ``hidden_size // num_heads``) when absent."""
         if isinstance(data, Mapping):
             data = dict(data)
-            for key, value in data.items():  # a size given as true/false or as text ("32") is a mistake
-                if key in _SIZE_FIELDS and isinstance(value, (bool, str, bytes)):
-                    raise ValueError(f"{key} must be a whole number, got {value!r} ({type(value).__name__})")
             heads, hidden = data.get("num_heads"), data.get("hidden_size")
-            if data.get("num_kv_heads") is None and isinstance(heads, int):
+            heads_ok = isinstance(heads, int) and not isinstance(heads, bool)  # true/false: refused by the field
+            if data.get("num_kv_heads") is None and heads_ok:
                 data["num_kv_heads"] = heads
-            if data.get("head_dim") is None and isinstance(heads, int) and isinstance(hidden, int) and heads > 0 \
-                    and hidden % heads == 0:
+            if data.get("head_dim") is None and heads_ok and isinstance(hidden, int) and not isinstance(hidden, bool) \
+                    and heads > 0 and hidden % heads == 0 and hidden <= MAX_SIZE:
                 data["head_dim"] = hidden // heads
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_size(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse a size or count given as true/false, as text ("32"), as a fraction or beyond :data:`MAX_SIZE`."""
+        low = _SIZE_FIELDS.get(info.field_name)
+        if low is None or value is None:
+            return value
+        name = info.field_name
+        allowed = f"a whole number in {low}..{MAX_SIZE} (2**31 - 1)"
+        if isinstance(value, (bool, str, bytes)):
+            raise ArgumentError(f"{name} must be {allowed}, got {value!r} ({type(value).__name__})", argument=name,
+                                value=value, allowed=allowed)
+        if isinstance(value, numbers.Real):
+            if not math.isfinite(value) or value != math.floor(value):
+                raise ArgumentError(f"{name} must be {allowed}, got {value!r}", argument=name, value=value,
+                                    allowed=allowed)
+            if value > MAX_SIZE:
+                raise ArgumentError(f"{name} = {value!r} is out of range; allowed: {allowed}", argument=name,
+                                    value=value, allowed=allowed)
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "TransformerConfig":
@@ -288,12 +310,18 @@ class TransformerConfig(Record):
         try:
             return cls.model_validate(fields)
         except ValidationError as exc:  # a value out of range: the record's own checks
-            raise HFConfigError(f"the {mtype} config does not make a valid model: {describe_errors(exc)}") from None
+            first = record_error(cls.__name__, exc)
+            raise HFConfigError(f"the {mtype} config does not make a valid model: {describe_errors(exc)}",
+                                argument=first.argument, value=first.value, allowed=first.allowed) from None
 
 
-#: the record's sizes and counts (integer fields), refused as booleans or text
-_SIZE_FIELDS = frozenset(n for n, f in TransformerConfig.model_fields.items()
-                         if f.annotation in (int, int | None))
+#: The largest size or count a record takes [elements]: the largest int32 (no model has a dimension near it).
+MAX_SIZE = 2**31 - 1
+
+#: the record's sizes and counts (integer fields) -> their least value; refused as booleans, text, fractions or
+#: above :data:`MAX_SIZE`
+_SIZE_FIELDS = {n: 1 if any(getattr(m, "gt", None) == 0 for m in f.metadata) else 0
+                for n, f in TransformerConfig.model_fields.items() if f.annotation in (int, int | None)}
 
 
 #: Shipped presets (``specs/models``) plus ``GPUMODEL_SPEC_PATH`` folders and :func:`load_models`.

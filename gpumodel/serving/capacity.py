@@ -6,9 +6,9 @@ workspace leave on each GPU (:func:`gpumodel.inference_memory`); each request re
 worst case of a paged cache), which gives ``max_concurrency``.
 
 Then time. In steady state a replica holding ``B`` requests runs decode steps of batch ``B`` at the
-mean context ``prompt_len + output_len / 2`` and, between them, prefills of new requests, chunked so
-that ``max_num_tokens`` prompt tokens go through at once. One stream does both, so a request costs
-its share of a prefill plus ``output_len - 1`` decode steps shared with ``B - 1`` others:
+mean context ``prompt_len + output_len / 2`` and, between them, prefills of new requests, at most
+``max_num_tokens`` prompt tokens a step. One stream does both, so a request costs its share of a
+prefill plus ``output_len - 1`` decode steps shared with ``B - 1`` others:
 
 .. math::
 
@@ -16,9 +16,17 @@ its share of a prefill plus ``output_len - 1`` decode steps shared with ``B - 1`
     \\mathrm{TPOT}(B) = \\frac{t_d(B)}{1 - R(B)\\, t_p}, \\qquad
     \\mathrm{TTFT}(B) = t_{prefill}(1, n_{in}) + t_d(B)
 
-with :math:`t_p = t_{prefill}(k, n_{in}) / k`, :math:`k = \\max(1, \\lfloor` ``max_num_tokens`` :math:`/ n_{in} \\rfloor)`
-prompts per prefill. TTFT is that of a request arriving below saturation: it waits for the decode step
-under way, then is prefilled alone. The operating point is the ``B`` with the most requests per second
+with :math:`t_p = t_{prefill}(k, n_{in}) / k`, :math:`k = \\lfloor` ``max_num_tokens`` :math:`/ n_{in} \\rfloor`
+prompts per prefill when a prompt fits in one step. A longer prompt is prefilled in chunks (chunked
+prefill): :math:`m = \\lceil n_{in} / c \\rceil` steps of :math:`c` = ``max_num_tokens`` tokens (the last one
+the rest), chunk :math:`j` attending to the :math:`j c` tokens cached before it and its own, causally:
+
+.. math:: t_p = t_{first} = \\sum_{j=0}^{m-1} t_{step}(1, \\min(c, n_{in} - j c), j c)
+
+(its attention adds up to the whole prompt's causal attention; its matmuls run :math:`m` times
+smaller). Left unset, ``max_num_tokens`` is :data:`MAX_NUM_TOKENS` or the prompt when longer: an engine
+without chunked prefill, which takes a long prompt in one step. TTFT is that of a request arriving below saturation: it waits for the decode step under
+way, then is prefilled alone. The operating point is the ``B`` with the most requests per second
 whose TPOT and TTFT meet the targets.
 """
 
@@ -35,9 +43,10 @@ from ..base.reprs import html_table
 from ..base.errors import ArgumentError
 from ..core.inference import inference_memory
 from ..vocabulary import duration, format_seconds, kv_cache_dtype, positive_int, positive_number
+from .generation import EXACT_STEPS
 from .timing import resolve_serving_args, step_time
 
-__all__ = ["ServingCapacity", "serving_capacity", "MAX_NUM_TOKENS", "KV_MEMORY_FRACTION"]
+__all__ = ["ServingCapacity", "serving_capacity", "chunked_prefill_time", "MAX_NUM_TOKENS", "KV_MEMORY_FRACTION"]
 
 #: Prompt tokens one prefill step takes at most (TensorRT-LLM's and vLLM's default ``max_num_tokens`` 8192).
 MAX_NUM_TOKENS = 8192
@@ -70,6 +79,11 @@ class ServingCapacity:
         ``"output_tokens_per_s"``, ``"requests_per_s"`` (the throughput-latency curve).
     tp : int
         GPUs per replica.
+    max_num_tokens : int
+        Prompt tokens one prefill step took [token] (the argument, or its default).
+    prefill_chunks : int
+        Steps one prompt's prefill took: 1, or :math:`\\lceil` ``prompt_len / max_num_tokens`` :math:`\\rceil`
+        (chunked prefill).
     """
 
     max_concurrency: int
@@ -92,6 +106,8 @@ class ServingCapacity:
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
     engine: str = "graph"
+    max_num_tokens: int = MAX_NUM_TOKENS
+    prefill_chunks: int = 1
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -123,7 +139,9 @@ class ServingCapacity:
         slo = ", ".join(f"{k} <= {format_seconds(v)}" for k, v in (("TTFT", self.ttft_slo), ("TPOT", self.tpot_slo))
                         if v is not None) or "none (maximum throughput)"
         return [("replica", f"{self.tp} x {self.gpu}, {self.dtype} weights, {self.kv_dtype} KV cache, {self.engine}"),
-                ("requests", f"{self.prompt_len} prompt + {self.output_len} output tokens"),
+                ("requests", f"{self.prompt_len} prompt + {self.output_len} output tokens"
+                             + (f" (prefill in {self.prefill_chunks} chunks of {self.max_num_tokens:,} tokens)"
+                                if self.prefill_chunks > 1 else "")),
                 ("targets", slo),
                 ("max concurrency (KV memory)", f"{self.max_concurrency:,}"),
                 ("concurrency", f"{self.concurrency:,} (limited by {self.limiter})"),
@@ -157,11 +175,41 @@ def kv_budget(setup, prompt_len: int, output_len: int, chunk: int, fraction: flo
     return float(one.kv_cache_bytes), max(free, 0.0) * fraction
 
 
+def chunked_prefill_time(setup, prompt_len: int, chunk: int) -> float:
+    """Time to prefill one prompt of ``prompt_len`` tokens in steps of at most ``chunk`` tokens [s].
+
+    Chunk :math:`j` is a prefill step over its own tokens on top of the :math:`j c` cached before it
+    (:func:`~gpumodel.serving.timing.step_time` with ``cached = j c``). Up to ``EXACT_STEPS`` full chunks
+    are summed one by one; beyond, over evenly spaced cache lengths, scaled (the step time is close to
+    linear in the cache), as :func:`~gpumodel.serving.generation.decode_total` sums decode steps.
+    """
+    full, rest = divmod(prompt_len, chunk)
+    total = 0.0
+    if full:
+        if full <= EXACT_STEPS:
+            j, weights = np.arange(full), np.ones(full)
+        else:
+            j = np.unique(np.linspace(0, full - 1, 17).round().astype(int))
+            weights = np.full(j.size, full / j.size)
+        total += float(np.sum(np.asarray(step_time(setup, 1, chunk, j * chunk, "prefill").seconds) * weights))
+    if rest:
+        total += float(step_time(setup, 1, rest, full * chunk, "prefill").seconds)
+    return total
+
+
+def _single(value: Any, name: str, allowed: str) -> Any:
+    """``value`` if it is one number; an array is refused, naming ``name`` alone."""
+    if np.ndim(value):
+        raise ArgumentError(f"{name} must be a single number here ({allowed}), got an array; loop over a sweep",
+                            argument=name, value=value, allowed=allowed)
+    return value
+
+
 @keyword_only_after(2, "prompt_len", "output_len", "dtype", "kv_dtype", "tp", "ttft_slo", "tpot_slo", "engine")
 def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len: int = 128, dtype: str = "bf16",
                      kv_dtype: Any = None, tp: int = 1, ttft_slo: Any = None, tpot_slo: Any = None,
                      engine: str = "graph", max_batch_size: int | None = None,
-                     max_num_tokens: int = MAX_NUM_TOKENS, kv_memory_fraction: float = KV_MEMORY_FRACTION,
+                     max_num_tokens: int | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION,
                      group_size: int = 128) -> ServingCapacity:
     """Throughput of one replica of ``tp`` GPUs serving requests of ``prompt_len`` + ``output_len`` tokens.
 
@@ -176,10 +224,12 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
         target (the maximum throughput).
     max_batch_size : int, optional
         The engine's largest decode batch (default: no limit beyond memory).
-    max_num_tokens : int
-        Prompt tokens one prefill step takes [token].
+    max_num_tokens : int, optional
+        Prompt tokens one prefill step takes at most [token]. A longer prompt is prefilled in
+        :math:`\\lceil` ``prompt_len / max_num_tokens`` :math:`\\rceil` chunks (chunked prefill; module notes).
+        Default: :data:`MAX_NUM_TOKENS` (8192), or ``prompt_len`` when longer (no chunking).
     kv_memory_fraction : float
-        Share of the free memory the KV cache may use.
+        Share of the free memory the KV cache may use, in (0, 1].
 
     Returns
     -------
@@ -193,18 +243,29 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
     (True, True)
     >>> cap.gpus_for(10 * cap.requests_per_s)
     10
+
+    A prompt longer than ``max_num_tokens`` is prefilled in chunks:
+
+    >>> gm.serving_capacity("llama-3-8b", "h100", prompt_len=2048, max_num_tokens=512).prefill_chunks
+    4
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
-    s, n = positive_int(prompt_len, "prompt_len"), positive_int(output_len, "output_len")
-    chunk = positive_int(max_num_tokens, "max_num_tokens")
-    frac = positive_number(kv_memory_fraction, "kv_memory_fraction")
-    if np.ndim(s) or np.ndim(n) or np.ndim(chunk) or np.ndim(frac) or frac > 1:
-        raise ArgumentError("prompt_len, output_len and max_num_tokens must be single integers and "
-                            "kv_memory_fraction a number in (0, 1]")
+    s = _single(positive_int(prompt_len, "prompt_len"), "prompt_len", "a positive integer")
+    n = _single(positive_int(output_len, "output_len"), "output_len", "a positive integer")
+    if max_num_tokens is None:
+        chunk = max(MAX_NUM_TOKENS, s)
+    else:
+        chunk = _single(positive_int(max_num_tokens, "max_num_tokens"), "max_num_tokens", "a positive integer")
+    frac = _single(positive_number(kv_memory_fraction, "kv_memory_fraction"), "kv_memory_fraction",
+                   "a number in (0, 1]")
+    if frac > 1:
+        raise ArgumentError(f"kv_memory_fraction must be a number in (0, 1] (the share of the free memory the KV "
+                            f"cache may use), got {kv_memory_fraction!r}", argument="kv_memory_fraction",
+                            value=kv_memory_fraction, allowed="a number in (0, 1]")
     slo_t = None if ttft_slo is None else duration(ttft_slo, "ttft_slo")
     slo_p = None if tpot_slo is None else duration(tpot_slo, "tpot_slo")
-    per_req, budget = kv_budget(setup, s, n, max(chunk, s), frac)
+    per_req, budget = kv_budget(setup, s, n, chunk, frac)   # the workspace of one prefill step: chunk tokens
     limit = int(budget // per_req) if per_req > 0 else 0
     cap_batch = None if max_batch_size is None else positive_int(max_batch_size, "max_batch_size")
     max_conc = limit
@@ -213,13 +274,16 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
     common = dict(tp=tp, prompt_len=s, output_len=n, ttft_slo=slo_t, tpot_slo=slo_p, kv_bytes_per_request=per_req,
                   kv_budget_bytes=budget, model=cfg.name, gpu=g.name, dtype=dt.value,
                   kv_dtype=kv_cache_dtype(kv, dt).value,
-                  engine=eng.value)
+                  engine=eng.value, max_num_tokens=chunk, prefill_chunks=-(-s // chunk))
     if limit < 1:
         return ServingCapacity(max_conc, 0, 0.0, 0.0, float("nan"), float("nan"), "memory", {}, **common)
     B = _concurrencies(limit)
-    k = max(1, chunk // s)
-    t_p = float(step_time(setup, k, s, 0, "prefill").seconds) / k
-    t_first = float(step_time(setup, 1, s, 0, "prefill").seconds)
+    if chunk >= s:                          # k whole prompts a prefill step
+        k = chunk // s
+        t_p = float(step_time(setup, k, s, 0, "prefill").seconds) / k
+        t_first = float(step_time(setup, 1, s, 0, "prefill").seconds)
+    else:                                   # chunked prefill: one prompt in ceil(s / chunk) steps
+        t_p = t_first = chunked_prefill_time(setup, s, chunk)
     t_d = np.asarray(step_time(setup, B, 1, s + n // 2, "decode").seconds, dtype=float)
     rate = 1.0 / (t_p + max(n - 1, 0) * t_d / B)
     tpot = t_d / np.maximum(1.0 - rate * t_p, 1e-9)

@@ -6,6 +6,7 @@ decode steps that follow produces one more, attending over a cache that grows by
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
 from ..vocabulary import format_seconds, positive_int
-from .timing import ServingTime, resolve_serving_args, step_time
+from .timing import ServingTime, memory_check, resolve_serving_args, step_time, warn_unfit
 
 __all__ = ["Generation", "generation_time", "decode_total"]
 
@@ -42,6 +43,11 @@ class Generation:
         The prefill step.
     first_decode, last_decode : ServingTime or None
         The first and last decode steps (None for one new token).
+    fits : bool or None
+        Whether the generation fits in each GPU's memory: the prefill's and the last decode step's
+        ``fits`` (the cache is largest at the last step); None where not checked.
+    peak_bytes : float
+        The larger of the prefill's and the last decode step's peak allocated bytes per GPU [B].
     """
 
     ttft_s: float
@@ -54,6 +60,8 @@ class Generation:
     prefill: ServingTime
     first_decode: ServingTime | None
     last_decode: ServingTime | None
+    fits: bool | None = None
+    peak_bytes: float = float("nan")
 
     def __float__(self) -> float:
         return float(self.seconds)
@@ -77,7 +85,12 @@ class Generation:
         return (f"Generation({p.model} on {p.gpu}{tp}, batch {self.batch_size}, prompt {self.prompt_len}, "
                 f"{self.new_tokens} new tokens: TTFT {format_seconds(self.ttft_s)}, TPOT "
                 f"{format_seconds(self.tpot_s)}, total {format_seconds(self.seconds)}, "
-                f"{self.tokens_per_s:,.1f} tokens/s)")
+                f"{self.tokens_per_s:,.1f} tokens/s{self._unfit()})")
+
+    def _unfit(self) -> str:
+        if self.fits is None or self.fits:
+            return ""
+        return f", DOES NOT FIT in memory (peak {self.peak_bytes / 2**30:,.1f} GiB per GPU)"
 
     def _repr_html_(self) -> str:
         p = self.prefill
@@ -86,6 +99,8 @@ class Generation:
                 ("total", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.1f}"),
                 ("tokens/s per sequence", f"{self.tokens_per_s_per_sequence:,.1f}"),
                 ("engine", f"{p.engine}, {p.dtype} weights, {p.kv_dtype} KV cache, tp={p.tp}")]
+        if self.fits is not None:
+            rows.append(("fits in memory", "yes" if self.fits else self._unfit().lstrip(", ")))
         return html_table(f"Generation: {p.model} on {p.gpu}, batch {self.batch_size}, prompt {self.prompt_len}",
                           rows)
 
@@ -124,6 +139,13 @@ def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: in
     Returns
     -------
     Generation
+        ``.fits`` and ``.peak_bytes`` [B] say whether the prefill and the last decode step fit in each
+        GPU's memory (:func:`gpumodel.serving.timing.memory_check`).
+
+    Warns
+    -----
+    DoesNotFitWarning
+        When the prefill or the last decode step does not fit: the times are still given.
 
     Notes
     -----
@@ -141,13 +163,28 @@ def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: in
                                                        (new_tokens, "new_tokens")))
     if np.ndim(b) or np.ndim(s) or np.ndim(n):
         raise ArgumentError("batch_size, prompt_len and new_tokens must be scalars here; loop over a sweep")
-    prefill = step_time(setup, b, s, 0, "prefill")
+    prefill, need = _checked(setup, step_time(setup, b, s, 0, "prefill"), b, s, 0)
+    worst = ("the prefill", need)
     if n > 1:
         decode_s, first, last = decode_total(setup, b, s, n - 1)
+        first, _ = _checked(setup, first, b, 1, s)
+        last, need = _checked(setup, last, b, 1, s + n - 2)     # the cache is largest at the last step
+        worst = max(worst, ("the last decode step", need), key=lambda x: x[1])
         tpot = decode_s / (n - 1)
     else:
         decode_s, first, last, tpot = 0.0, None, None, float("nan")
+    fits = bool(prefill.fits and (last is None or last.fits))
+    warn_unfit(setup, fits, worst[1], f"the generation at batch_size={b}, prompt_len={s}, new_tokens={n} "
+               f"({worst[0]})", stacklevel=3)
     total = float(prefill.seconds) + decode_s
     return Generation(ttft_s=float(prefill.seconds), tpot_s=tpot, seconds=total, tokens_per_s=b * n / total,
                       batch_size=b, prompt_len=s, new_tokens=n, prefill=prefill, first_decode=first,
-                      last_decode=last)
+                      last_decode=last, fits=fits,
+                      peak_bytes=max(float(prefill.peak_bytes), float(last.peak_bytes) if last else 0.0))
+
+
+def _checked(setup, step: ServingTime, batch_size: int, seq_len: int, new_tokens: int) -> tuple[ServingTime, float]:
+    """``step`` with its memory checked (:func:`~gpumodel.serving.timing.memory_check`), without a warning,
+    and the bytes one GPU needs for it [B]."""
+    fits, peak, need = memory_check(setup, batch_size, seq_len, new_tokens)
+    return dataclasses.replace(step, fits=fits, peak_bytes=peak), need

@@ -11,24 +11,27 @@ takes :math:`\\max(t_{kernels}, t_{host})` with :math:`t_{host} = n_{ops} \\cdot
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.enums import StrEnum
-from ..base.reprs import html_table
-from ..base.errors import ArgumentError
+from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
 from ..calibration.estimate import estimate as _estimate
-from ..vocabulary import (choice, format_seconds, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel,
-                          weight_dtype, within_positions)
+from ..core.inference import inference_memory
+from ..vocabulary import (choice, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype,
+                          within_positions)
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
+from .servingtime import ServingTime
 
-__all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args", "step_time"]
+__all__ = ["Engine", "Setup", "ServingTime", "prefill_time", "decode_step_time", "resolve_serving_args", "step_time",
+           "memory_check", "warn_unfit"]
 
 
 class Engine(StrEnum):
@@ -38,131 +41,6 @@ class Engine(StrEnum):
     GRAPH = "graph"
     COMPILED = "compiled"
     HF = "hf"
-
-
-def _show(x: Any) -> str:
-    return format_seconds(float(np.max(x)))
-
-
-@dataclass(frozen=True)
-class ServingTime:
-    """Estimated time of one prefill or one decode step on one tensor-parallel group.
-
-    Attributes
-    ----------
-    seconds : float or ndarray
-        Step time [s]; ``float(t)`` gives it (for a scalar step).
-    phase : {"prefill", "decode"}
-    tokens_per_s : float or ndarray
-        Tokens the step processes over its time: ``batch_size * prompt_len`` for a prefill,
-        ``batch_size`` new tokens for a decode step [token/s].
-    breakdown : dict
-        Seconds by kernel family (``"matmul"``, ``"attention"``, ``"kv_write"``, ``"norm"``,
-        ``"elementwise"``, ``"embedding"``, ``"logits"``, ``"allreduce"``) [s].
-    bounds : dict
-        For each family, what bounds most of its time: ``"memory"``, ``"compute"``, ``"launch"``,
-        ``"parallelism"`` or, for the all-reduce, ``"latency"``/``"link"``.
-    kernel_s : float or ndarray
-        GPU time (kernels and all-reduces) [s].
-    host_s : float or ndarray
-        Host dispatch time (0 for ``engine="graph"``) [s].
-    host_bound : bool or ndarray
-        Whether the host, not the GPU, sets the step time.
-    kernels : int
-        Kernels launched per step per GPU.
-    weights_bytes : float
-        Weight bytes each GPU reads per step [B]. ``weight_bytes`` is its former name (deprecated).
-    calibrated : bool
-        Whether a calibration for this GPU timed the kernels.
-    seq_len : int or ndarray
-        Tokens each sequence holds in this step [token]: the prompt of a prefill, the context (tokens
-        already in the cache) of a decode step. ``tokens`` is its former name (deprecated).
-    batch_size, tp, dtype, kv_dtype, engine, model, gpu :
-        The inputs.
-    """
-
-    seconds: Any
-    phase: str
-    tokens_per_s: Any
-    breakdown: dict = field(default_factory=dict)
-    bounds: dict = field(default_factory=dict)
-    kernel_s: Any = 0.0
-    host_s: Any = 0.0
-    host_bound: Any = False
-    kernels: int = 0
-    weights_bytes: float = 0.0
-    calibrated: bool = False
-    batch_size: Any = 1
-    seq_len: Any = 1
-    tp: int = 1
-    dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    engine: str = "graph"
-    model: str = ""
-    gpu: str = ""
-
-    def __float__(self) -> float:
-        return float(self.seconds)
-
-    @property
-    def weight_bytes(self) -> float:
-        """Deprecated name of :attr:`weights_bytes`."""
-        warnings.warn("ServingTime.weight_bytes is deprecated; use weights_bytes", DeprecationWarning, stacklevel=2)
-        return self.weights_bytes
-
-    @property
-    def tokens(self) -> Any:
-        """Deprecated name of :attr:`seq_len`."""
-        warnings.warn("ServingTime.tokens is deprecated; use seq_len", DeprecationWarning, stacklevel=2)
-        return self.seq_len
-
-    def pick(self, i: int) -> "ServingTime":
-        """The ``i``-th configuration of an array result, as a scalar record."""
-        if np.ndim(self.seconds) == 0:
-            return self
-
-        def one(x: Any) -> Any:
-            if np.ndim(x) == 0:
-                return x
-            v = np.asarray(x)[i]
-            return v.item() if hasattr(v, "item") else v
-
-        values = {f.name: one(getattr(self, f.name)) for f in fields(self)}
-        values["breakdown"] = {k: float(one(v)) for k, v in self.breakdown.items()}
-        values["bounds"] = {k: str(one(v)) for k, v in self.bounds.items()}
-        values["host_bound"] = bool(values["host_bound"])
-        return ServingTime(**values)
-
-    def to_dict(self) -> dict:
-        """Plain fields (SI units) for JSON or a DataFrame row."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["breakdown"], out["bounds"] = dict(self.breakdown), dict(self.bounds)
-        return out
-
-    def _parts(self) -> str:
-        return ", ".join(f"{k} {_show(v)} ({self.bounds.get(k, '')})" for k, v in self.breakdown.items()
-                         if np.any(np.asarray(v) > 0))
-
-    def __repr__(self) -> str:
-        if np.ndim(self.seconds):
-            t = np.asarray(self.seconds)
-            return (f"ServingTime({self.phase} of {self.model} on {self.gpu}: {t.size} configs, "
-                    f"{format_seconds(t.min())} .. {format_seconds(t.max())})")
-        what = "prompt" if self.phase == "prefill" else "context"
-        host = f", host {_show(self.host_s)}{' (host-bound)' if self.host_bound else ''}" if self.engine == "hf" else ""
-        tp = f" x tp={self.tp}" if self.tp > 1 else ""
-        return (f"ServingTime({self.phase} of {self.model} on {self.gpu}{tp}, batch {self.batch_size}, "
-                f"{what} {self.seq_len}: {_show(self.seconds)}, {float(self.tokens_per_s):,.0f} tokens/s{host}; "
-                f"{self._parts()})")
-
-    def _repr_html_(self) -> str:
-        rows = [("time", _show(self.seconds)), ("tokens/s", f"{float(np.max(self.tokens_per_s)):,.0f}"),
-                ("engine", f"{self.engine}, {self.dtype} weights, {self.kv_dtype} KV cache, tp={self.tp}")]
-        rows += [(k, f"{_show(v)} ({self.bounds.get(k, '')})") for k, v in self.breakdown.items()
-                 if np.any(np.asarray(v) > 0)]
-        if self.engine == "hf":
-            rows.append(("host", _show(self.host_s)))
-        return html_table(f"ServingTime: {self.phase} of {self.model} on {self.gpu}", rows)
 
 
 @dataclass(frozen=True)
@@ -193,6 +71,53 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     if np.ndim(group):
         raise ArgumentError("group_size must be a single positive integer")
     return Setup(cfg, g, dt, kv, tp, eng, group)
+
+
+def memory_check(setup: Setup, batch_size: Any, seq_len: Any, new_tokens: Any = 0) -> tuple[Any, Any, Any]:
+    """Whether a serving step fits in each GPU's memory: ``(fits, peak_bytes, need_bytes)``.
+
+    The memory is :func:`gpumodel.core.inference.inference_memory` of ``batch_size`` prompts of ``seq_len``
+    tokens followed by ``new_tokens`` generated ones, with the setup's model, dtypes, ``tp`` and
+    ``group_size``, per GPU. A prefill of ``s`` tokens is ``(batch_size, s, 0)``; a decode step over
+    ``c`` cached tokens is ``(batch_size, 1, c)``: the weights, the cache of ``c + 1`` positions and the
+    step's logits (the prefill that filled the cache is not part of the step).
+
+    ``need_bytes`` [B] is what is compared with the GPU's ``usable_memory_bytes``: the allocated peak
+    (``peak_bytes`` [B]) for an engine that allocates its weights and cache up front (``graph``,
+    ``compiled``), as :func:`~gpumodel.serving.capacity.serving_capacity`'s KV budget does; for eager
+    Hugging Face ``generate`` (``hf``) the peak with the caching allocator's reserve and the CUDA context
+    (``total_bytes``), as :func:`gpumodel.fits` with ``training=False`` does. Scalars for scalar sizes,
+    arrays otherwise.
+    """
+    kv = setup.kv_dtype.value if setup.kv_dtype is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GpumodelWarning)    # the step's own checks have warned already
+        m = inference_memory(setup.cfg, batch_size, seq_len, dtype=setup.dtype.value, kv_dtype=kv,
+                             new_tokens=new_tokens, tp=setup.tp, group_size=setup.group_size)
+    need = m.total_bytes if setup.engine == Engine.HF else m.peak_bytes
+    fits = np.asarray(need) <= setup.gpu.usable_memory_bytes
+    if fits.ndim == 0:
+        return bool(fits), float(m.peak_bytes), float(need)
+    return fits, np.asarray(m.peak_bytes), np.asarray(need)
+
+
+def warn_unfit(setup: Setup, fits: Any, need_bytes: Any, what: str, stacklevel: int = 2) -> None:
+    """Warn (:class:`~gpumodel.base.errors.DoesNotFitWarning`) where ``fits`` is false, as
+    ``training_step_time`` does: what the run ``what`` needs per GPU (``need_bytes`` of :func:`memory_check`)
+    and what the GPU offers."""
+    if np.all(fits):
+        return
+    g, tp = setup.gpu, setup.tp
+    need = float(np.max(np.where(fits, 0.0, need_bytes)))
+    if np.ndim(fits):
+        bad = int(np.size(fits) - np.count_nonzero(fits))
+        head = f"{bad} of {np.size(fits)} configurations of {what} need up to"
+    else:
+        head = f"{what} needs"
+    warnings.warn(f"{setup.cfg.name}: {head} {need / 2**30:,.1f} GiB per GPU{f' (tp={tp})' if tp > 1 else ''}, "
+                  f"more than the {g.usable_memory_bytes / 2**30:.1f} GiB {g.name} offers: the time is for a run "
+                  f"that does not fit (a larger tp, a smaller dtype or kv_dtype, or a GPU with more memory would)",
+                  DoesNotFitWarning, stacklevel=stacklevel + 1)
 
 
 def _bound_of(est) -> np.ndarray:
@@ -302,6 +227,13 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
     ServingTime
         ``.seconds`` [s] of the step, ``.tokens_per_s`` (``batch_size * prompt_len / seconds``) [token/s],
         the ``breakdown`` [s] and ``bounds`` by kernel family; arrays where the sizes were arrays.
+        ``.fits`` says whether the prefill fits in each GPU's memory and ``.peak_bytes`` [B] is the peak
+        it was checked with (:func:`memory_check`).
+
+    Warns
+    -----
+    DoesNotFitWarning
+        When the prefill does not fit: the time is still given, for a run that cannot happen.
 
     Notes
     -----
@@ -319,7 +251,11 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     b, s = positive_int(batch_size, "batch_size"), positive_int(prompt_len, "prompt_len")
-    return step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
+    t = step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
+    fits, peak, need = memory_check(setup, b, s)
+    warn_unfit(setup, fits, need, f"the prefill at batch_size={b}, prompt_len={s}" if not np.ndim(fits)
+               else "the prefill", stacklevel=3)
+    return dataclasses.replace(t, fits=fits, peak_bytes=peak)
 
 
 @keyword_only_after(2, "batch_size", "context_len", "dtype", "kv_dtype", "tp", "engine")
@@ -357,6 +293,13 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
     ServingTime
         ``.seconds`` [s] of the step, ``.tokens_per_s`` (``batch_size / seconds``) [token/s], the
         ``breakdown`` [s] and ``bounds`` by kernel family; arrays where the sizes were arrays.
+        ``.fits`` says whether the step (weights, the cache of ``context_len + 1`` positions, the logits)
+        fits in each GPU's memory and ``.peak_bytes`` [B] is the peak it was checked with (:func:`memory_check`).
+
+    Warns
+    -----
+    DoesNotFitWarning
+        When the step does not fit: the time is still given, for a run that cannot happen.
 
     Examples
     --------
@@ -371,4 +314,8 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
     b = positive_int(batch_size, "batch_size")
     c = positive_int(context_len, "context_len")
-    return step_time(setup, b, 1, c, "decode")
+    t = step_time(setup, b, 1, c, "decode")
+    fits, peak, need = memory_check(setup, b, 1, c)
+    warn_unfit(setup, fits, need, f"the decode step at batch_size={b}, context_len={c}" if not np.ndim(fits)
+               else "the decode step", stacklevel=3)
+    return dataclasses.replace(t, fits=fits, peak_bytes=peak)

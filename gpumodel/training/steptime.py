@@ -10,9 +10,13 @@ microbenchmarks; defaults elsewhere) and the GPU waits whenever its kernels are 
 dispatch (:func:`gpumodel.training.hostcost.timeline`). Nothing here is fitted to step times; the step-time
 measurements in ``tests/data/steptime/`` only check the result (``python bench/step_time_accuracy.py``).
 
-MFU follows Chowdhery et al. (2022, PaLM, appendix B): model FLOPs ``6 N T + 12 L h s T``
-(the attention term with causal masking counted in full, as there), over step time and the dense
-peak of the compute dtype; HFU counts the FLOPs the kernels execute, recomputation included.
+MFU and HFU share one FLOP convention, PaLM's (Chowdhery et al. 2022, appendix B): a token costs
+``6 N + 12 L h s`` model FLOPs (``N`` the parameters a token passes through, embeddings and LM head
+included; the attention scores counted in full, without the causal mask's halving), of which a third
+is the forward. MFU is the model FLOPs over the step time and the dense peak of the compute dtype;
+HFU adds the forward work recomputed in the same convention (:func:`recompute_flops_per_token`), so
+HFU equals MFU without recomputation and exceeds it with it. The FLOPs the modelled kernels execute
+(causal attention about half the scores) are a separate field, ``hardware_flops``.
 
 References
 ----------
@@ -39,10 +43,67 @@ from .stepplan import step_plan, training_step
 from ..records.transformer import TransformerConfig
 from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
                          format_seconds, nonnegative_number, positive_int, positive_number, precision as _precision,
-                         resolve_gpu, resolve_model)
+                         precision_on, resolve_gpu, resolve_model)
 from ..base.reprs import html_table
 
-__all__ = ["StepTime", "single_gpu_step_time", "step_kernels"]
+__all__ = ["StepTime", "single_gpu_step_time", "step_kernels", "model_flops_per_token", "recompute_flops_per_token"]
+
+
+def model_flops_per_token(cfg: TransformerConfig, seq_len: Any) -> Any:
+    """``6 N + 12 L h s`` [FLOP/token]: PaLM's model FLOPs (Chowdhery et al. 2022, appendix B).
+
+    ``N`` is :meth:`~gpumodel.records.transformer.TransformerConfig.active_parameters` (embeddings and LM
+    head included), ``L h s`` the layers, hidden size and sequence length; the attention scores are
+    counted in full (no causal halving). The forward is a third of it, the backward two thirds.
+
+    >>> import gpumodel as gm
+    >>> cfg = gm.model("gpt2")
+    >>> model_flops_per_token(cfg, 1024) == 6 * cfg.active_parameters() + 12 * 12 * 768 * 1024
+    True
+    """
+    return 6.0 * cfg.active_parameters() + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len
+
+
+def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointing: Any) -> Any:
+    """The forward work activation recomputation repeats, in the convention of :func:`model_flops_per_token`
+    [FLOP/token].
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+    seq_len : int or array
+        Sequence length [tokens].
+    checkpointing : bool or {"none", "selective", "full"}
+        What is recomputed in the backward: nothing; the attention core of each layer (its scores and
+        their product with the values, Korthikanti et al. 2022): ``4 L h s``; or the forward of each
+        decoder layer: ``2 N_layers + 4 L h s``, with ``N_layers`` the parameters a token passes through
+        in the layers (the active parameters less embeddings, LM head and final norm).
+
+    Returns
+    -------
+    float or ndarray
+        [FLOP/token]; 0 for "none".
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> cfg = gm.model("gpt2")
+    >>> recompute_flops_per_token(cfg, 1024, "selective") == 4 * 12 * 768 * 1024
+    True
+    >>> recompute_flops_per_token(cfg, 1024, "none")
+    0.0
+    """
+    ckpt = checkpointing_mode(checkpointing)
+    attention = 4.0 * cfg.num_layers * cfg.hidden_size * np.asarray(seq_len, float)
+    if ckpt == Checkpointing.NONE:
+        out = 0.0 * attention
+    elif ckpt == Checkpointing.SELECTIVE:
+        out = attention
+    else:
+        final_norm = cfg.hidden_size * (2 if cfg.norm_bias else 1)
+        layers = cfg.active_parameters() - cfg.embedding_parameters() - final_norm
+        out = 2.0 * layers + attention
+    return float(out) if np.ndim(out) == 0 else out
 
 
 
@@ -59,7 +120,8 @@ class StepTime:
     mfu : float
         Model FLOPs utilisation: ``model_flops / seconds / (num_gpus * peak)`` (dense peak of the compute dtype).
     model_flops : float
-        ``6 N T + 12 L h s T`` over the global batch [FLOP].
+        ``6 N T + 12 L h s T`` over the global batch [FLOP] (:func:`model_flops_per_token`: PaLM's convention,
+        embeddings included, attention scores counted in full).
     breakdown : dict
         Seconds of kernel time by phase ("forward", "backward", "recompute", "optimizer"), plus
         "host_wait" (the GPU idle, waiting for the host's dispatch) and "sync" (synchronisation
@@ -70,9 +132,14 @@ class StepTime:
     kernels : int
         Kernels launched per step in this model of the step (per GPU).
     hardware_flops : float
-        FLOPs the hardware executes, recomputation included [FLOP].
+        FLOPs of the modelled kernels as they execute (causal attention about half the scores; full
+        recomputation included) [FLOP]; a kernel count, not in the convention of ``model_flops``.
     hfu : float
-        Hardware FLOPs utilisation, ``hardware_flops / seconds / (num_gpus * peak)``.
+        Hardware FLOPs utilisation, ``(model_flops + recomputed FLOPs) / seconds / (num_gpus * peak)``: the
+        forward work that recomputation repeats counted in the convention of ``model_flops``
+        (:func:`recompute_flops_per_token`). Equal to ``mfu`` without recomputation, above it with it;
+        never below it. On one GPU (eager Hugging Face) "selective" recomputes nothing (HF has no selective
+        recomputation), so its HFU equals its MFU.
     num_gpus : int
         GPUs the step runs on.
     fits : bool or None
@@ -150,6 +217,24 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
     return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL)
 
 
+def _expert_load(cfg: TransformerConfig, expert_load: Any) -> np.ndarray:
+    """The shares of a mixture-of-experts model's token assignments each expert receives, checked."""
+    if not cfg.is_moe:
+        raise ArgumentError(f"expert_load applies to mixture-of-experts models only: {cfg.name} is a dense model "
+                            f"(no experts); leave expert_load=None", argument="expert_load", value=expert_load,
+                            allowed="None for a dense model")
+    load = np.atleast_1d(nonnegative_number(expert_load, "expert_load"))
+    allowed = f"{cfg.num_experts} shares >= 0, one per expert, not all zero"
+    if load.shape != (cfg.num_experts,):
+        raise ArgumentError(f"expert_load must have {cfg.num_experts} shares, one per expert of {cfg.name}, got "
+                            f"{load.size} value{'s' if load.size != 1 else ''} (shape {load.shape})",
+                            argument="expert_load", value=expert_load, allowed=allowed)
+    if not load.sum() > 0:
+        raise ArgumentError(f"expert_load is all zero: give each expert of {cfg.name} its share of the assignments",
+                            argument="expert_load", value=expert_load, allowed=allowed)
+    return load
+
+
 def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                          precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
                          fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
@@ -188,7 +273,7 @@ experts_implementation, expert_load, calibrated, calibration, host :
     cfg = resolve_model(model)
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")
-    prec = _precision(precision)
+    prec = precision_on(precision, g)  # refused where the GPU has no path for its compute format (bf16 on a V100)
     opt = choice(Optimizer, optimizer, "optimizer")
     fused, foreach, compile = flag(fused, "fused"), flag(foreach, "foreach"), flag(compile, "compile")
     accum = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
@@ -202,10 +287,7 @@ experts_implementation, expert_load, calibrated, calibration, host :
         raise ArgumentError(f"fused=True needs optimizer 'adamw', 'adam', 'sgd' or 'sgd_momentum', got {opt.value!r}")
     experts = choice(ExpertsImplementation, experts_implementation, "experts_implementation")
     if expert_load is not None:
-        expert_load = np.atleast_1d(nonnegative_number(expert_load, "expert_load"))
-        if not cfg.is_moe or expert_load.shape != (cfg.num_experts,) or not expert_load.sum() > 0:
-            raise ArgumentError(f"expert_load must be {cfg.num_experts or 'no'} non-negative shares, one per expert "
-                                f"of {cfg.name} (not all zero), got {expert_load.shape[0]} values")
+        expert_load = _expert_load(cfg, expert_load)
     ckpt = checkpointing_mode(checkpointing)
     hc = host_costs_for(g.name, host)
     batch_size, seq_len, accum = int(batch_size), int(seq_len), int(accum)
@@ -242,7 +324,9 @@ experts_implementation, expert_load, calibrated, calibration, host :
     seconds = tl.seconds
     breakdown = dict(kernel_by_phase, host_wait=tl.host_wait_s, sync=tl.sync_s)
     tokens = batch_size * seq_len * accum
-    model_flops = 6.0 * cfg.active_parameters() * tokens + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len * tokens
+    model_flops = model_flops_per_token(cfg, seq_len) * tokens
+    recomputed = ckpt if ckpt == Checkpointing.FULL else Checkpointing.NONE   # HF has no selective recomputation
+    used_flops = model_flops + recompute_flops_per_token(cfg, seq_len, recomputed) * tokens
     peak = g.peak_flops(prec.compute_dtype.value)
     mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
                           checkpointing=checkpointing)
@@ -253,6 +337,6 @@ experts_implementation, expert_load, calibrated, calibration, host :
                       f"{g.name} offers: the time is for a run that does not fit", DoesNotFitWarning, stacklevel=3)
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
                     model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
-                    kernels=count, hardware_flops=hardware_flops, hfu=hardware_flops / seconds / peak, num_gpus=1,
+                    kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
                     fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=bool(tl.host_wait_s > 0.02 * seconds),
                     host_calibrated=hc.calibrated)

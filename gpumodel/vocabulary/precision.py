@@ -21,8 +21,9 @@ from ..base.arguments import choice, flag
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError
 from ..records.dtypes import DType, UnknownDTypeError, dtype as _dtype
+from ..records.gpu import UnsupportedDTypeError
 
-__all__ = ["Precision", "PRECISIONS", "precision", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
+__all__ = ["Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
            "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode"]
 
 
@@ -106,6 +107,53 @@ def precision(value: Any, name: str = "precision") -> Precision:
             return PRECISIONS[dt.value]
     allowed = ", ".join(map(repr, PRECISIONS))
     raise ArgumentError(f"{name}={value!r} is not one of {allowed}", argument=name, value=value, allowed=allowed)
+
+
+def precision_on(value: Any, gpu: Any, name: str = "precision") -> Precision:
+    """The :class:`Precision` a training-precision argument names, refused where ``gpu`` cannot compute in it.
+
+    Parameters
+    ----------
+    value : str or Precision
+        As :func:`precision` takes.
+    gpu : GPUSpec
+        The GPU record the step runs on.
+    name : str
+        The argument's name, for the error.
+
+    Returns
+    -------
+    Precision
+        The precision mode.
+
+    Raises
+    ------
+    UnsupportedDTypeError
+        The GPU has no tensor-core path for the mode's compute format (bf16 on a V100 or a T4); the message
+        names the mode to use instead (``precision='amp_fp16'``).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> precision_on("amp_fp16", gm.gpu("v100")).name
+    'amp_fp16'
+    >>> precision_on("amp_bf16", gm.gpu("v100"))
+    Traceback (most recent call last):
+    ...
+    gpumodel.records.gpu.UnsupportedDTypeError: v100-sxm2-32gb has no bf16 tensor-core rate (its datasheet has no bf16 execution path): use precision='amp_fp16' instead
+    """
+    prec = precision(value, name)
+    if gpu.supports(prec.compute_dtype):
+        return prec
+    dt = prec.compute_dtype.value
+    alt = gpu.instead_of(dt)
+    usable = [n for n, p in PRECISIONS.items() if gpu.supports(p.compute_dtype)]
+    instead = next((n for n, p in PRECISIONS.items() if p.compute_dtype.value == alt and p.is_amp == prec.is_amp),
+                   None) or (usable[0] if usable else None)
+    allowed = ", ".join(map(repr, usable))
+    use = f": use {name}={instead!r} instead" if instead else ""
+    raise UnsupportedDTypeError(f"{gpu.name} has no {dt} tensor-core rate (its datasheet has no {dt} execution "
+                                f"path){use}", argument=name, value=value, allowed=allowed)
 
 
 #: Number formats a model's weights may be stored in for inference (int8/int4 are weight-only).

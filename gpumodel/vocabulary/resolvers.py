@@ -10,6 +10,7 @@ Examples
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from typing import Any, Mapping
 
@@ -17,11 +18,31 @@ from pydantic import ValidationError
 
 from ..base.errors import ArgumentError, ArgumentTypeError
 from ..records.gpu import GPU_CATALOG, GPUSpec
-from ..records.specs import describe_errors
-from ..records.system import SYSTEM_CATALOG, SystemSpec, node_system
+from ..records.specs import UnknownGPUError, describe_errors, normalize_name
+from ..records.system import SYSTEM_CATALOG, SystemSpec, UnknownSystemError, node_system
 from ..records.transformer import HFConfigError, TransformerConfig, model as model_lookup
 
-__all__ = ["resolve_gpu", "resolve_gpu_or_cc", "resolve_system", "resolve_model", "resolve_gpus"]
+__all__ = ["resolve_gpu", "resolve_gpu_or_cc", "resolve_system", "resolve_model", "resolve_gpus",
+           "UnknownGPUOrSystemError"]
+
+
+class UnknownGPUOrSystemError(UnknownSystemError, UnknownGPUError):
+    """Neither a system nor a GPU of that name, where either is taken; the message lists close names of both."""
+
+
+def _unknown_gpu_or_system(value: str, name: str) -> UnknownGPUOrSystemError:
+    """The error for a name that is neither a system nor a GPU: close system and GPU names, closest first."""
+    key = normalize_name(value)
+    close = SYSTEM_CATALOG.close_names(value, 3) + GPU_CATALOG.close_names(value, 3)
+    close.sort(key=lambda c: -difflib.SequenceMatcher(None, key, normalize_name(c)).ratio())  # stable: systems first
+    if close:
+        allowed = ", ".join(repr(c) for c in close)
+        hint = f"did you mean {allowed}?"
+    else:
+        allowed = f"systems: {', '.join(SYSTEM_CATALOG.names())}; GPUs: {', '.join(GPU_CATALOG.names())}"
+        hint = f"known {allowed}"
+    return UnknownGPUOrSystemError(f"no system or GPU named {value!r}; {hint}", argument=name, value=value,
+                                   allowed=allowed)
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -55,7 +76,14 @@ def resolve_system(value: Any, name: str = "system"):
     """The :class:`~gpumodel.records.system.SystemSpec` a system argument names.
 
     A system name or alias (``"dgx-h100"``, ``"p5.48xlarge"``), a record, or a GPU (name or
-    :class:`~gpumodel.records.gpu.GPUSpec`): a bare GPU means one node of that GPU.
+    :class:`~gpumodel.records.gpu.GPUSpec`): a bare GPU means one node of that GPU. A name that is
+    neither raises :class:`UnknownGPUOrSystemError` (an ``UnknownSystemError`` and an ``UnknownGPUError``)
+    suggesting close names of both kinds.
+
+    >>> resolve_system("dgx-h1000", "gpu_or_system")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpumodel.vocabulary.resolvers.UnknownGPUOrSystemError: no system or GPU named 'dgx-h1000'; did you mean 'dgx-h100', ...
     """
     if isinstance(value, SystemSpec):
         return value
@@ -66,7 +94,7 @@ def resolve_system(value: Any, name: str = "system"):
             return SYSTEM_CATALOG.get(value)
         if value in GPU_CATALOG:
             return node_system(value)
-        return SYSTEM_CATALOG.get(value)  # raises UnknownSystemError listing close names
+        raise _unknown_gpu_or_system(value, name)
     raise ArgumentError(f"{name} must be a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec, "
                         f"got {type(value).__name__}", argument=name, value=value,
                         allowed="a system name such as 'dgx-h100', a GPU name, a SystemSpec or a GPUSpec")
