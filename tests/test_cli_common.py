@@ -144,3 +144,29 @@ def test_progress_never_reaches_stdout(argv, capsys, monkeypatch):
     out, err = capsys.readouterr()
     json.loads(out)                      # stdout holds the JSON alone
     assert err.strip().endswith("...")   # the progress line went to stderr
+
+
+def test_help_formatter_shows_defaults_but_not_unset_ones():
+    import argparse
+
+    from gpumodel.cli._common import HelpFormatter
+
+    p = argparse.ArgumentParser(prog="x", formatter_class=HelpFormatter, epilog="keys:\n  a, b\n  c")
+    p.add_argument("--seq", type=int, default=8192, help="sequence length")
+    p.add_argument("--gpus", type=int, help="exactly this many GPUs")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--top", type=int, default=10, help="layouts to print (%(default)s rows)")
+    text = p.format_help()
+    assert "sequence length (default: 8192)" in text and "layouts to print (10 rows)\n" in text
+    assert "exactly this many GPUs\n" in text and "machine-readable output\n" in text   # None and False: no default
+    assert "keys:\n  a, b\n  c" in text                                                # the epilog as written
+
+
+def test_wrap_values_keeps_every_word_within_the_width():
+    from gpumodel.cli._common import wrap_values
+
+    text = " ".join(f"word{i}" for i in range(200))
+    rows = wrap_values([("notes", text), ("name", "h100")], width=60)
+    assert all(len(k) + 2 + len(v) <= 60 for k, v in rows)
+    assert " ".join(v for k, v in rows[:-1]) == text and rows[-1] == ("name", "h100")
+    assert [k for k, _ in rows[:-1]] == ["notes"] + [""] * (len(rows) - 2)

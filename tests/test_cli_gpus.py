@@ -47,3 +47,14 @@ def test_memory_plot_writes_a_png(tmp_path, capsys):
     out = tmp_path / "mem.png"
     assert main(["memory", "gpt2", "--gpu", "h100", "--batch", "4", "--seq", "512", "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("columns", [100, 140])
+def test_gpu_record_is_wrapped_to_the_terminal(columns, monkeypatch, capsys):
+    # the H200's notes are about 1,000 characters: wrapped, no line is wider than the terminal (a single word
+    # longer than the value column, such as a Python expression in a source, would stay whole)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["gpu", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= columns
+    assert " ".join(gm.gpu("h200").notes.split()) in " ".join(out.split())          # every word, in order

@@ -126,3 +126,21 @@ def test_calibrate_json_is_strict_and_documented(tmp_path, monkeypatch, capsys):
     documented = help_of("calibrate", capsys)
     assert all(k in documented for k in data)
     assert 0 < data["parameters"]["launch_s"] < 1e-4  # seconds, not microseconds
+
+
+SLOW_CASES = [
+    ["serve", "llama-3.2-1b", "--gpu", "l4", "--tpot", "30ms", "--rate", "5"],
+    ["plan", "llama-3.2-1b", "--gpus", "8", "--seq", "2048", "--tokens", "100B", "--top", "2"],
+    ["systems", "--gpu", "h100"],
+    ["system", "gb200-nvl72"],
+    ["memory", "llama-3-70b", "--gpu", "h100"],   # does not fit: suggestions
+]
+
+
+@pytest.mark.parametrize("argv", SLOW_CASES, ids=[" ".join(a) for a in SLOW_CASES])
+def test_serving_planning_and_systems_json_is_strict_and_documented(argv, capsys):
+    data = json_of([*argv, "--json"], capsys)
+    documented = help_of(argv[0], capsys)
+    nested = ("rows", "single_request", "curve", "intra_node", "inter_node", "suggestions")
+    missing = {k for k in keys(data, nested) if k not in documented}
+    assert not missing, f"keys not in `gpumodel {argv[0]} --help`: {sorted(missing)}"

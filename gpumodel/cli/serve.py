@@ -8,7 +8,6 @@ import warnings
 from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
 from ..base.errors import UnsupportedError
-from ..core.memory import CUDA_CONTEXT_BYTES, RESERVE_FACTOR
 from ..records.dtypes import bytes_per_element
 from ..vocabulary import format_seconds, kv_cache_dtype, splits_model, weight_dtype
 from ..vocabulary.gpus import all_gpus
@@ -104,6 +103,8 @@ def _what_fits(cfg, g, args: argparse.Namespace, need: float) -> list[str]:
             kv_flag = f" --kv-dtype {found[0]}" if found[0] != args.kv_dtype else ""
             tries.append(f"--dtype {dt}{kv_flag} ({found[1] / GiB:,.1f} GiB per GPU)")
             break
+    from gpumodel.core.memory import CUDA_CONTEXT_BYTES, RESERVE_FACTOR
+
     # max_seq_len compares total_bytes; for the allocated peak, the capacity it is compared with grows alike
     capacity = have if args.engine == "hf" else have * RESERVE_FACTOR + CUDA_CONTEXT_BYTES
     with warnings.catch_warnings():
