@@ -206,7 +206,11 @@ def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: b
             model.gradient_checkpointing_enable()
         row["n_params"] = sum(p.numel() for p in model.parameters())
         if spec["optimizer"] == "adamw":
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=bool(spec["fused"]) and cuda)
+            # fused=False given explicitly would also turn foreach off (the for-loop implementation): only
+            # fused runs name it, as users do
+            fused = {"fused": True} if spec["fused"] and cuda else {}
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **fused)
+            row["implementation"] = "fused" if fused else "foreach" if cuda else "forloop"
         else:
             opt = torch.optim.SGD(model.parameters(), lr=1e-5)
         amp = spec["precision"].startswith("amp_")

@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="llama-3.2-1b")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--builds", default="bf16,fp32", help="which builds: bf16 (from_config in bf16), fp32 (then cast)")
     args = ap.parse_args(argv)
     import torch
     from torch.optim.optimizer import _default_to_fused_or_foreach
@@ -39,13 +41,17 @@ def main(argv=None) -> int:
         if "sqrt" in line and "foreach" in line:
             print("   ", line.strip())
     rows = []
-    for how in ("bf16 from_config", "fp32 from_config, then .to(bf16)"):
+    builds = {"bf16": "bf16 from_config", "fp32": "fp32 from_config, then .to(bf16)"}
+    for how in [builds[b] for b in args.builds.split(",")]:
         for kind in ("default", "foreach", "forloop", "fused"):
             if how.startswith("bf16"):
                 model, cfg = build(SHAPES[args.shape], torch.bfloat16, "cuda", torch)
             else:
                 model, cfg = build(SHAPES[args.shape], torch.float32, "cuda", torch)
                 model = model.to(torch.bfloat16)
+            if args.checkpointing:
+                model.gradient_checkpointing_enable()
+            model.train()
             params = list(model.parameters())
             types = sorted({type(p).__name__ for p in params})
             default = _default_to_fused_or_foreach(params, False, False)
