@@ -227,7 +227,7 @@ KNOWN_BUGS: dict = {}
 
 #: arguments for which None is a valid value (its default)
 NONE_ALLOWED = {("list_systems", "gpu"), ("max_seq_len", "limit"), ("plan_training", "max_gpus"),
-                ("ops.attention", "kv_seq")}
+                ("ops.attention", "kv_seq"), ("serving_capacity", "max_num_tokens")}
 
 CASES = [pytest.param(f, a, k, id=f"{f}-{a}-{k}",
                       marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[f, a, k])]

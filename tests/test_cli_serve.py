@@ -58,7 +58,7 @@ def test_405b_on_one_h100_is_refused_with_what_would_fit(extra, capsys):
     # what one request needs (the allocated peak: 811 GB of weights) and what the GPU offers
     need = gm.inference_memory("llama-3-405b", 1, 512, new_tokens=127).peak_bytes
     assert "llama-3-405b does not fit on h100-sxm" in line
-    assert f"needs {need / 2**30:,.1f} GiB per GPU, more than the 79.6 GiB one h100-sxm offers" in line
+    assert f"needs {need / 2**30:,.1f} GiB per GPU, more than the 79.2 GiB one h100-sxm offers" in line
     # 16-way tensor parallelism is the smallest that fits (8 ways: 811 GB / 8 = 101 GB per GPU)
     per16 = gm.inference_memory("llama-3-405b", 1, 512, new_tokens=127, tp=16).peak_bytes
     assert f"--tp 16 ({per16 / 2**30:,.1f} GiB per GPU)" in line and "--tp 8" not in line

@@ -160,7 +160,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     tp: int = 1, pp: int = 1, sequence_parallel: bool = False, zero_stage: int | None = None,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
                     cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
-                    reserve_factor: float = RESERVE_FACTOR) -> TrainingMemory:
+                    reserve_factor: float | None = None, expandable_segments: bool = False) -> TrainingMemory:
     """Peak memory of one training step of a Hugging Face causal LM on one GPU.
 
     Parameters
@@ -200,7 +200,15 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     zero_stage : int, optional
         Deprecated name of ``zero``.
     cublas_workspace_bytes, cuda_context_bytes, reserve_factor
-        Runtime terms (module constants give the measured defaults).
+        Runtime terms (module constants give the measured defaults). ``reserve_factor`` [ratio] is what the
+        caching allocator reserves over the allocated peak: :data:`RESERVE_FACTOR` by default, 1 with
+        ``expandable_segments``.
+    expandable_segments : bool
+        ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: the allocator maps 2 MiB pages into one
+        growing segment and unmaps free ones before it gives up, so a step needs its allocated peak and no
+        more (``reserve_factor`` 1): on 38 H100 runs near the card's capacity it failed exactly where the
+        allocated peak plus the CUDA context exceeded the memory the card reports
+        (``bench/edge_accuracy.py``).
 
     Returns
     -------
@@ -231,6 +239,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
     broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
                   zero=zero)
+    expandable_segments = flag(expandable_segments, "expandable_segments")
+    if reserve_factor is None:
+        reserve_factor = 1.0 if expandable_segments else RESERVE_FACTOR
     reserve_factor = positive_number(reserve_factor, "reserve_factor")
     if np.any(np.asarray(reserve_factor) < 1):
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")

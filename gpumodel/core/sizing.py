@@ -11,7 +11,9 @@ Examples
 >>> bool(gm.fits("llama-3.2-1b", "h100", batch_size=4, seq_len=1024))
 True
 >>> gm.max_batch_size("llama-3.2-1b", "h100", seq_len=1024)
-16
+15
+>>> gm.max_batch_size("llama-3.2-1b", "h100", seq_len=1024, expandable_segments=True)   # no allocator reserve
+18
 """
 
 from __future__ import annotations

@@ -329,7 +329,8 @@ experts_implementation, expert_load, calibrated, calibration, host :
     used_flops = model_flops + recompute_flops_per_token(cfg, seq_len, recomputed) * tokens
     peak = g.peak_flops(prec.compute_dtype.value)
     mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
-                          checkpointing=checkpointing)
+                          checkpointing=checkpointing, gradient_accumulation_steps=accum, foreach=foreach,
+                          fused=fused)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "

@@ -1,0 +1,101 @@
+"""Will it fit, at the edge of a card: gpumodel's memory answers against training steps run near capacity.
+
+Reads the runs of ``bench/measure_edge.py`` (``tests/data/memory/edge/<set>/runs.jsonl``) and prints, per
+set and allocator setting:
+
+* the allocated peak: ``gm.training_memory(...).peak_bytes`` against ``torch.cuda.max_memory_allocated``
+  of the steps that ran (median and worst error);
+* the answer to "does it fit?": ``gm.fits`` (the same options, ``expandable_segments`` as the run had it)
+  against what happened (ran, or raised ``torch.OutOfMemoryError``), counted as right, said-fits-but-failed
+  and said-fails-but-ran;
+* the reserved peak's overhead over the allocated one (``max_memory_reserved / max_memory_allocated``),
+  which the model's fixed allocator reserve stands for.
+
+Usage::
+
+    python bench/edge_accuracy.py [--sets h100 h100_heldout ...] [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EDGE = ROOT / "tests" / "data" / "memory" / "edge"
+sys.path.insert(0, str(ROOT / "bench"))
+from measure_edge import SHAPES  # noqa: E402
+
+import gpumodel as gm  # noqa: E402
+
+#: the runs' AdamW implementation where the rows do not say (the first sets passed fused=False, which
+#: also turns foreach off in torch.optim)
+FORLOOP_SETS = ("h100_forloop", "h100_heldout_forloop")
+GPU_OF_SET = {"h100": "h100-sxm", "h200": "h200-sxm"}
+
+
+def load(name: str) -> list[dict]:
+    rows = [json.loads(line) for line in (EDGE / name / "runs.jsonl").read_text().splitlines() if line.strip()]
+    for r in rows:
+        if r["optimizer"] == "adamw" and "implementation" not in r:
+            r["implementation"] = "fused" if r["fused"] else ("forloop" if name in FORLOOP_SETS else "foreach")
+        r["set"] = name
+    return rows
+
+
+def modelled(r: dict) -> dict:
+    cfg = gm.TransformerConfig.from_hf(SHAPES[r["shape"]])
+    gpu = gm.gpu(GPU_OF_SET[r["set"].split("_")[0]])
+    opts = dict(batch_size=r["batch"], seq_len=r["seq"], precision=r["precision"], optimizer=r["optimizer"],
+                checkpointing=r["checkpointing"], expandable_segments=r["expandable_segments"])
+    if r["optimizer"] == "adamw":
+        opts.update(fused=r["implementation"] == "fused", foreach=r["implementation"] != "forloop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mem = gm.training_memory(cfg, **opts)
+        fits = bool(gm.fits(cfg, gpu, **opts))
+    return dict(peak=float(mem.peak_bytes), fits=fits)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", nargs="+", default=sorted(p.name for p in EDGE.iterdir() if (p / "runs.jsonl").exists()))
+    ap.add_argument("--rows", action="store_true", help="print every run")
+    args = ap.parse_args(argv)
+    print(f"{'set':22s} {'allocator':10s} {'runs':>4s} {'ran':>4s}  {'peak err median':>15s} {'worst':>6s}  "
+          f"{'fits right':>10s} {'said fits, OOM':>14s} {'said OOM, ran':>13s}  {'reserved/alloc':>14s}")
+    for name in args.sets:
+        rows = load(name)
+        for expandable in (False, True):
+            sel = [r for r in rows if r["expandable_segments"] == expandable]
+            errs, right, false_fit, false_oom, over = [], 0, 0, 0, []
+            for r in sel:
+                m = modelled(r)
+                ran = r["status"] == "ok"
+                if ran:
+                    errs.append(abs(m["peak"] / r["peak_allocated"] - 1))
+                    over.append(r["peak_reserved"] / r["peak_allocated"])
+                right += m["fits"] == ran
+                false_fit += m["fits"] and not ran
+                false_oom += ran and not m["fits"]
+                if args.rows:
+                    print(f"   {r['shape']:18s} {r['precision']:8s} {r.get('implementation', r['optimizer']):8s} "
+                          f"ckpt={int(r['checkpointing'])} {r['batch']:3d}x{r['seq']:<5d} {r['status']:4s} "
+                          f"alloc {r['peak_allocated'] / 2**30:6.2f} model {m['peak'] / 2**30:6.2f} GiB "
+                          f"fits={m['fits']}")
+            label = "expandable" if expandable else "default"
+            med = f"{100 * np.median(errs):.2f}%" if errs else "-"
+            worst = f"{100 * max(errs):.1f}%" if errs else "-"
+            ratio = f"{np.median(over):.3f}" if over else "-"
+            print(f"{name:22s} {label:10s} {len(sel):4d} {sum(r['status'] == 'ok' for r in sel):4d}  {med:>15s} "
+                  f"{worst:>6s}  {right:>4d}/{len(sel):<5d} {false_fit:>14d} {false_oom:>13d}  {ratio:>14s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
