@@ -86,7 +86,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 optimizer: str = "adamw", checkpointing: Any = False, *,
                                 gradient_accumulation_steps: int = 1, parallelism: Parallelism | None = None,
                                 framework: str = "hf", attention: str = "flash", calibrated: bool = True,
-                                calibration: Any = None, comm_overlap: bool = False) -> StepTime:
+                                calibration: Any = None, comm_overlap: bool = False,
+                                expandable_segments: bool = False) -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -115,6 +116,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         ``--overlap-param-gather``): tensor-parallel collectives under the GEMMs, the data-parallel
         reduce-scatter and all-gather under the backward and forward. Default False (all exposed, as
         Megatron-LM before 2023).
+    expandable_segments : bool
+        The allocator setting ``fits`` and ``peak_bytes`` assume (:func:`gpumodel.training_memory`).
 
     Returns
     -------
@@ -176,7 +179,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     n = par.num_gpus
     mem = training_memory(cfg, b, s_loc, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
                           gradient_accumulation_steps=m, zero=par.zero, dp=dp * cp, tp=tp, pp=pp,
-                          sequence_parallel=par.sequence_parallel, attention="flash")
+                          sequence_parallel=par.sequence_parallel, attention="flash",
+                          expandable_segments=expandable_segments)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
@@ -276,7 +280,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        clip_grad_norm: float | None = None, compile: bool = False,
                        experts_implementation: str = "grouped_mm", expert_load: Any = None,
                        calibrated: bool = True, calibration: Any = None, host: Any = None,
-                       parallelism: Any = None, framework: str = "hf") -> StepTime:
+                       parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False) -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -323,6 +327,9 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         ``expert_load``, ``host``) belong to the one-GPU model and cannot be combined with it.
     framework : {"hf", "megatron", "fsdp", "deepspeed"}
         The training engine; anything but "hf" uses the parallel model (on one GPU when no layout is given).
+    expandable_segments : bool
+        ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: ``fits`` and ``peak_bytes`` come from
+        :func:`gpumodel.training_memory` with no allocator reserve (see there).
 
     Returns
     -------
@@ -362,9 +369,11 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                                 f"combined with a parallel layout, a system or framework={fw.value!r}")
         return parallel_training_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing,
                                            calibrated=calibrated, calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
-                                           parallelism=parallelism, framework=framework)
+                                           parallelism=parallelism, framework=framework,
+                                           expandable_segments=expandable_segments)
     return single_gpu_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, fused=fused,
                                 foreach=foreach, gradient_accumulation_steps=gradient_accumulation_steps,
                                 clip_grad_norm=clip_grad_norm, compile=compile,
                                 experts_implementation=experts_implementation, expert_load=expert_load,
-                                calibrated=calibrated, calibration=calibration, host=host)
+                                calibrated=calibrated, calibration=calibration, host=host,
+                                expandable_segments=expandable_segments)

@@ -240,7 +240,8 @@ def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: i
                          fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
                          clip_grad_norm: float | None = None, compile: bool = False,
                          experts_implementation: str = "grouped_mm", expert_load: Any = None,
-                         calibrated: bool = True, calibration: Any = None, host: Any = None) -> StepTime:
+                         calibrated: bool = True, calibration: Any = None, host: Any = None,
+                         expandable_segments: bool = False) -> StepTime:
     """The step of eager PyTorch / Hugging Face on one GPU, on a host/device timeline.
 
     The one-GPU model behind :func:`gpumodel.training_step_time` (which chooses between it and the
@@ -255,7 +256,7 @@ def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: i
     batch_size, seq_len : int
         Micro-batch size [sequences] and sequence length [tokens].
     precision, optimizer, checkpointing, fused, foreach, gradient_accumulation_steps, clip_grad_norm, compile, \
-experts_implementation, expert_load, calibrated, calibration, host :
+experts_implementation, expert_load, calibrated, calibration, host, expandable_segments :
         As in :func:`gpumodel.training_step_time`.
 
     Returns
@@ -330,7 +331,7 @@ experts_implementation, expert_load, calibrated, calibration, host :
     peak = g.peak_flops(prec.compute_dtype.value)
     mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
                           checkpointing=checkpointing, gradient_accumulation_steps=accum, foreach=foreach,
-                          fused=fused)
+                          fused=fused, expandable_segments=expandable_segments)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "
