@@ -73,7 +73,7 @@ DERIVED = {("t4", "fp64"), ("a10", "fp64"), ("l4", "fp64"), ("l40s", "fp64"), ("
 def test_every_canonical_gpu_loads_and_validates():
     assert set(CANONICAL) <= set(gm.list_gpus())
     assert len(gm.all_gpus()) >= 17
-    assert gm.list_gpus(vendor="amd") == ["mi300x"]
+    assert gm.list_gpus(vendor="amd") == ["mi300x", "mi325x"]
 
 
 @pytest.mark.parametrize("name", sorted(DATASHEETS))
@@ -157,7 +157,8 @@ def test_gpu_name_must_be_a_string():
 # libcudacxx cuda/__device/arch_traits.h): shared memory per SM [KiB], opt-in max per block [KiB],
 # resident threads per SM. Every NVIDIA part has 64K 32-bit registers per SM = 256 KiB.
 CC_LIMITS = {"7.0": (96, 96, 2048), "7.5": (64, 64, 1024), "8.0": (164, 163, 2048), "8.6": (100, 99, 1536),
-             "8.9": (100, 99, 1536), "9.0": (228, 227, 2048), "10.0": (228, 227, 2048), "12.0": (100, 99, 1536)}
+             "8.9": (100, 99, 1536), "9.0": (228, 227, 2048), "10.0": (228, 227, 2048), "10.3": (228, 227, 2048),
+             "12.0": (100, 99, 1536)}
 
 
 @pytest.mark.parametrize("g", gm.all_gpus(), ids=lambda g: g.name)

@@ -389,6 +389,9 @@ def _peak_problems(spec: GPUSpec):
       carry a separate ``fp16_fp16acc`` rate (GeForce): fp4 = 4 x fp8, because GeForce Blackwell halves fp8 with
       fp32 accumulate but runs fp4 with fp32 accumulate at full rate (RTX Blackwell whitepaper, RTX 5090:
       FP8/FP32-acc 419, FP4/FP32-acc 1676 TFLOP/s dense).
+      Exception for Blackwell Ultra (compute capability 10.3): fp4 = 3 x fp8, the NVFP4 tensor cores of B300/GB300
+      (HGX B300 specifications: FP4 108 vs FP8/FP6 36 PFLOP/s dense over 8 GPUs; GB300 NVL72: 1,080 vs 360 PFLOP/s
+      dense over 72 GPUs).
     * ``int8 = 2 x bf16`` (data-center parts: A100 624 vs 312, H100, A10, L4, L40S, MI300X, B200) or ``4 x bf16``
       on GeForce parts, whose int8 runs at full rate while bf16 with fp32 accumulate runs at half (RTX 3090
       284 vs 71, GA102 whitepaper; RTX 4090 660.6 vs 165.2; RTX 5090 838 vs 209.5). Only checked where bf16 exists
@@ -409,9 +412,10 @@ def _peak_problems(spec: GPUSpec):
         yield f"bf16 {p.bf16 / 1e12:.1f} != fp16 {p.fp16 / 1e12:.1f} TFLOP/s (same tensor-core rate on every generation)"
     base = p.bf16 or p.fp16
     geforce = p.fp16_fp16acc is not None  # separate (faster) fp16-accumulate rate: GeForce tensor cores
+    ultra = spec.compute_capability == "10.3"  # Blackwell Ultra (B300/GB300): NVFP4 at 3 x the fp8 rate
     ratios = [("tf32", p.tf32, "16-bit tensor", base, (0.5,)),
               ("fp8", p.fp8, "16-bit tensor", base, (2.0,)),
-              ("fp4", p.fp4, "fp8", p.fp8, (2.0, 4.0) if geforce else (2.0,)),
+              ("fp4", p.fp4, "fp8", p.fp8, (2.0, 4.0) if geforce else (2.0, 3.0) if ultra else (2.0,)),
               ("fp16_fp16acc", p.fp16_fp16acc, "fp16 (fp32 accumulate)", p.fp16, (2.0,)),
               ("fp64_tensor", p.fp64_tensor, "fp64", p.fp64, (1.0, 2.0))]
     if p.bf16 is not None:  # Volta/Turing: int8 is only compared where a bf16 path defines the ratio
