@@ -37,23 +37,69 @@ from .record import Calibration, calibration_for, load_calibration
 from .transfer import transfer_for
 from .points import op_family
 
-__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for"]
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "resolve_calibration", "calibration_key"]
 
 _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
+
+
+def resolve_calibration(calibration: Any, gpu: Any) -> Calibration | None:
+    """The calibration record a time function prices its kernels with, read once at its edge.
+
+    Parameters
+    ----------
+    calibration : Calibration, path or None
+        A record, or the path of a calibration YAML file (as ``gpumodel calibrate`` writes it), which is
+        read here; None stays None (the shipped calibration, or the datasheet, decides per kernel).
+    gpu : GPUSpec or str
+        The GPU the calibration must have been measured on.
+
+    Returns
+    -------
+    Calibration or None
+        The record, to pass on as ``calibration=`` to every kernel estimate of the call.
+
+    Raises
+    ------
+    ArgumentError
+        The calibration was measured on another GPU (the error names ``calibration``).
+    """
+    if calibration is None:
+        return None
+    g = resolve_gpu(gpu)
+    if not isinstance(calibration, Calibration):
+        try:
+            path = path_argument(calibration, "calibration")
+        except ArgumentTypeError:
+            raise ArgumentTypeError(f"calibration must be a Calibration record or the path of a calibration YAML "
+                                    f"file, got {type(calibration).__name__}", argument="calibration",
+                                    value=calibration, allowed="a Calibration record or a YAML path") from None
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(path))
+    if cal.gpu != g.name:
+        raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu",
+                            argument="calibration", value=cal.gpu, allowed=f"a calibration of {g.name}")
+    return cal
+
+
+def calibration_key(calibration: Calibration | None) -> Any:
+    """A hashable key of what a calibration record prices kernels with (its model's parameters, SM count,
+    name and measured families): equal keys give equal kernel times, so a cache of kernel times keyed by it
+    never serves one calibration's results for another. None for None.
+
+    >>> from gpumodel.calibration.record import calibration_for
+    >>> cal = calibration_for("h200")
+    >>> calibration_key(cal) == calibration_key(cal.model_copy()), calibration_key(None)
+    (True, None)
+    """
+    if calibration is None:
+        return None
+    m = calibration.model()
+    return (calibration.gpu, m.name, int(m.sm_count), bool(m.calibrated), m.measured, tuple(sorted(m.params.items())))
 
 
 def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationModel, str, str, Any]:
     """(model, source label, description, calibration or transfer record) for a GPU record."""
     if calibration is not None:
-        if not isinstance(calibration, Calibration):
-            try:
-                path = path_argument(calibration, "calibration")
-            except ArgumentTypeError:
-                raise ArgumentTypeError(f"calibration must be a Calibration record or the path of a calibration YAML "
-                                        f"file, got {type(calibration).__name__}") from None
-        cal = calibration if isinstance(calibration, Calibration) else load_calibration(os.fspath(path))
-        if cal.gpu != g.name:
-            raise ArgumentError(f"calibration is for GPU {cal.gpu!r}, not {g.name!r}; pass the matching gpu")
+        cal = resolve_calibration(calibration, g)
     elif calibrated:
         cal = calibration_for(g)
         if cal is None:

@@ -27,7 +27,8 @@ from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..base.reprs import text_table
 from ..core.memory import training_memory
 from ..vocabulary.parallel_rules import splits_model
-from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, positive_int, positive_number,
+from ..calibration.estimate import resolve_calibration
+from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, flag, positive_int, positive_number,
                           precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times
 from .step import PHASES, Framework, compose, model_flops_per_token
@@ -210,7 +211,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
                   price_per_gpu_hour: float | None = None, micro_batches=(1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
                   checkpointing=_CKPT, virtual_stages=(1, 2, 4), top: int | None = 50,
-                  progress: Callable[[int, int], None] | None = None) -> TrainingPlan:
+                  progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
+                  calibration: Any = None) -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
 
     Parameters
@@ -239,6 +241,15 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         Rows kept (None: all feasible).
     progress : callable, optional
         Called as ``progress(done, total)`` over the distinct shard shapes evaluated.
+    calibrated : bool
+        Time the shards' kernels with the GPU's shipped calibration where there is one (default); False: the
+        datasheet with default efficiencies.
+    calibration : Calibration or path, optional
+        Your own calibration of the system's GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path
+        of a YAML file ``gpumodel calibrate`` wrote, read once): every layout's kernels are priced with it, and
+        the cached shard times are kept apart per calibration. One measured on another GPU is refused
+        (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``). The planner composes the
+        parallel model, which has no host side: it takes no ``host``.
 
     Returns
     -------
@@ -256,6 +267,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     cfg = resolve_model(model)
     sysm = resolve_system(gpu_or_system, "gpu_or_system")
     g = sysm.gpu
+    calibrated = flag(calibrated, "calibrated")
+    calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
@@ -318,8 +331,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     per = {k: {} for k in names}
     for i, (t_, c_) in enumerate(keys):
         shard = shard_config(cfg, t_)
-        lo = shard_times(shard, g, 1, s // c_, c_, prec.name, opt.value, fw.value)
-        hi = shard_times(shard, g, 8, s // c_, c_, prec.name, opt.value, fw.value)
+        lo = shard_times(shard, g, 1, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration)
+        hi = shard_times(shard, g, 8, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration)
         for k in names:
             a, b8 = getattr(lo, k), getattr(hi, k)
             per[k][(t_, c_)] = (a - (b8 - a) / 7, (b8 - a) / 7)   # value(mb) = fixed + slope * mb

@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 
 from ..core import ops
-from ..calibration.estimate import estimate
+from ..calibration.estimate import calibration_key, estimate, resolve_calibration
 from ..training.layer import COMPUTE_DTYPE, memory_kernel
 from ..training.stepkernels import OPTIMIZER_PASSES
 from ..training.steptime import step_kernels
@@ -112,7 +112,22 @@ def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16"
     return comp, mem, attn, flops, mem_bytes, used
 
 
-@functools.lru_cache(maxsize=4096)
+class _Keyed:
+    """A calibration record (or None) that hashes and compares by :func:`~gpumodel.calibration.estimate.calibration_key`:
+    the cache of :func:`shard_times` is keyed by what the calibration prices kernels with."""
+
+    __slots__ = ("record", "key")
+
+    def __init__(self, record) -> None:
+        self.record, self.key = record, calibration_key(record)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Keyed) and other.key == self.key
+
+
 def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
                 optimizer: str, framework: str, calibrated: bool = True, calibration=None,
                 attention: str = "flash") -> ShardTimes:
@@ -122,8 +137,19 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     embedding and the head. Attention kernels are scaled by ``cp`` (each query chunk meets every key).
     ``attention="naive"`` times attention as Megatron-LM ran it before FlashAttention (scores and
     probabilities written to device memory by batched matmuls and a fused softmax), see
-    :func:`gpumodel.core.ops.attention`.
+    :func:`gpumodel.core.ops.attention`. ``calibration`` (a record, or a YAML path read here) prices every
+    kernel; results are cached per shard, sizes and calibration (by its parameters, not its identity).
     """
+    cal = _Keyed(resolve_calibration(calibration, gpu))
+    return _shard_times(cfg, gpu, micro_batch, seq_local, cp, precision, optimizer, framework, calibrated, cal,
+                        attention)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
+                 optimizer: str, framework: str, calibrated: bool, keyed: _Keyed, attention: str) -> ShardTimes:
+    """:func:`shard_times` with its calibration resolved and keyed (the cached evaluation)."""
+    calibration = keyed.record
     phases, memo = {}, {}
     for layers in (1, 2):
         k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), micro_batch, seq_local, precision,

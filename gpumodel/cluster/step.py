@@ -52,6 +52,7 @@ import numpy as np
 
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning
+from ..calibration.estimate import resolve_calibration
 from ..core.memory import training_memory
 from ..records.gpu import GPU_CATALOG
 from ..records.system import SYSTEM_CATALOG, SystemSpec
@@ -101,6 +102,14 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         Sequence length [tokens].
     precision, optimizer, checkpointing :
         As in :func:`gpumodel.training_step_time`.
+    calibrated : bool
+        Time the shard's kernels with the GPU's shipped calibration where there is one (default); False: the
+        datasheet with default efficiencies.
+    calibration : Calibration or path, optional
+        A calibration of the system's GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path of a
+        YAML file ``gpumodel calibrate`` wrote, read once) that prices every kernel instead of the shipped one;
+        one for another GPU is refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``).
+        The parallel model has no host side: it takes no ``host``.
     gradient_accumulation_steps : int
         Micro-batches per step on each replica (with ``pp``, those of the pipeline schedule). The global
         batch is ``batch_size * gradient_accumulation_steps * dp`` sequences.
@@ -157,6 +166,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
+    calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
         raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")
     tp, pp, cp, dp, v = par.tp, par.pp, par.cp, par.dp, par.virtual_stages
@@ -316,11 +326,18 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         How a MoE layer runs (transformers v5: ``grouped_mm`` by default).
     expert_load : array of float, optional
         Share of the routed tokens each expert receives (``num_experts`` values; balanced by default).
-    calibrated, calibration :
-        Passed to :func:`gpumodel.calibration.estimate.estimate` for the kernels.
+    calibrated : bool
+        Time the kernels with the GPU's shipped calibration where there is one (default); False: the
+        datasheet with default efficiencies.
+    calibration : Calibration or path, optional
+        Your own calibration of the GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path of a
+        YAML file ``gpumodel calibrate`` wrote, read once): every kernel of the step is priced with it
+        (:func:`gpumodel.calibration.estimate.estimate`). One measured on another GPU is refused
+        (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``).
     host : HostCosts or path, optional
-        Per-op host costs (default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
-        :data:`gpumodel.training.hostcost.DEFAULT_HOST`).
+        Per-op host costs (a :class:`~gpumodel.training.hostcost.HostCosts` or the path of a host-cost YAML
+        file; default: the shipped ``specs/hosts/<gpu>.yaml`` measured on that GPU's machine, else
+        :data:`gpumodel.training.hostcost.DEFAULT_HOST`). One-GPU model only: refused with a parallel layout.
     parallelism : Parallelism, optional
         A multi-GPU layout (``gm.Parallelism``); ``gpu`` may then be a system. The options of eager
         PyTorch's host side (``fused``, ``foreach``, ``clip_grad_norm``, ``compile``, ``experts_implementation``,

@@ -115,6 +115,7 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
                   precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False,
                   gradient_accumulation_steps: int = 1, parallelism: Any = None, framework: str = "hf",
                   price_per_gpu_hour: float | None = None, power_per_gpu_watts: float | None = None,
+                  calibrated: bool = True, calibration: Any = None, host: Any = None,
                   **step_options: Any) -> TrainingTime:
     """Time, GPU-hours, energy and cost of training on ``tokens`` tokens.
 
@@ -130,6 +131,17 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
         Price of one GPU for one hour; gives ``cost``.
     power_per_gpu_watts : float, optional
         Power per GPU [W]; default: the system's node power over its GPUs, or the board TDP of one GPU.
+    calibrated : bool
+        Time the step's kernels with the GPU's shipped calibration where there is one (default); False: the
+        datasheet with default efficiencies.
+    calibration : Calibration or path, optional
+        Your own calibration of the GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path of a
+        YAML file ``gpumodel calibrate`` wrote, read once): it prices every kernel of the step. One measured on
+        another GPU is refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``).
+    host : HostCosts or path, optional
+        Per-op host costs of the one-GPU eager model (a :class:`~gpumodel.training.hostcost.HostCosts` or the
+        path of a host-cost YAML file); as in :func:`gpumodel.training_step_time`, refused with a parallel
+        layout, a system or a framework other than "hf".
     **step_options :
         Passed on to :func:`gpumodel.training_step_time`.
 
@@ -150,12 +162,13 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
     given = None if power_per_gpu_watts is None else _one_number(power_per_gpu_watts, "power_per_gpu_watts")
     passed_on(step_options, training_step_time, "training_time",
               taken=("gpu", "batch_size", "seq_len", "precision", "optimizer", "checkpointing",
-                     "gradient_accumulation_steps", "parallelism", "framework"))
+                     "gradient_accumulation_steps", "parallelism", "framework", "calibrated", "calibration", "host"))
     step = training_step_time(model, gpu_or_system, batch_size=batch_size, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, checkpointing=checkpointing,
                               gradient_accumulation_steps=positive_int(gradient_accumulation_steps,
                                                                        "gradient_accumulation_steps"),
-                              parallelism=parallelism, framework=framework, **step_options)
+                              parallelism=parallelism, framework=framework, calibrated=calibrated,
+                              calibration=calibration, host=host, **step_options)
     per_step = step.tokens_per_s * step.seconds
     steps = math.ceil(n_tokens / per_step - 1e-9)
     seconds = steps * step.seconds

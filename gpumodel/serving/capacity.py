@@ -210,7 +210,8 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
                      kv_dtype: Any = None, tp: int = 1, ttft_slo: Any = None, tpot_slo: Any = None,
                      engine: str = "graph", max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION,
-                     group_size: int = 128) -> ServingCapacity:
+                     group_size: int = 128, calibrated: bool = True, calibration: Any = None,
+                     host: Any = None) -> ServingCapacity:
     """Throughput of one replica of ``tp`` GPUs serving requests of ``prompt_len`` + ``output_len`` tokens.
 
     Parameters
@@ -230,6 +231,10 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
         Default: :data:`MAX_NUM_TOKENS` (8192), or ``prompt_len`` when longer (no chunking).
     kv_memory_fraction : float
         Share of the free memory the KV cache may use, in (0, 1].
+    calibrated, calibration, host :
+        As for :func:`gpumodel.serving.prefill_time`: your own calibration of the GPU (record or YAML path, read
+        once; another GPU's refused with an ``ArgumentError`` naming ``calibration``) prices every prefill and
+        decode step of the search; ``host`` (host costs) is taken by ``engine="hf"`` only.
 
     Returns
     -------
@@ -249,7 +254,8 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
     >>> gm.serving_capacity("llama-3-8b", "h100", prompt_len=2048, max_num_tokens=512).prefill_chunks
     4
     """
-    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
+                                 calibration=calibration, host=host)
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
     s = _single(positive_int(prompt_len, "prompt_len"), "prompt_len", "a positive integer")
     n = _single(positive_int(output_len, "output_len"), "output_len", "a positive integer")

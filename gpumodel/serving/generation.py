@@ -122,13 +122,18 @@ def decode_total(setup, batch_size, first_context: int, steps: int) -> tuple[flo
 @keyword_only_after(2, "batch_size", "prompt_len", "new_tokens", "dtype", "kv_dtype", "tp", "engine")
 def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
                     dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph",
-                    group_size: int = 128) -> Generation:
+                    group_size: int = 128, calibrated: bool = True, calibration: Any = None,
+                    host: Any = None) -> Generation:
     """Time to generate ``new_tokens`` tokens for ``batch_size`` prompts of ``prompt_len`` tokens.
 
     Parameters
     ----------
     model, gpu, dtype, kv_dtype, tp, engine, group_size :
         As for :func:`gpumodel.serving.decode_step_time`.
+    calibrated, calibration, host :
+        As for :func:`gpumodel.serving.prefill_time`: your own calibration of the GPU (record or YAML path, read
+        once; another GPU's refused with an ``ArgumentError`` naming ``calibration``) prices the prefill's and
+        every decode step's kernels; ``host`` (host costs) is taken by ``engine="hf"`` only.
     batch_size : int
         Sequences generated together (static batch).
     prompt_len : int
@@ -158,7 +163,8 @@ def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: in
     >>> 100 < g.tokens_per_s < 300, g.ttft_s < g.seconds
     (True, True)
     """
-    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
+                                 calibration=calibration, host=host)
     b, s, n = (positive_int(v, name) for v, name in ((batch_size, "batch_size"), (prompt_len, "prompt_len"),
                                                        (new_tokens, "new_tokens")))
     if np.ndim(b) or np.ndim(s) or np.ndim(n):

@@ -30,9 +30,10 @@ from ..core import ops
 from ..records.dtypes import DType, bytes_per_element
 from ..cluster.collectives import system_collective_time
 from ..records.system import node_system
+from ..training.hostcost import host_costs_for
 
-__all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "GRAPH_LAUNCH_S", "HOST_OP_S",
-           "HOST_STEP_S"]
+__all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "host_dispatch", "GRAPH_LAUNCH_S",
+           "HOST_OP_S", "HOST_STEP_S", "HOST_FITTED_ON"]
 
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
@@ -53,6 +54,38 @@ HOST_OP_S = 8.1e-6
 #: Host time per ``generate`` step outside the model's ops (logits processors, stopping criteria,
 #: cache bookkeeping, the per-step device sync) [s]; fitted with :data:`HOST_OP_S`.
 HOST_STEP_S = 5.8e-3
+#: The GPU whose machine :data:`HOST_OP_S` and :data:`HOST_STEP_S` were fitted on; its shipped host costs
+#: (``specs/hosts/<gpu>.yaml``) are the reference another host's are scaled against (:func:`host_dispatch`).
+HOST_FITTED_ON = "h200-sxm"
+
+
+def host_dispatch(host: Any = None) -> tuple[float, float]:
+    """Host time of eager HF ``generate`` per dispatched op and per step [s], ``(op_s, step_s)``.
+
+    Parameters
+    ----------
+    host : HostCosts or None
+        The host's per-op costs (:class:`~gpumodel.training.hostcost.HostCosts`, already read). None: the
+        fitted :data:`HOST_OP_S` and :data:`HOST_STEP_S`, whatever the GPU.
+
+    Returns
+    -------
+    tuple of float
+        ``(op_s, step_s)`` [s]: with a ``host``, :data:`HOST_OP_S` and :data:`HOST_STEP_S` scaled by the ratio of
+        its ``op_nograd_s`` (one op without autograd, as ``generate`` runs) to that of the host they were fitted
+        on (:data:`HOST_FITTED_ON`'s shipped host costs): a host twice as slow per op dispatches twice as slowly.
+        That host's own record gives the fitted constants unchanged.
+
+    Examples
+    --------
+    >>> from gpumodel.training.hostcost import host_costs_for
+    >>> host_dispatch() == host_dispatch(host_costs_for(HOST_FITTED_ON)) == (HOST_OP_S, HOST_STEP_S)
+    True
+    """
+    if host is None:
+        return HOST_OP_S, HOST_STEP_S
+    scale = host.op_nograd_s / host_costs_for(HOST_FITTED_ON).op_nograd_s
+    return HOST_OP_S * scale, HOST_STEP_S * scale
 
 
 def _b(dtype: Any) -> float:

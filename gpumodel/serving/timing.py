@@ -22,9 +22,10 @@ from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
-from ..calibration.estimate import estimate as _estimate
+from ..calibration.estimate import estimate as _estimate, resolve_calibration
+from ..training.hostcost import host_costs_for
 from ..core.inference import inference_memory
-from ..vocabulary import (choice, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype,
+from ..vocabulary import (choice, flag, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype,
                           within_positions)
 from . import kernels as K
 from .steps import allreduces_per_step, host_ops, step_kernels
@@ -54,11 +55,21 @@ class Setup:
     tp: int
     engine: Engine
     group_size: int = 128
+    calibrated: bool = True
+    calibration: Any = None          # a Calibration record (read once) or None
+    host_op_s: float = K.HOST_OP_S   # eager HF generate's host time per op and per step [s]
+    host_step_s: float = K.HOST_STEP_S
 
 
 def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: Any, engine: Any,
-                         group_size: Any = 128) -> Setup:
-    """Resolve and check the arguments every serving function shares."""
+                         group_size: Any = 128, *, calibrated: Any = True, calibration: Any = None,
+                         host: Any = None) -> Setup:
+    """Resolve and check the arguments every serving function shares.
+
+    ``calibration`` (a record, or a YAML path read here once) must be of the GPU; ``host`` (a
+    :class:`~gpumodel.training.hostcost.HostCosts` or a YAML path) is taken by ``engine="hf"`` alone, the one
+    engine whose step the host's dispatch prices (:func:`gpumodel.serving.kernels.host_dispatch`).
+    """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     dt = weight_dtype(dtype, "dtype")
     kv = None if kv_dtype is None else kv_cache_dtype(kv_dtype, dt, timed=True)
@@ -70,7 +81,14 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
     group = positive_int(group_size, "group_size")
     if np.ndim(group):
         raise ArgumentError("group_size must be a single positive integer")
-    return Setup(cfg, g, dt, kv, tp, eng, group)
+    calibrated = flag(calibrated, "calibrated")
+    calibration = resolve_calibration(calibration, g)
+    if host is not None and eng != Engine.HF:
+        raise ArgumentError(f"host: engine={eng.value!r} replays CUDA graphs, whose steps cost no host dispatch; "
+                            f"host costs apply to engine='hf' only", argument="host", value=host,
+                            allowed="None, or engine='hf'")
+    op_s, step_s = K.host_dispatch(None if host is None else host_costs_for(g.name, host))
+    return Setup(cfg, g, dt, kv, tp, eng, group, calibrated, calibration, op_s, step_s)
 
 
 def memory_check(setup: Setup, batch_size: Any, seq_len: Any, new_tokens: Any = 0) -> tuple[Any, Any, Any]:
@@ -144,7 +162,7 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
     by_bound: dict[str, dict[str, Any]] = {}
     count, calibrated, wbytes = 0, False, 0.0
     for fam, op, n in kerns:
-        est = _estimate(op, g)
+        est = _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration)
         t = np.asarray(est.seconds, dtype=float)
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
@@ -170,7 +188,7 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         count += allreduces_per_step(cfg)
     kernel_s = sum(times.values())
     if eng == Engine.HF:
-        host_s = host_ops(cfg, prefill=phase == "prefill") * K.HOST_OP_S + K.HOST_STEP_S + zeros
+        host_s = host_ops(cfg, prefill=phase == "prefill") * setup.host_op_s + setup.host_step_s + zeros
     else:
         host_s = zeros
     seconds = np.maximum(kernel_s, host_s)
@@ -195,7 +213,8 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
 
 @keyword_only_after(2, "batch_size", "prompt_len", "dtype", "tp", "engine")
 def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
-                 tp: int = 1, engine: str = "graph", kv_dtype: Any = None, group_size: int = 128) -> ServingTime:
+                 tp: int = 1, engine: str = "graph", kv_dtype: Any = None, group_size: int = 128,
+                 calibrated: bool = True, calibration: Any = None, host: Any = None) -> ServingTime:
     """Time of the prefill: ``batch_size`` prompts of ``prompt_len`` tokens through the model at once,
     writing their keys and values to the cache and producing the first token's logits.
 
@@ -221,6 +240,19 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
         is refused: the time model has no int8 KV-cache kernels (:func:`~gpumodel.vocabulary.kv_cache_dtype`).
     group_size : int
         Weights per 16-bit scale of int8/int4 weights.
+    calibrated : bool
+        Time the kernels with the GPU's shipped calibration where there is one (default); False: the
+        datasheet with default efficiencies.
+    calibration : Calibration or path, optional
+        Your own calibration of the GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path of a
+        YAML file ``gpumodel calibrate`` wrote, read once): every kernel of the step is priced with it. One
+        measured on another GPU is refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``).
+    host : HostCosts or path, optional
+        The host's per-op costs (a :class:`~gpumodel.training.hostcost.HostCosts` or the path of a host-cost
+        YAML file) for ``engine="hf"``, whose step the host's dispatch may set: the fitted per-op and per-step
+        host times scaled to it (:func:`gpumodel.serving.kernels.host_dispatch`). Default: the fitted times.
+        Refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``host``) with the ``graph`` and
+        ``compiled`` engines, which replay CUDA graphs and cost no host dispatch.
 
     Returns
     -------
@@ -249,7 +281,8 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
     >>> t.bounds["matmul"], 0.05 < float(t) < 0.5
     ('compute', True)
     """
-    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
+                                 calibration=calibration, host=host)
     b, s = positive_int(batch_size, "batch_size"), positive_int(prompt_len, "prompt_len")
     t = step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
     fits, peak, need = memory_check(setup, b, s)
@@ -260,7 +293,8 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
 
 @keyword_only_after(2, "batch_size", "context_len", "dtype", "kv_dtype", "tp", "engine")
 def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
-                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", group_size: int = 128) -> ServingTime:
+                     kv_dtype: Any = None, tp: int = 1, engine: str = "graph", group_size: int = 128,
+                     calibrated: bool = True, calibration: Any = None, host: Any = None) -> ServingTime:
     """Time of one decode step: one new token for each of ``batch_size`` sequences, each attending over
     ``context_len`` cached tokens (and itself).
 
@@ -287,6 +321,9 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
         As in :func:`prefill_time`.
     group_size : int
         Weights per 16-bit scale of int8/int4 weights.
+    calibrated, calibration, host :
+        As in :func:`prefill_time`: the shipped calibration or the datasheet, your own calibration of the GPU
+        (record or YAML path, read once; another GPU's refused), and host costs for ``engine="hf"`` only.
 
     Returns
     -------
@@ -311,7 +348,8 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
     >>> float(t) / float(tp8) < 8                           # the all-reduces do not shrink with tp
     True
     """
-    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size)
+    setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
+                                 calibration=calibration, host=host)
     b = positive_int(batch_size, "batch_size")
     c = positive_int(context_len, "context_len")
     t = step_time(setup, b, 1, c, "decode")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
-from ..calibration.estimate import estimate as _estimate
+from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..core.memory import training_memory
 from .hostcost import host_costs_for, timeline
 from .layer import Kernels
@@ -274,6 +274,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     cfg = resolve_model(model)
     g = resolve_gpu(gpu)
     calibrated = flag(calibrated, "calibrated")
+    calibration = resolve_calibration(calibration, g)   # a path read once, for every kernel of the step
     prec = precision_on(precision, g)  # refused where the GPU has no path for its compute format (bf16 on a V100)
     opt = choice(Optimizer, optimizer, "optimizer")
     fused, foreach, compile = flag(fused, "fused"), flag(foreach, "foreach"), flag(compile, "compile")
