@@ -129,3 +129,22 @@ def test_comm_overlap_hides_tensor_and_data_parallel_communication():
         assert hidden.breakdown[k] == pytest.approx(plain.breakdown[k])
     with pytest.raises(gm.ArgumentError, match="comm_overlap"):
         parallel_training_step_time(CFG, "dgx-h100", comm_overlap="yes", **kw)
+
+
+def test_a_moe_shard_runs_the_experts_width_not_the_dense_width():
+    # Qwen1.5-MoE-A2.7B (config.json): 60 routed experts of width 1408, 4 a token, a shared expert of 5632; the dense
+    # width 5632 is not an expert's. Per token each layer's MLP is 4 x 1408 + 5632 = 11264 wide (before: 4 x 5632).
+    from gpumodel.cluster.shard import shard_config
+
+    qwen_moe = gm.TransformerConfig.from_hf(dict(
+        model_type="qwen2_moe", hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16,
+        intermediate_size=5632, moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60,
+        num_experts_per_tok=4, vocab_size=151936, max_position_embeddings=8192, tie_word_embeddings=False))
+    assert shard_config(qwen_moe).intermediate_size == 4 * 1408 + 5632
+    assert shard_config(qwen_moe, tp=2).intermediate_size == (4 * 1408 + 5632) // 2
+    # the kernels then do about the model's FLOPs (6 x active parameters), not twice them
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st = gm.training_step_time(qwen_moe, "dgx-h100", batch_size=1, seq_len=4096, precision="bf16",
+                                   parallelism=gm.Parallelism(dp=8), framework="megatron")
+    assert 0.7 < st.hardware_flops / st.model_flops < 1.1

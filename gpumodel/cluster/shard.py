@@ -51,12 +51,26 @@ class ShardTimes:
 def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> TransformerConfig:
     """One tensor-parallel rank's slice of ``cfg`` (one layer; heads, MLP width, vocabulary ``/ tp``).
 
-    A mixture of experts becomes the dense MLP of the same work per token: width
-    ``experts_per_token * intermediate_size / tp`` (with balanced routing each GPU of an expert-parallel
-    group runs the experts' GEMMs for as many tokens as it holds, whatever ``ep``).
+    A mixture of experts becomes the dense MLP of the same work per token, averaged over the layers:
+    ``experts_per_token x expert_size + shared_expert_intermediate_size`` in each MoE layer (the routed
+    experts' width, ``moe_intermediate_size``, and the shared expert's), ``intermediate_size`` in the
+    ``first_dense_layers``, divided by ``tp`` (with balanced routing each GPU of an expert-parallel group runs
+    the experts' GEMMs for as many tokens as it holds, whatever ``ep``).
+
+    >>> import gpumodel as gm
+    >>> v3 = gm.TransformerConfig(name="v3-like", num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128,
+    ...                           intermediate_size=18432, vocab_size=129280, num_experts=256, experts_per_token=8,
+    ...                           moe_intermediate_size=2048, shared_expert_intermediate_size=2048,
+    ...                           first_dense_layers=3)
+    >>> shard_config(v3).intermediate_size    # (3 x 18432 + 58 x (8 x 2048 + 2048)) // 61; not 8 x 18432 = 147456
+    18432
     """
     kv = max(1, cfg.num_kv_heads // tp)
-    width = cfg.intermediate_size * (cfg.experts_per_token if cfg.is_moe else 1)
+    width = cfg.intermediate_size
+    if cfg.is_moe:
+        dense = min(cfg.first_dense_layers, cfg.num_layers)
+        moe = cfg.experts_per_token * cfg.expert_size + cfg.shared_expert_intermediate_size
+        width = (dense * cfg.intermediate_size + (cfg.num_layers - dense) * moe) // cfg.num_layers
     update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.head_dim,
                   intermediate_size=width // tp, vocab_size=-(-cfg.vocab_size // tp), num_experts=0, experts_per_token=0)
     return cfg.model_copy(update=update)
