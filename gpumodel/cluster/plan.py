@@ -233,6 +233,9 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         Rank by wall-clock time, or by GPU-hours (cost), ties broken by the other.
     precision, optimizer : as in :func:`gpumodel.training_step_time`.
     framework : {"megatron", "hf", "fsdp", "deepspeed"}
+        The training engine; the search keeps to what it runs (Megatron: ZeRO-1 at most; DeepSpeed: no ZeRO-2/3
+        with pipelines; :func:`gpumodel.cluster.step.framework_rules`), and a pipeline of ``pp`` stages gets at
+        least ``pp`` micro-batches a step.
     price_per_gpu_hour : float, optional
         Gives a cost column.
     micro_batches, zero_stages, checkpointing, virtual_stages :
@@ -317,6 +320,11 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     keep &= B % (dp * mb) == 0
     keep &= (v == 1) | ((pp > 1) & (cfg.num_layers % (pp * v) == 0))
     keep &= ~((z > 0) & (dp * cp == 1)) & ~((z == 3) & (pp > 1))
+    if fw == Framework.MEGATRON:           # the engines' own rules (see gpumodel.cluster.step.framework_rules)
+        keep &= z <= 1
+    elif fw == Framework.DEEPSPEED:
+        keep &= ~((z >= 2) & (pp > 1))
+    keep &= (pp == 1) | (B // np.maximum(dp * mb, 1) >= pp)   # a pipeline needs a micro-batch for each stage
     if not keep.any():
         raise ArgumentError(f"no layout divides {cfg.name}, {counts} GPUs and global_batch={B}",
                             argument="global_batch", value=B, allowed="a multiple of dp x micro-batch")

@@ -64,7 +64,7 @@ from .collectives import system_collective_time as _coll
 from .parallelism import Parallelism
 from .shard import shard_config, shard_times
 
-__all__ = ["Framework", "training_step_time", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
+__all__ = ["Framework", "framework_rules", "training_step_time", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
 
 #: Phases of the step breakdown [s].
 PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
@@ -81,6 +81,42 @@ class Framework(StrEnum):
     MEGATRON = "megatron"
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
+
+
+def framework_rules(framework: Framework, zero: int, pp: int) -> None:
+    """Refuse a layout its training engine does not run.
+
+    Megatron-Core's distributed optimizer shards the optimizer states and fp32 master weights over the
+    data-parallel ranks, ZeRO-1 (it has no ZeRO-2 or -3); DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline
+    parallelism (its pipeline engine supports ZeRO-1 only).
+
+    Parameters
+    ----------
+    framework : Framework
+        The training engine.
+    zero : int
+        The ZeRO stage (0-3).
+    pp : int
+        Pipeline-parallel degree.
+
+    Returns
+    -------
+    None
+        Or raises :class:`~gpumodel.base.errors.ArgumentError` naming ``parallelism``.
+
+    References
+    ----------
+    Megatron-Core's ``DistributedOptimizer`` (megatron/core/optimizer/distrib_optimizer.py); DeepSpeed's
+    ``PipelineEngine``, which asserts ``zero_optimization_stage() < 2``.
+    """
+    if framework == Framework.MEGATRON and zero >= 2:
+        raise ArgumentError(f"framework='megatron' runs ZeRO-1 at most (its distributed optimizer shards the optimizer "
+                            f"states), got zero={zero}; use framework='deepspeed' or 'fsdp' for ZeRO-{zero}",
+                            argument="parallelism", value=f"zero={zero}", allowed="zero 0 or 1 with megatron")
+    if framework == Framework.DEEPSPEED and zero >= 2 and pp > 1:
+        raise ArgumentError(f"DeepSpeed refuses ZeRO-{zero} with pipeline parallelism (pp={pp}): its pipeline engine "
+                            "runs ZeRO-1 at most", argument="parallelism", value=f"zero={zero}, pp={pp}",
+                            allowed="zero 0 or 1 with pp > 1")
 
 
 def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_len: int, precision: str = "amp_bf16",
@@ -152,6 +188,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         raise ArgumentError(f"parallelism must be a gm.Parallelism, got {type(par).__name__}")
     par.check(cfg)
     fw = choice(Framework, framework, "framework")
+    framework_rules(fw, zero=par.zero, pp=par.pp)
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     ckpt = checkpointing_mode(checkpointing)
