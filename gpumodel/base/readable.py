@@ -30,7 +30,7 @@ from typing import Any
 from .errors import ArgumentError
 from .numeric import positive_number
 
-__all__ = ["parse_count", "parse_bytes", "parse_seconds", "parse_number", "token_count", "duration"]
+__all__ = ["parse_count", "parse_bytes", "parse_seconds", "parse_number", "token_count", "duration", "format_count"]
 
 _NUMBER = re.compile(r"^\s*(?P<num>[+-]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-zµ]*)\s*$")
 _MAX_INT = 2 ** 63 - 1
@@ -77,6 +77,21 @@ def _whole(value: Decimal, text: str, name: str | None, forms: str, minimum: int
     if value > _MAX_INT:
         raise _fail(text, name, f"is too large (more than 2**63 - 1 {unit})", f"at most 2**63 - 1 {unit}")
     return int(value)
+
+
+def format_count(n: float) -> str:
+    """A count as people write it and :func:`parse_count` reads it back: ``1T``, ``300B``, ``1.5M`` (four
+    significant digits at most; K, M, B, T).
+
+    >>> format_count(1e12), format_count(3e11), format_count(15.6e12), format_count(123456), format_count(512)
+    ('1T', '300B', '15.6T', '123.5K', '512')
+    >>> parse_count(format_count(15.6e12)) == 15.6e12
+    True
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return f"{n:.4g}"
 
 
 def parse_count(text: str, name: str | None = None, *, minimum: int = 0) -> int:

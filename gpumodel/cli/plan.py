@@ -10,6 +10,7 @@ import math
 import sys
 import warnings
 
+from ..base.readable import format_count
 from ._common import HelpFormatter, count_type, print_json, print_table, progress
 import gpumodel as gm
 from ..vocabulary import resolve_system
@@ -81,18 +82,6 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-def _tokens(n: float) -> str:
-    """A token count as ``--tokens`` takes it: ``1T``, ``300B``, ``1.5M`` (four significant digits at most).
-
-    >>> _tokens(1e12), _tokens(3e11), _tokens(15.6e12), _tokens(512)
-    ('1T', '300B', '15.6T', '512')
-    """
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.4g}{unit}"
-    return f"{n:.4g}"
-
-
 def _gpu_counts(args: argparse.Namespace) -> list[int]:
     """The GPU counts the layout search tries (as ``gm.plan_training`` chooses them from --gpus/--max-gpus):
     exactly --gpus, else the powers of two up to --max-gpus or one node, and that count itself."""
@@ -138,7 +127,7 @@ def _plan(args: argparse.Namespace) -> int:
         ranked = "Ranked by GPU-hours (the order of the cost at any price; --price adds a cost column)"
     else:
         ranked = f"Ranked by {plan.objective}"
-    print(f"{plan.model} on {plan.system}: {_tokens(plan.tokens)} tokens, global batch {plan.global_batch} x "
+    print(f"{plan.model} on {plan.system}: {format_count(plan.tokens)} tokens, global batch {plan.global_batch} x "
           f"{plan.seq_len} tokens; {plan.feasible:,} of {plan.candidates:,} layouts fit in memory "
           f"({plan.search_s:.1f} s). {ranked}; times are modelled, not measured.")
     if len(counts) > 1:

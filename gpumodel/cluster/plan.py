@@ -24,6 +24,7 @@ import numpy as np
 
 from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from ..base.readable import format_count
 from ..base.reprs import text_table
 from ..core.memory import training_memory
 from ..vocabulary.parallel_rules import splits_model
@@ -142,7 +143,7 @@ class TrainingPlan:
               "free GiB: memory left on each GPU", "bound: the largest part of the step besides compute")
 
     def __repr__(self) -> str:
-        head = (f"TrainingPlan({self.model} on {self.system}, {_tokens_text(self.tokens)} tokens, batch "
+        head = (f"TrainingPlan({self.model} on {self.system}, {format_count(self.tokens)} tokens, batch "
                 f"{self.global_batch} x {self.seq_len} tokens; {self.feasible:,} of {self.candidates:,} layouts fit, "
                 f"ranked by {self.objective})")
         if not self.rows:
@@ -163,18 +164,6 @@ class TrainingPlan:
         return (f"<b>{html.escape(self.model)} on {html.escape(self.system)}</b>: {self.feasible:,} of "
                 f"{self.candidates:,} layouts fit, ranked by {html.escape(self.objective)}"
                 f"<table><tr>{head}</tr>{body}</table><small>{html.escape('; '.join(self.LEGEND))}</small>")
-
-
-def _tokens_text(tokens: float) -> str:
-    """A token count for people: ``2T``, ``300B``, ``1.5M`` (four significant digits at most).
-
-    >>> _tokens_text(2e12), _tokens_text(3e11), _tokens_text(123456)
-    ('2T', '300B', '123.5K')
-    """
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if tokens >= scale:
-            return f"{tokens / scale:.4g}{unit}"
-    return f"{tokens:.4g}"
 
 
 def _divisors_pow2(n: int, limit: int) -> list[int]:
