@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumodel.base.errors import UnsupportedError
 from gpumodel.records.dtypes import bytes_per_element
 from gpumodel.core.opcost import OpName
 
@@ -67,6 +68,11 @@ DECODE_BLOCK_M, DECODE_BLOCK_N, DECODE_CTAS_PER_SM, DECODE_SPLIT_MIN_KEYS = 16, 
 #: list schedules of 1 to 512 ramps of 2 to 128 tiles on 132 SMs (0.58 to 0.66 from the 10th to the 90th
 #: percentile; ``max(longest, average + 0.63 longest)`` is within 2.7% of the simulated schedule at the 90th)
 LIST_SCHEDULE_TAIL = 0.63
+#: FlashAttention-2's backward as PyTorch vendors it: ``flash_bwd_dot_do_o_kernel`` (which clears dQ's fp32
+#: accumulator), the main ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel`` and ``flash_bwd_convert_dq_kernel``
+FA2_BWD_KERNELS = 3
+#: FlashAttention-2's backward FLOP rate over its forward's (both in the papers' FLOP convention)
+FA2_BWD_TO_FWD = 0.75
 #: FlashAttention-2's forward blocks (128 threads) resident on one SM at once; its split heuristic counts
 #: ``2 x multiProcessorCount`` slots for that reason (``set_params_splitkv``)
 FA2_CTAS_PER_SM = 2
@@ -136,13 +142,17 @@ def decode_splits(tiles: Any, sm_count: int, kv_seq: Any) -> np.ndarray:
     return np.where((kv_seq > DECODE_SPLIT_MIN_KEYS) & (tiles <= sm_count / 2), pow2, 1.0)
 
 
-def flash_tiles(op: Any, sm_count: int) -> dict[str, np.ndarray]:
-    """Tiles, splits and rows per tile of a flash-attention forward (see the module notes)."""
+def flash_tiles(op: Any, sm_count: int, decode_kernel: bool = True) -> dict[str, np.ndarray]:
+    """Tiles, splits and rows per tile of a flash-attention forward (see the module notes).
+
+    ``decode_kernel``: one query a sequence runs cuDNN's decode kernel (PyTorch's choice on Hopper); False
+    prices it as FlashAttention-2's split-KV kernel, as the flash-attn 2 package runs it.
+    """
     s = op.shape
     b, h, seq, d = farray(s["batch"]), farray(s["heads"]), farray(s["seq"]), farray(s["head_dim"])
     kvh, skv = farray(s.get("kv_heads", s["heads"])), farray(s.get("kv_seq", s["seq"]))
-    decode = (seq == 1) & (skv > 1)
-    packed = decode & (h > kvh)                      # GQA decode: a KV head's query heads in one tile
+    decode = (seq == 1) & (skv > 1) & bool(decode_kernel)
+    packed = (seq == 1) & (skv > 1) & (h > kvh)      # GQA decode: a KV head's query heads in one tile
     rows, heads = np.where(packed, h / kvh, seq), np.where(packed, kvh, h)
     split_tiles = b * heads * np.ceil(rows / SPLIT_BLOCK_M)
     slots = FA2_CTAS_PER_SM * sm_count
@@ -174,6 +184,42 @@ def bwd_side_bytes(op: Any) -> np.ndarray:
     return (8.0 + 3.0 * e) * farray(s["batch"]) * farray(s["heads"]) * farray(s["seq"]) * farray(s["head_dim"])
 
 
+def kernel_path(kernel: str, gpu: Any) -> str:
+    """Which kernels price an attention ``kernel`` on ``gpu``: ``"sdpa"`` (PyTorch's own dispatch), ``"native"``
+    (the architecture's own flash kernels for every shape: cuDNN, FlashAttention-3, FlashInfer's and Triton's
+    prefill on Hopper) or ``"fa2"`` (FlashAttention-2's ``mma.sync`` kernels for every shape, forward and
+    backward: the flash-attn 2 package on Hopper and Blackwell).
+
+    On Ampere and Ada every library runs FlashAttention-2-class kernels, as PyTorch does: all price as ``"sdpa"``.
+
+    Raises
+    ------
+    UnsupportedError
+        ``kernel="fa3"`` on a GPU that is not Hopper (FlashAttention-3 is written for sm90 alone).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> kernel_path("fa2", gm.gpu("h100")), kernel_path("fa2", gm.gpu("a100")), kernel_path("fa3", gm.gpu("h200"))
+    ('fa2', 'sdpa', 'native')
+    """
+    major = _cc_major(gpu)
+    if kernel == "fa3" and major != 9:
+        name = getattr(gpu, "name", gpu)
+        raise UnsupportedError(f"kernel='fa3' (FlashAttention-3) runs on Hopper (sm90) alone, not on {name}; use "
+                               f"'fa2', 'cudnn' or 'sdpa'", argument="kernel", value=kernel,
+                               allowed="'sdpa', 'cudnn', 'fa2', 'flashinfer', 'triton' off Hopper")
+    if kernel == "sdpa" or major < 9:
+        return "sdpa"
+    return "fa2" if kernel == "fa2" else "native"
+
+
+def _cc_major(gpu: Any) -> int:
+    """The compute capability's major number of a GPU record (9, Hopper's, for a model without one)."""
+    cc = getattr(gpu, "compute_capability", None)
+    return int(str(cc).split(".")[0]) if cc else 9
+
+
 @predictor(OpName.ATTENTION)
 def _attention(model: CalibrationModel, op: Any) -> Prediction:
     impl = str(op.shape.get("impl", "flash"))
@@ -185,10 +231,14 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     skv = farray(s.get("kv_seq", s["seq"]))
     causal = bool(s.get("causal", False))
     bwd = bool(s.get("backward", False))
+    path = kernel_path(str(s.get("kernel", "sdpa")), model.gpu)
     # PyTorch's backend choice: queries over a longer cache (seq < kv_seq: chunked prefill, decode) run
     # FlashAttention-2's kernels (flash_fwd_kernel, flash_fwd_splitkv_kernel); a square attention runs cuDNN's
-    # sm90 wgmma kernels on the H200 with torch 2.11 (the backend attn_flops_fwd was fitted to)
-    fa2 = (seq < skv) & (seq > 1)
+    # sm90 wgmma kernels on the H200 with torch 2.11 (the backend attn_flops_fwd was fitted to). The flash-attn 2
+    # package runs FlashAttention-2's kernels for every shape, and its backward too; the architecture-native
+    # libraries (cuDNN, FlashAttention-3, ...) their own kernels for every shape but decode
+    fa2 = {"sdpa": (seq < skv) & (seq > 1), "native": np.zeros_like(seq, dtype=bool),
+           "fa2": np.ones_like(seq, dtype=bool)}[path]
     frac = op_frac = 1.0 - seq / (2.0 * skv) if causal else 1.0
     if causal:  # square causal: tile i of N walks i + 1 key blocks, the diagonal one masked element by element
         n_blocks = np.ceil(skv / BLOCK_M)
@@ -199,16 +249,21 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     if bwd:  # a block per tile of keys
         tiles, splits = b * h * np.ceil(skv / BLOCK_M), np.ones_like(scores)
     else:
-        k = flash_tiles(op, model.sm_count)
+        k = flash_tiles(op, model.sm_count, decode_kernel=path != "fa2")
         tiles, splits = k["tiles"], k["splits"]
-    decode = (seq == 1) & (skv > 1) & (not bwd)
+    decode = (seq == 1) & (skv > 1) & (not bwd) & (path != "fa2")
+    fa2_bwd = bwd and path == "fa2"
     # FlashAttention-2's forward holds two tiles an SM at once (they share its tensor cores and overlap their
     # latencies); cuDNN's kernels and the backward one
     resident = np.clip(np.ceil(tiles / P), 1.0, FA2_CTAS_PER_SM) if not bwd else 1.0
     resident = np.where(fa2 | decode, resident, 1.0)
     waves = np.ceil(tiles / (resident * P))
-    rate = p[f"attn_flops_{d}"] if bwd else np.where(fa2, p.get("attn_flops_fa2", p["attn_flops_fwd"]),
-                                                       p["attn_flops_fwd"])
+    if fa2_bwd:  # FlashAttention-2's backward: its forward's rate times the two kernels' measured ratio
+        rate = p.get("attn_flops_fa2_bwd", p.get("attn_flops_fa2", p["attn_flops_bwd"]) * FA2_BWD_TO_FWD)
+    elif bwd:
+        rate = p["attn_flops_bwd"]
+    else:
+        rate = np.where(fa2, p.get("attn_flops_fa2", p["attn_flops_fwd"]), p["attn_flops_fwd"])
     if bwd:
         pad = np.ones_like(scores)
     else:  # a tile computes all its query rows: fewer queries than a tile's rows (a short chunk) still cost the tile
@@ -244,7 +299,8 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # overlap them (the larger of the two)
     body = np.where((fa2 | decode) & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
     # split-KV: + the combine kernel; cuDNN's square forward (never split): a Memset, then the fprop kernel
-    kernels = BWD_KERNELS if bwd else np.where(fa2 | decode, 1.0 + (splits > 1), SQUARE_FWD_KERNELS)
+    kernels = (FA2_BWD_KERNELS if fa2_bwd else BWD_KERNELS) if bwd else np.where(fa2 | decode, 1.0 + (splits > 1),
+                                                                                  SQUARE_FWD_KERNELS)
     combine = np.where(splits > 1, b * h * seq * farray(s["head_dim"]) * 4.0 * (splits + 1) / p["bandwidth"], 0.0)
     launch = queued(p, kernels) * np.ones_like(body)
     # the backward's dot(dO, O) before its main kernel and the dQ conversion after it: memory-bound, in series

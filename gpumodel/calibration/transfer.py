@@ -25,8 +25,10 @@ kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
 ``tensor_share``   dense bf16 (else fp16) peak             achieved bf16 GEMM fraction
 ``vector_rate``    fp32 peak (CUDA cores)                  1
 ``bandwidth``      device-memory bandwidth                 achieved copy fraction
-``operand_feed``   SMs x boost clock (L2 and shared        1
-                   memory deliver bytes per SM per clock)
+``operand_feed``   SMs x boost clock (L2 and shared        1, or the bf16 GEMM
+                   memory deliver bytes per SM per clock), fraction's where the
+                   or the dense bf16 peak where that is    peak wins
+                   larger
 ``chip_rate``      SMs x boost clock                       1
 ``sm_rate``        boost clock (one SM's issue rate)       1
 ``cycles``         1 / boost clock (a fixed number of      1
@@ -39,6 +41,8 @@ kind               :math:`D` (datasheet)                   :math:`\\pi` (prior)
                    launches, an optimizer step's Python)
 ``sm_stream``      SMs x boost clock / bandwidth (a        1
                    stream an SM's own work bounds)
+``mma_sync_rate``  the ``mma.sync`` peak,                  1
+                   min(tensor peak, 2048 x SMs x clock)
 ``dimensionless``  1 (overlap sharpness, efficiencies)     1
 =================  ======================================  ==========================================
 
@@ -48,6 +52,19 @@ scales and shifts its int4 weights before the tensor-core MMA (PyTorch's tinygem
 SMs' dequantisation rate, so the achieved bytes per second carry with SMs x clock, and the efficiency, a
 fraction of the bandwidth, with SMs x clock over the bandwidth (at most the reference's plain-stream
 efficiency ``bw_eff_stream``).
+
+``operand_feed`` is the rate at which GEMM tiles stream their operands from L2 and shared memory. Per SM and
+clock it carries over from Ampere to Hopper (wider tiles took up Hopper's doubled tensor rate), but Blackwell's
+tensor cores outgrew the SMs x clock again (2.3x the H200's dense peak on 1.1x its SMs x clock) and its GEMMs
+widened their operand paths with them: two SMs share one MMA (``tcgen05`` with ``cta_group::2``, tiles of 256 x 256
+whose A and B halves each SM loads once), TMA multicasts a tile's operands across a cluster, and the accumulators
+live in tensor memory rather than registers (NVIDIA Blackwell architecture technical brief, 2024; CUTLASS 3.8
+Blackwell GEMM examples). The feed of the largest tile is therefore taken as at least the tensor rate's share,
+as it is on the reference, where the largest tile is tensor-bound (its fitted feed balances a 256 x 128 tile's math).
+
+The ``mma_sync_rate`` kind is the rate of FlashAttention-2's kernels, written for Ampere with ``mma.sync``: they
+run the same instructions on Hopper and Blackwell, which double their tensor rate only through wgmma and tcgen05.
+Their rate carries with the ``mma.sync`` peak (:func:`mma_sync_peak`), not with the tensor peak.
 
 Wave and tile quantisation need no parameter: the transferred model keeps the target's SM count,
 so :math:`\\lceil N/P \\rceil` is evaluated on the target. The L2 size scales any byte-count
@@ -99,7 +116,8 @@ from ..base.errors import UnsupportedError
 from ..vocabulary import resolve_gpu
 from .record import Calibration, calibration_for
 
-__all__ = ["ParameterKind", "Transfer", "classify", "transfer", "transfer_for", "REFERENCE"]
+__all__ = ["ParameterKind", "Transfer", "classify", "transfer", "transfer_for", "mma_sync_peak", "REFERENCE",
+           "MMA_SYNC_FLOP_PER_SM_CYCLE"]
 
 #: the shipped calibration other GPUs are transferred from
 REFERENCE = "h200-sxm"
@@ -121,6 +139,7 @@ class ParameterKind(str, enum.Enum):
     CAPACITY = "capacity"
     LAUNCH = "launch"
     SM_STREAM = "sm_stream"
+    MMA_SYNC_RATE = "mma_sync_rate"
     DIMENSIONLESS = "dimensionless"
 
 
@@ -129,6 +148,14 @@ class ParameterKind(str, enum.Enum):
 _WEIGHT_ONLY_RATES = {"flops_int4_mm": ParameterKind.TENSOR_SHARE, "flops_int8_mm": ParameterKind.VECTOR_RATE}
 #: streams whose rate the SMs' own work sets, not the memory (module Notes, ``sm_stream``)
 _SM_STREAMS = ("bw_eff_int4_mm",)
+#: rates of FlashAttention-2's kernels, written with Ampere's ``mma.sync`` (module Notes, ``mma_sync_rate``)
+_MMA_SYNC_RATES = ("attn_flops_fa2", "attn_flops_fa2_bwd")
+#: dense 16-bit FLOPs one SM's tensor cores complete a clock through ``mma.sync``: Ampere's 1,024 FMA (NVIDIA A100
+#: Tensor Core GPU Architecture whitepaper, 2020: 256 dense FP16 FMA a clock per tensor core, four an SM). Hopper
+#: doubled the rate through wgmma alone: FlashAttention-2's forward, all mma.sync, reaches the same ~1,440 FLOP an
+#: SM-clock on the H200 (``attn_flops_fa2`` of its calibration: 377 TFLOP/s / (132 SMs x 1.98 GHz)) as on the A100
+#: (about 220 TFLOP/s at head_dim 128, FlashAttention-2 paper Fig. 5 and bench/published_kernels.py: / (108 x 1.41 GHz))
+MMA_SYNC_FLOP_PER_SM_CYCLE = 2048.0
 
 
 def classify(name: str) -> ParameterKind:
@@ -141,6 +168,8 @@ def classify(name: str) -> ParameterKind:
     """
     if name in _SM_STREAMS:
         return ParameterKind.SM_STREAM
+    if name in _MMA_SYNC_RATES:
+        return ParameterKind.MMA_SYNC_RATE
     unit = PARAMETERS.get(name, ("FLOP/s" if name.startswith("flops_") else "1", ""))[0]
     K = ParameterKind
     if name == "launch_s" or "host" in name:   # host-side time (Python, driver): not the GPU's
@@ -166,6 +195,21 @@ def classify(name: str) -> ParameterKind:
 
 def _tensor_peak(g: Any) -> float:
     return g.peak_flops("bf16") if g.supports("bf16") else g.peak_flops("fp16")
+
+
+def mma_sync_peak(g: Any) -> float:
+    """Dense 16-bit tensor-core peak [FLOP/s] reachable through ``mma.sync`` (no wgmma, no tcgen05).
+
+    ``min(tensor peak, 2048 x SMs x boost clock)``: the whole peak on Ampere and Ada (their only MMA path; the
+    GeForce parts' half-rate fp32 accumulation included), half of Hopper's and less of Blackwell's.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> [round(mma_sync_peak(gm.gpu(n)) / 1e12) for n in ("a100", "h200", "b200", "rtx-4090")]
+    [312, 535, 596, 165]
+    """
+    return min(_tensor_peak(g), MMA_SYNC_FLOP_PER_SM_CYCLE * g.sm_count * g.boost_clock)
 
 
 @dataclass(frozen=True, repr=False)
@@ -267,12 +311,20 @@ def _ratios(kind: ParameterKind, name: str, t: Any, r: Any, pt: ArchPrior, pr: A
         return t.peak_flops("fp32") / r.peak_flops("fp32"), 1.0
     if kind is K.BANDWIDTH:
         return t.memory_bandwidth / r.memory_bandwidth, pt.bandwidth.value / pr.bandwidth.value
-    if kind in (K.OPERAND_FEED, K.CHIP_RATE):
+    if kind is K.OPERAND_FEED:
+        # the SMs' feed, or, where the tensor cores outgrew the SMs x clock (Blackwell), at least the tensor rate's
+        # share: the largest tile of a generation's GEMMs is tensor-bound (module Notes)
+        chip = t.sm_count / r.sm_count * clock
+        tensor = _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16")[0] / pr.gemm_fraction("bf16")[0]
+        return tensor if tensor[0] * tensor[1] > chip else (chip, 1.0)
+    if kind is K.CHIP_RATE:
         return t.sm_count / r.sm_count * clock, 1.0
     if kind is K.SM_RATE:
         return clock, 1.0
     if kind is K.SM_STREAM:
         return t.sm_count / r.sm_count * clock * r.memory_bandwidth / t.memory_bandwidth, 1.0
+    if kind is K.MMA_SYNC_RATE:
+        return mma_sync_peak(t) / mma_sync_peak(r), 1.0
     if kind is K.CYCLES:
         return 1.0 / clock, 1.0
     if kind is K.RESIDENCY:

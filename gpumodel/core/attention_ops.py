@@ -18,7 +18,7 @@ from .opcost import (OpArgumentError, OpCost, OpName, check_broadcast, make_op_c
                      register)
 from ..vocabulary import choice, flag
 
-__all__ = ["attention", "AttentionImpl", "STAT_BYTES"]
+__all__ = ["attention", "AttentionImpl", "AttentionKernel", "STAT_BYTES"]
 
 
 #: bytes of one fp32 statistic (softmax log-sum-exp kept by FlashAttention)
@@ -37,10 +37,32 @@ class AttentionImpl(str, enum.Enum):
         return self.value
 
 
+class AttentionKernel(str, enum.Enum):
+    """The library whose flash-attention kernel runs the op (its FLOPs and traffic are the same; its speed is not).
+
+    ``sdpa`` is what PyTorch's ``scaled_dot_product_attention`` dispatches to on the GPU and dtype (cuDNN's
+    kernels on Hopper for a square attention, FlashAttention-2's for a chunk over a longer cache, its own
+    FlashAttention-2 code on Ampere and Ada); ``cudnn`` is cuDNN's fused attention; ``fa2`` the flash-attn 2
+    package (the same ``mma.sync`` kernels on every GPU from Ampere on: no wgmma on Hopper); ``fa3``
+    FlashAttention-3 (Hopper only: wgmma, TMA, warp specialisation); ``flashinfer`` FlashInfer's prefill and
+    decode kernels; ``triton`` a Triton flash-attention kernel (the Triton tutorial's form).
+    """
+
+    SDPA = "sdpa"
+    CUDNN = "cudnn"
+    FA2 = "fa2"
+    FA3 = "fa3"
+    FLASHINFER = "flashinfer"
+    TRITON = "triton"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @register(OpName.ATTENTION.value)
 def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | str = "bf16", *, causal: bool = False,
               impl: AttentionImpl | str = "flash", backward: bool = False, kv_heads: Any = None, kv_seq: Any = None,
-              dropout: float = 0.0) -> OpCost:
+              dropout: float = 0.0, kernel: AttentionKernel | str = "sdpa") -> OpCost:
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d)) V``, forward or backward.
 
     Parameters
@@ -66,6 +88,10 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
         ``seq < kv_seq``); defaults to ``seq``.
     dropout : float
         Dropout probability on the attention weights (training); the naive form writes a mask.
+    kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        Which library's flash kernel runs it (:class:`AttentionKernel`); FLOPs and traffic do not depend on it,
+        the time model prices each from its architecture's own figures (``fa3`` runs on Hopper alone). Only
+        ``impl="flash"`` has a choice: the naive and math forms take ``"sdpa"``.
 
     Returns
     -------
@@ -104,6 +130,8 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     0.5
     >>> attention(8, 32, 1, 128, kv_heads=8, kv_seq=4096).bytes_read / 2**20   # decode: the KV cache, 2*8*8*4096*128*2 B
     128.0625
+    >>> attention(1, 32, 4096, 128, kernel="fa2").flops == op.flops      # the kernel changes the speed, not the work
+    True
     """
     batch, heads = op_size(batch, "batch"), op_size(heads, "heads")
     seq, head_dim = op_size(seq, "seq"), op_size(head_dim, "head_dim")
@@ -113,6 +141,11 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
     causal, backward = op_argument(flag, causal, "causal"), op_argument(flag, backward, "backward")
     impl = op_argument(choice, AttentionImpl, impl, "impl")
     dropout = op_amount(dropout, "dropout")
+    kernel = op_argument(choice, AttentionKernel, kernel, "kernel")
+    if impl is not AttentionImpl.FLASH and kernel is not AttentionKernel.SDPA:
+        raise OpArgumentError(f"kernel={kernel.value!r} is a flash-attention kernel; impl={impl.value!r} takes "
+                              f"kernel='sdpa'", argument="kernel", value=kernel.value,
+                              allowed="'sdpa' with impl='naive' or 'math'")
     if np.ndim(dropout) or dropout >= 1.0:
         raise OpArgumentError(f"dropout must be a single probability in [0, 1), got {dropout!r}", argument="dropout",
                               value=dropout, allowed="a single probability in [0, 1)")
@@ -149,5 +182,6 @@ def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: DType | st
         written = 2 * scores + 2 * kv + q
         bd = {"q": 2 * q, "kv": 4 * kv, "out": 2 * q, "scores": 7 * scores + mask}
     shape = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads,
-             "kv_seq": kv_seq, "causal": causal, "backward": backward, "impl": impl.value, "dropout": dropout}
+             "kv_seq": kv_seq, "causal": causal, "backward": backward, "impl": impl.value, "dropout": dropout,
+             "kernel": kernel.value}
     return make_op_cost(OpName.ATTENTION, dt, flops, read, written, "tensor", shape, bd)

@@ -34,12 +34,12 @@ from .opcost import (
     op_amount, op_argument, op_size, register, size_arguments,
 )
 from ..vocabulary import flag, weight_dtype as _weight_dtype
-from .attention_ops import STAT_BYTES, AttentionImpl, attention  # noqa: F401 (re-exported)
+from .attention_ops import STAT_BYTES, AttentionImpl, AttentionKernel, attention  # noqa: F401 (re-exported)
 from .row_ops import layer_norm, reduce_sum, rms_norm, softmax  # noqa: F401 (re-exported)
 from .step_ops import INDEX_BYTES, adamw_step, cross_entropy, embedding, kv_cache_write  # noqa: F401 (re-exported)
 
 __all__ = [
-    "OpCost", "OpName", "AttentionImpl", "OpArgumentError", "UnknownOpError", "DuplicateOpError",
+    "OpCost", "OpName", "AttentionImpl", "AttentionKernel", "OpArgumentError", "UnknownOpError", "DuplicateOpError",
     "register", "cost", "list_ops", "size_arguments",
     "matmul", "bmm", "elementwise", "concat", "softmax", "layer_norm", "rms_norm", "reduce_sum", "embedding",
     "cross_entropy", "attention", "adamw_step", "kv_cache_write", "fuse",
