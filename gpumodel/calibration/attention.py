@@ -281,7 +281,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         per_tile = soft_max(per_tile, blocks * p["attn_kv_block_s"], p["attn_overlap_p"])
     overhead = p[f"attn_tile_overhead_{d}_s"]
     if not bwd and "attn_tile_overhead_fa2_s" in p:  # FlashAttention-2's kernels: their own fixed time a tile
-        overhead = np.where(fa2, p["attn_tile_overhead_fa2_s"], overhead)
+        overhead = np.where(fa2 & (seq < skv), p["attn_tile_overhead_fa2_s"], overhead)
         overhead = np.where(decode, p.get("attn_tile_overhead_decode_s", p["attn_tile_overhead_fa2_s"]), overhead)
     t_c = per_tile * waves
     if causal:  # square causal: the tiles are uneven (1 .. N key blocks), and each free SM takes the next one
@@ -297,7 +297,7 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     # FlashAttention-2's kernels over a longer cache (decode, chunks) stream a tile's keys only once its fixed work
     # is done (no warp specialisation): their tile time and the cache stream add; cuDNN's square-attention kernels
     # overlap them (the larger of the two)
-    body = np.where((fa2 | decode) & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
+    body = np.where((fa2 | decode) & (seq < skv) & ("attn_tile_overhead_fa2_s" in p), t_c + t_m, np.maximum(t_c, t_m))
     # split-KV: + the combine kernel; cuDNN's square forward (never split): a Memset, then the fprop kernel
     kernels = (FA2_BWD_KERNELS if fa2_bwd else BWD_KERNELS) if bwd else np.where(fa2 | decode, 1.0 + (splits > 1),
                                                                                   SQUARE_FWD_KERNELS)
