@@ -152,14 +152,28 @@ def _bench():
 
 def test_published_flash_attention_a100_table():
     bench = _bench()
-    rows = bench.rows()
-    assert len(rows) == 24 and all(r["batch"] * r["seq"] == 16384 and r["heads"] * r["head_dim"] == 2048 for r in rows)
+    rows = bench.a100_rows()
+    assert len(rows) == 24
+    for r in rows:   # every bar: 16k tokens a batch, hidden 2048 (heads x head_dim)
+        fwd = r["ops"][0].shape
+        assert fwd["batch"] * fwd["seq"] == 16384 and fwd["heads"] * fwd["head_dim"] == 2048
     # repository convention: 3.5 * 4 * b * s^2 * h * d, halved when causal; (False, 128, 16k) at 203 TFLOP/s
-    r = next(r for r in rows if not r["causal"] and r["head_dim"] == 128 and r["seq"] == 16384)
-    assert r["published_s"] == pytest.approx(3.5 * 4 * 16384**2 * 16 * 128 / 203e12)
-    s = bench.summary(bench.table())
+    r = next(r for r in rows if r["what"] == "fa2 fwd+bwd d128 s16384")
+    assert r["published"] == pytest.approx(3.5 * 4 * 16384**2 * 16 * 128 / 203e12)
+    s = bench.summary(bench.table(("a100",)))["sections"]["a100"]
     assert s["transferred"]["median"] <= 0.15 and s["transferred"]["median"] < s["datasheet"]["median"]
-    assert s["bar_met"]
+
+
+def test_published_attention_libraries_on_the_h100():
+    """The FlashAttention-3 paper's H100 bars (tests/data/published/attention_h100.json, never fitted but for the
+    one Triton bar its prior cites): FlashAttention-2 and -3 each within 10% median (measured 7.5% and 5.1%), and
+    every library's transferred estimate better than the datasheet's."""
+    bench = _bench()
+    s = bench.summary(bench.table(("h100_attention",)))
+    for k, v in s["h100_kernels"].items():
+        assert v["transferred"]["median"] < v["datasheet"]["median"], k
+    assert s["h100_kernels"]["fa2"]["transferred"]["median"] <= 0.10
+    assert s["h100_kernels"]["fa3"]["transferred"]["median"] <= 0.10
 
 
 def test_int4_weight_stream_carries_as_the_sms_dequantisation_rate():

@@ -48,6 +48,7 @@ from gpumodel.base.errors import UnsupportedError
 from gpumodel.records.dtypes import bytes_per_element
 from gpumodel.core.opcost import OpName
 
+from .priors import prior_for
 from .predictors import CalibrationModel, Prediction, farray, predictor, queued, soft_max
 from .composite import math_attention, naive_attention
 
@@ -214,6 +215,12 @@ def kernel_path(kernel: str, gpu: Any) -> str:
     return "fa2" if kernel == "fa2" else "native"
 
 
+def _library_rate(kernel: str, gpu: Any) -> float:
+    """The fraction of the native attention rate a library reaches on the GPU's architecture (its prior)."""
+    prior = prior_for(gpu) if gpu is not None else None
+    return 1.0 if prior is None else prior.attention.library_rate(kernel)
+
+
 def _cc_major(gpu: Any) -> int:
     """The compute capability's major number of a GPU record (9, Hopper's, for a model without one)."""
     cc = getattr(gpu, "compute_capability", None)
@@ -258,12 +265,16 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
     resident = np.clip(np.ceil(tiles / P), 1.0, FA2_CTAS_PER_SM) if not bwd else 1.0
     resident = np.where(fa2 | decode, resident, 1.0)
     waves = np.ceil(tiles / (resident * P))
+    # a library of its own kernels on this architecture (Triton's on Hopper): its published fraction of the
+    # native rate (specs/priors)
+    library = _library_rate(str(s.get("kernel", "sdpa")), model.gpu) if path == "native" else 1.0
     if fa2_bwd:  # FlashAttention-2's backward: its forward's rate times the two kernels' measured ratio
         rate = p.get("attn_flops_fa2_bwd", p.get("attn_flops_fa2", p["attn_flops_bwd"]) * FA2_BWD_TO_FWD)
     elif bwd:
         rate = p["attn_flops_bwd"]
     else:
         rate = np.where(fa2, p.get("attn_flops_fa2", p["attn_flops_fwd"]), p["attn_flops_fwd"])
+    rate = rate * library
     if bwd:
         pad = np.ones_like(scores)
     else:  # a tile computes all its query rows: fewer queries than a tile's rows (a short chunk) still cost the tile

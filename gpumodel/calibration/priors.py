@@ -34,13 +34,28 @@ class PriorValue(BaseModel):
 
 
 class AttentionPrior(BaseModel):
-    """Which attention kernel the architecture runs and how much its transferred rate is trusted."""
+    """Which attention kernel the architecture runs and how much its transferred rate is trusted.
+
+    ``libraries`` holds, for an attention library whose kernels on this architecture are neither the native ones
+    the calibration prices nor FlashAttention-2's (which the model prices by mechanism), the fraction of the
+    native kernel's FLOP rate it reaches (``gm.ops.attention(..., kernel=)``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kernel: str
     uncertainty: float = Field(ge=0, lt=1)
     source: str = Field(min_length=10)
+    libraries: dict[str, PriorValue] = Field(default_factory=dict)
+
+    def library_rate(self, kernel: str) -> float:
+        """The fraction of the native attention rate ``kernel`` reaches here (1 where none is recorded).
+
+        >>> prior_for("h100").attention.library_rate("cudnn")
+        1.0
+        """
+        hit = self.libraries.get(kernel)
+        return 1.0 if hit is None else hit.value
 
 
 class ArchPrior(BaseModel):
