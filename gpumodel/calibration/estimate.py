@@ -105,8 +105,10 @@ def _resolve(g: Any, calibrated: bool, calibration: Any) -> tuple[CalibrationMod
         if cal is None:
             moved = transfer_for(g)
             if moved is not None:
+                ds = (f"; datasheet efficiencies for {' and '.join(moved.datasheet)} (the transfer does not beat them "
+                      "on this architecture's published figures)") if moved.datasheet else ""
                 return (moved.model, "transferred", f"transferred from the {moved.reference} calibration with the "
-                        f"{moved.prior.name} priors", moved)
+                        f"{moved.prior.name} priors{ds}", moved)
     else:
         cal = None
     if cal is None:

@@ -230,6 +230,9 @@ class Transfer:
         The reference calibration's validation median error per op family [1].
     dropped : tuple of str
         Reference parameters the target cannot use (a GEMM dtype it does not support).
+    datasheet : tuple of str
+        Parameter kinds taken from the target's datasheet with the default efficiencies, where its prior says the
+        transfer does not beat them on the architecture's published figures.
     """
 
     gpu: str
@@ -240,6 +243,7 @@ class Transfer:
     reference_prior: ArchPrior
     reference_error: Mapping[str, float] = field(default_factory=dict)
     dropped: tuple = ()
+    datasheet: tuple = ()
 
     def _prior_u(self, kind: str, dtype: str = "bf16") -> float:
         if self.prior.name == self.reference_prior.name:
@@ -247,10 +251,12 @@ class Transfer:
         if kind == "gemm":
             if dtype in _SIMT:
                 return 0.10
-            return math.hypot(self.prior.gemm_fraction(dtype)[1], self.reference_prior.gemm_fraction(dtype)[1])
+            return math.hypot(self.prior.gemm_fraction(dtype, self.gpu)[1],
+                              self.reference_prior.gemm_fraction(dtype, self.reference)[1])
         if kind == "attention":
             return math.hypot(self._prior_u("gemm"), self.prior.attention.uncertainty)
-        return math.hypot(self.prior.bandwidth.uncertainty, self.reference_prior.bandwidth.uncertainty)
+        return math.hypot(self.prior.bandwidth_fraction(self.gpu)[1],
+                          self.reference_prior.bandwidth_fraction(self.reference)[1])
 
     def expected_error(self, op: Any) -> float | None:
         """Expected median relative error of this model's time for ``op`` [1] (see the module Notes).
@@ -268,13 +274,18 @@ class Transfer:
         """
         dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
         key = op_family(op)
+        handed = ("tensor_rate" if key in ("matmul", "bmm") else
+                  None if key in ("attention_fwd", "attention_bwd") else "bandwidth")
+        base = self.reference_error.get(key)
+        if handed in self.datasheet:   # the datasheet's default efficiencies price it: their published error too
+            ds = self.prior.datasheet_error_for(handed, self.gpu)
+            return None if base is None or ds is None else float(math.hypot(base, ds))
         if key in ("attention_fwd", "attention_bwd"):
             u = self._prior_u("attention")
         elif key in ("matmul", "bmm"):
             u = self._prior_u("gemm", "fp8" if "fp8" in dt else dt)
         else:
             u = self._prior_u("bandwidth")
-        base = self.reference_error.get(key)
         return None if base is None else float(math.hypot(base, u))
 
     def to_dict(self) -> dict:
@@ -303,19 +314,19 @@ def _ratios(kind: ParameterKind, name: str, t: Any, r: Any, pt: ArchPrior, pr: A
         dtype = name[len("flops_"):]
         if not (t.supports(dtype) and r.supports(dtype)):
             return None
-        prior = 1.0 if dtype in _SIMT else pt.gemm_fraction(dtype)[0] / pr.gemm_fraction(dtype)[0]
+        prior = 1.0 if dtype in _SIMT else pt.gemm_fraction(dtype, t.name)[0] / pr.gemm_fraction(dtype, r.name)[0]
         return t.peak_flops(dtype) / r.peak_flops(dtype), prior
     if kind is K.TENSOR_SHARE:
-        return _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16")[0] / pr.gemm_fraction("bf16")[0]
+        return _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16", t.name)[0] / pr.gemm_fraction("bf16", r.name)[0]
     if kind is K.VECTOR_RATE:
         return t.peak_flops("fp32") / r.peak_flops("fp32"), 1.0
     if kind is K.BANDWIDTH:
-        return t.memory_bandwidth / r.memory_bandwidth, pt.bandwidth.value / pr.bandwidth.value
+        return t.memory_bandwidth / r.memory_bandwidth, pt.bandwidth_fraction(t.name)[0] / pr.bandwidth_fraction(r.name)[0]
     if kind is K.OPERAND_FEED:
         # the SMs' feed, or, where the tensor cores outgrew the SMs x clock (Blackwell), at least the tensor rate's
         # share: the largest tile of a generation's GEMMs is tensor-bound (module Notes)
         chip = t.sm_count / r.sm_count * clock
-        tensor = _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16")[0] / pr.gemm_fraction("bf16")[0]
+        tensor = _tensor_peak(t) / _tensor_peak(r), pt.gemm_fraction("bf16", t.name)[0] / pr.gemm_fraction("bf16", r.name)[0]
         return tensor if tensor[0] * tensor[1] > chip else (chip, 1.0)
     if kind is K.CHIP_RATE:
         return t.sm_count / r.sm_count * clock, 1.0
@@ -360,7 +371,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     --------
     >>> t = transfer("a100")
     >>> t
-    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.79 TB/s, TFLOP/s bf16 260, fp16 260, fp32 14, tf32 130, fp64 7, int8 486; 88 parameters)
+    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.77 TB/s, TFLOP/s bf16 255, fp16 255, fp32 14, tf32 127, fp64 7, int8 477; 88 parameters)
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
@@ -376,11 +387,18 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
                                    "priors exist for compute capabilities "
                                    f"{sorted(c for r in _all_priors() for c in r.compute_capabilities)}")
     params, table, dropped = {}, {}, []
+    own_datasheet = pt.datasheet_kinds(target.name) if target.name != ref.name else ()
+    defaults = default_parameters(target)
     for name, value in cal.parameters.items():
         kind = classify(name)
         ratios = _ratios(kind, name, target, ref, pt, pr)
         if ratios is None:
             dropped.append(name)
+            continue
+        if kind.value in own_datasheet and name in defaults:   # the datasheet does better here (the prior says)
+            params[name] = defaults[name]
+            table[name] = {"kind": "datasheet", "reference": value, "value": defaults[name],
+                           "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
             continue
         new = value * ratios[0] * ratios[1]
         if kind is ParameterKind.SM_STREAM:   # no faster than a plain stream of the target's memory
@@ -388,7 +406,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
         params[name] = new
         table[name] = {"kind": kind.value, "reference": value, "value": new,
                        "datasheet_ratio": ratios[0], "prior_ratio": ratios[1]}
-    for name, value in default_parameters(target).items():
+    for name, value in defaults.items():
         if name not in params and name not in dropped:
             params[name] = value
             table[name] = {"kind": "default", "reference": float("nan"), "value": value,
@@ -397,7 +415,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     model = CalibrationModel(params, sm, calibrated=False, name=f"{target.name} transferred from {cal.gpu}",
                              gpu=target)
     err = {k: v.median for k, v in cal.validation_error.items()}
-    return Transfer(target.name, cal.gpu, model, table, pt, pr, err, tuple(dropped))
+    return Transfer(target.name, cal.gpu, model, table, pt, pr, err, tuple(dropped), own_datasheet)
 
 
 def _all_priors() -> list[ArchPrior]:
