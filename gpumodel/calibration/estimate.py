@@ -139,14 +139,25 @@ def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> 
     return model, detail
 
 
+#: the added relative uncertainty of an attention library's kernels the calibration did not time (the flash-attn
+#: packages, Triton): the transferred estimates of the FlashAttention-3 paper's H100 figures miss by 7.5%
+#: (FlashAttention-2), 5.1% (FlashAttention-3) and 8.9% (Triton) median (``bench/published_kernels.py``)
+LIBRARY_UNCERTAINTY = 0.10
+#: the libraries whose kernels the calibrations time (PyTorch's SDPA and the cuDNN kernels it dispatches)
+_TIMED_LIBRARIES = ("sdpa", "cudnn")
+
+
 def _expected_error(record: Any, op: Any) -> Any:
     if record is None:
         return None
     if hasattr(record, "expected_error"):
-        return record.expected_error(op)
-
-    hit = record.validation_error.get(op_family(op))
-    return None if hit is None else hit.median
+        err = record.expected_error(op)
+    else:
+        hit = record.validation_error.get(op_family(op))
+        err = None if hit is None else hit.median
+    if err is not None and op.name == "attention" and op.shape.get("kernel", "sdpa") not in _TIMED_LIBRARIES:
+        err = float(np.hypot(err, LIBRARY_UNCERTAINTY))
+    return err
 
 
 _fmt = format_seconds  # the package's one time formatter
