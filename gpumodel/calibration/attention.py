@@ -72,8 +72,10 @@ LIST_SCHEDULE_TAIL = 0.63
 #: FlashAttention-2's backward as PyTorch vendors it: ``flash_bwd_dot_do_o_kernel`` (which clears dQ's fp32
 #: accumulator), the main ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel`` and ``flash_bwd_convert_dq_kernel``
 FA2_BWD_KERNELS = 3
-#: FlashAttention-2's backward FLOP rate over its forward's (both in the papers' FLOP convention)
-FA2_BWD_TO_FWD = 0.75
+#: FlashAttention-2's backward FLOP rate over its forward's (both in the papers' FLOP convention): on an H100 SXM5 at
+#: head_dim 128, 16k tokens, no mask, 322 TFLOP/s backward against 370 forward (J. Shah et al., "FlashAttention-3",
+#: 2024, fp16 forward and backward figures; one pair of bars, ``bench/published_kernels.py`` scores the others)
+FA2_BWD_TO_FWD = 322.0 / 370.0
 #: FlashAttention-2's forward blocks (128 threads) resident on one SM at once; its split heuristic counts
 #: ``2 x multiProcessorCount`` slots for that reason (``set_params_splitkv``)
 FA2_CTAS_PER_SM = 2

@@ -140,8 +140,8 @@ def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> 
 
 
 #: the added relative uncertainty of an attention library's kernels the calibration did not time (the flash-attn
-#: packages, Triton): the transferred estimates of the FlashAttention-3 paper's H100 figures miss by 7.5%
-#: (FlashAttention-2), 5.1% (FlashAttention-3) and 8.9% (Triton) median (``bench/published_kernels.py``)
+#: packages, Triton): the transferred estimates of the FlashAttention-3 paper's H100 figures miss by
+#: FlashAttention-2 4.1%, FlashAttention-3 5.1% and Triton 8.9% median (``bench/published_kernels.py``); 10% rounds them up
 LIBRARY_UNCERTAINTY = 0.10
 #: the libraries whose kernels the calibrations time (PyTorch's SDPA and the cuDNN kernels it dispatches)
 _TIMED_LIBRARIES = ("sdpa", "cudnn")
