@@ -246,3 +246,17 @@ def test_paired_scores_the_transfer_alone(tmp_path):
         assert row["bias"] == pytest.approx(row["model_ratio"] / row["measured_ratio"] - 1.0, abs=0.03), fam
     mm = res["families"]["matmul"]["model_ratio"]
     assert 0.95 < mm < 1.1    # H100 and H200: the same SMs, clock and tensor-core peak; GEMMs keep their time
+
+
+def test_a_users_calibration_keeps_the_transfer_for_what_it_did_not_measure():
+    """A calibration fitted to GEMMs alone: its strided-elementwise, attention and norm rates are the transferred
+    ones, not the datasheet's defaults (a user's run that skipped a family must not price it worse)."""
+    from gpumodel.calibration.fit import fit_calibration
+
+    points = [{"op": "matmul", "dtype": "bf16", "shape": {"m": n, "n": n, "k": n},
+               "time_s": 2 * n**3 / 700e12 + 5e-6} for n in (1024, 2048, 4096, 8192)]
+    cal = fit_calibration(points, "h100-sxm", {"device_name": "NVIDIA H100 80GB HBM3"})
+    moved = transfer_for("h100-sxm").model.params
+    for name in ("strided_elem_rate", "attn_flops_fwd", "row_rate_rms_norm"):
+        assert cal.parameters[name] == pytest.approx(moved[name], rel=1e-5), name
+    assert "carried to this GPU" in cal.notes

@@ -308,7 +308,8 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     pred = _predict(model, op)
     covered = model.covers(op)
     if model.calibrated and not covered:
-        how = "built from its parts' fitted rates" if op.name == "fused" else "default efficiencies for it"
+        how = ("built from its parts' fitted rates" if op.name == "fused" else
+               "its rates are those the fit started from (the transfer, where a prior applies, else the datasheet defaults)")
         detail += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
     return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
                         _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, label,

@@ -30,10 +30,12 @@ from .points import (PointSet, family_of, load_points, median_of_runs, median_ti
 from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
+from .transfer import transfer_for
 from ..records.specs import UnknownNameError
 from . import bench
 
 __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_files", "point_set", "fit_model",
+           "starting_parameters",
            "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
            "tied_rates", "family_of", "op_family"]
 
@@ -284,7 +286,7 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     g = _gpu(gpu) if isinstance(gpu, str) else gpu
     env = dict(environment or {})
     sm = int(env.get("sm_count") or g.sm_count)
-    start = CalibrationModel(default_parameters(g), sm, calibrated=False, name=g.name, gpu=g)
+    start = CalibrationModel(starting_parameters(g), sm, calibrated=False, name=g.name, gpu=g)
     ps = point_set(points)
     model, report = fit_model(ps, start, upper=datasheet_bounds(g), tied=tied_rates(g))
     acc = accuracy_table(model, ps)
@@ -298,7 +300,41 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
         notes=(f"fitted by least squares in log-time to {len(ps.points)} kernels; free parameters: "
                f"{', '.join(report['free'])}"
                + "".join(f"; {k} = {v}" for k, v in report["tied"].items())
-               + "; the others keep their datasheet defaults"))
+               + "; the others keep the values the fit started from: "
+               + ("the shipped calibration carried to this GPU (gpumodel.calibration.transfer)"
+                  if transfer_for(g) is not None else "the datasheet's default efficiencies")))
+
+
+def starting_parameters(gpu: Any) -> dict[str, float]:
+    """Where a calibration's fit starts, and what every parameter its points cannot determine keeps: the shipped
+    calibration carried to the GPU (:func:`gpumodel.calibration.transfer.transfer_for`) where its architecture has a
+    prior, else the datasheet's default efficiencies. A family the user's run did not measure is then priced as
+    the transfer prices it, never worse.
+
+    Parameters
+    ----------
+    gpu : GPUSpec
+        The GPU measured.
+
+    Returns
+    -------
+    dict
+        Parameter name -> value (SI units): every parameter of the datasheet model, the transferred value where
+        there is one.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> from gpumodel.calibration.transfer import transfer_for
+    >>> p = starting_parameters(gm.gpu("h100"))
+    >>> p["strided_elem_rate"] == transfer_for("h100").model.params["strided_elem_rate"]
+    True
+    """
+    defaults = default_parameters(gpu)
+    moved = transfer_for(gpu)
+    if moved is None:
+        return defaults
+    return {**defaults, **{k: v for k, v in moved.model.params.items() if k in defaults}}
 
 
 def gpu_for_device(device_name: str):
