@@ -385,7 +385,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
         if p is None:
             raise UnsupportedError(f"no architecture prior for {g.name} (compute capability {g.compute_capability}); "
                                    "priors exist for compute capabilities "
-                                   f"{sorted(c for r in _all_priors() for c in r.compute_capabilities)}")
+                                   f"{sorted(c for r in PRIORS.records() for c in r.compute_capabilities)}")
     params, table, dropped = {}, {}, []
     own_datasheet = pt.datasheet_kinds(target.name) if target.name != ref.name else ()
     defaults = default_parameters(target)
@@ -416,10 +416,6 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
                              gpu=target)
     err = {k: v.median for k, v in cal.validation_error.items()}
     return Transfer(target.name, cal.gpu, model, table, pt, pr, err, tuple(dropped), own_datasheet)
-
-
-def _all_priors() -> list[ArchPrior]:
-    return PRIORS.records()
 
 
 #: transfers made, by (GPU name, id of the reference calibration, id of the GPU's prior record)

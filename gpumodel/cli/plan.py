@@ -11,6 +11,7 @@ import sys
 import warnings
 
 from ..base.readable import format_count
+from ..core.ops import AttentionKernel
 from ._common import HelpFormatter, count_type, print_json, print_table, progress
 import gpumodel as gm
 from ..vocabulary import resolve_system
@@ -37,7 +38,8 @@ multiple of it, which must divide --global-batch.
 the cost column.
 
 JSON output (--json), SI units:
-  model, system, tokens, global_batch, seq_len [tokens], objective, candidates (layouts enumerated),
+  model, system, tokens, global_batch, seq_len [tokens], objective, attention_kernel (the library of the
+  flash-attention kernels the layouts were timed with), candidates (layouts enumerated),
   feasible (those that fit in memory), search_s [s], gpu_counts (the GPU counts searched),
   rows: one object per ranked layout: num_gpus, dp, tp, pp, cp, zero, checkpointing, micro_batch,
   virtual_stages, gradient_accumulation_steps, seconds (one step [s]), mfu, days, gpu_hours,
@@ -65,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--framework", default="megatron", choices=["megatron", "hf", "fsdp", "deepspeed"],
                    help="megatron: fused kernels, gradients reduced after the pipeline flush; the others: eager "
                         "PyTorch kernels, the gradient reduction bucketed under the backward")
+    p.add_argument("--attention-kernel", default="sdpa", choices=[k.value for k in AttentionKernel],
+                   help="the library whose flash kernels run the attention: sdpa (PyTorch's own dispatch), cudnn, fa2 "
+                        "(flash-attn 2), fa3 (FlashAttention-3, Hopper only), flashinfer, triton")
     p.add_argument("--objective", default="time", choices=["time", "cost"],
                    help="rank by the run's time, or by its cost (GPU-hours)")
     p.add_argument("--price", type=float, help="price per GPU-hour (adds a cost column)")
@@ -117,7 +122,7 @@ def _plan(args: argparse.Namespace) -> int:
         plan = gm.plan_training(args.model, args.system, tokens=args.tokens, global_batch=args.global_batch,
                                 seq_len=args.seq, num_gpus=args.gpus, max_gpus=args.max_gpus, objective=args.objective,
                                 precision=args.precision, optimizer=args.optimizer, framework=args.framework,
-                                price_per_gpu_hour=args.price, top=None,
+                                price_per_gpu_hour=args.price, top=None, attention_kernel=args.attention_kernel,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     used = {r["num_gpus"] for r in plan.rows}      # over every layout that fits, not only the printed ones
     if args.json:
@@ -128,7 +133,8 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         ranked = f"Ranked by {plan.objective}"
     print(f"{plan.model} on {plan.system}: {format_count(plan.tokens)} tokens, global batch {plan.global_batch} x "
-          f"{plan.seq_len} tokens; {plan.feasible:,} of {plan.candidates:,} layouts fit in memory "
+          f"{plan.seq_len} tokens, {plan.attention_kernel} attention; {plan.feasible:,} of {plan.candidates:,} "
+          f"layouts fit in memory "
           f"({plan.search_s:.1f} s). {ranked}; times are modelled, not measured.")
     if len(counts) > 1:
         print(f"GPU counts searched: {', '.join(map(str, counts))} (powers of two"

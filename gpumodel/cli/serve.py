@@ -8,6 +8,7 @@ import warnings
 from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
 from ..base.errors import UnsupportedError
+from ..core.ops import AttentionKernel
 from ..records.dtypes import bytes_per_element
 from ..vocabulary import format_seconds, kv_cache_dtype, splits_model, weight_dtype
 from ..vocabulary.gpus import all_gpus
@@ -28,7 +29,8 @@ JSON output (--json), SI units:
   max_batch_size, throughput, slo_unreachable), curve {concurrency, tpot_s, ttft_s,
   output_tokens_per_s, requests_per_s} (lists over the concurrencies tried), tp, prompt_len,
   output_len, ttft_slo [s], tpot_slo [s] (null: no target), kv_bytes_per_request [B],
-  kv_budget_bytes [B] (per GPU), model, gpu, dtype, kv_dtype, engine, max_num_tokens [token]
+  kv_budget_bytes [B] (per GPU), model, gpu, dtype, kv_dtype, engine, attention_kernel (the library of
+  the flash-attention kernels), max_num_tokens [token]
   (prompt tokens per prefill step), prefill_chunks (prefill steps per prompt),
   single_request {ttft_s, tpot_s, seconds} (one request alone) [s],
   gpus_for_rate (GPUs for --rate; null without --rate or when no replica meets the targets).
@@ -58,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", default="graph", choices=["graph", "compiled", "hf"],
                    help="graph: CUDA-graph engine (vLLM); compiled: CUDA graphs of fused kernels (gpt-fast, "
                         "TensorRT-LLM); hf: eager Hugging Face generate")
+    p.add_argument("--attention-kernel", default="sdpa", choices=[k.value for k in AttentionKernel],
+                   help="the library whose flash kernels run the attention: sdpa (PyTorch's own dispatch), cudnn, fa2 "
+                        "(flash-attn 2), fa3 (FlashAttention-3, Hopper only), flashinfer, triton")
     p.add_argument("--rate", type=_rate, default=None, help="requests/s to serve: prints the GPUs needed")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.add_argument("--plot", metavar="PNG", help="write the throughput-latency curve")
@@ -147,10 +152,11 @@ def _serve(args: argparse.Namespace) -> int:
     _check_fits(cfg, g, args)
     cap = gm.serving_capacity(cfg, g, prompt_len=args.prompt, output_len=args.output,
                               dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, ttft_slo=args.ttft,
-                              tpot_slo=args.tpot, engine=args.engine)
+                              tpot_slo=args.tpot, engine=args.engine, attention_kernel=args.attention_kernel)
     _check_fits(cfg, g, args, cap)
     gen = gm.generation_time(cfg, g, batch_size=1, prompt_len=args.prompt, new_tokens=args.output,
-                             dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, engine=args.engine)
+                             dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, engine=args.engine,
+                             attention_kernel=args.attention_kernel)
     gpus = cap.gpus_for(args.rate) if args.rate and cap.requests_per_s > 0 else None
     if args.plot:
         from gpumodel.plots.serving import plot_serving_curve
@@ -164,7 +170,8 @@ def _serve(args: argparse.Namespace) -> int:
         out["gpus_for_rate"] = gpus
         print_json(out)
         return 0
-    print(f"{cap.model} on {cap.tp} x {cap.gpu} ({cap.dtype} weights, {cap.kv_dtype} KV cache, engine {cap.engine}): "
+    print(f"{cap.model} on {cap.tp} x {cap.gpu} ({cap.dtype} weights, {cap.kv_dtype} KV cache, engine {cap.engine}, "
+          f"{cap.attention_kernel} attention): "
           f"{args.prompt} prompt + {args.output} output tokens per request")
     print_table(["", "value"], cap._rows()[2:], align_numbers=False)
     print(f"one request alone: TTFT {format_seconds(gen.ttft_s)}, TPOT {format_seconds(gen.tpot_s)}, "

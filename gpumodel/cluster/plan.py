@@ -29,6 +29,7 @@ from ..base.reprs import text_table
 from ..core.memory import training_memory
 from ..vocabulary.parallel_rules import splits_model
 from ..calibration.estimate import resolve_calibration
+from ..training.layer import attention_kernel_on
 from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, flag, positive_int, positive_number,
                           precision as _precision, resolve_model, resolve_system, token_count)
 from .shard import shard_config, shard_times
@@ -71,6 +72,9 @@ class TrainingPlan:
         when nothing else is more than a fifth of the step).
     candidates : int
         Layouts enumerated; ``feasible`` those that fit in memory.
+    attention_kernel : str
+        The library whose flash kernels every layout's attention was timed with
+        (:class:`~gpumodel.core.ops.AttentionKernel`).
     """
 
     model: str
@@ -83,6 +87,7 @@ class TrainingPlan:
     candidates: int = 0
     feasible: int = 0
     search_s: float = 0.0
+    attention_kernel: str = "sdpa"
 
     @property
     def best(self) -> dict:
@@ -115,7 +120,7 @@ class TrainingPlan:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("model", "system", "tokens", "global_batch", "seq_len", "objective",
-                                              "candidates", "feasible", "search_s", "rows")}
+                                              "attention_kernel", "candidates", "feasible", "search_s", "rows")}
 
     def to_pandas(self):
         """The ranked layouts as a ``pandas.DataFrame`` (pandas is an optional dependency)."""
@@ -143,9 +148,10 @@ class TrainingPlan:
               "free GiB: memory left on each GPU", "bound: the largest part of the step besides compute")
 
     def __repr__(self) -> str:
+        kernel = f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
         head = (f"TrainingPlan({self.model} on {self.system}, {format_count(self.tokens)} tokens, batch "
-                f"{self.global_batch} x {self.seq_len} tokens; {self.feasible:,} of {self.candidates:,} layouts fit, "
-                f"ranked by {self.objective})")
+                f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
+                f"layouts fit, ranked by {self.objective})")
         if not self.rows:
             return head
         table = text_table(self.HEADERS, self._lines(5))
@@ -201,7 +207,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   price_per_gpu_hour: float | None = None, micro_batches=(1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
                   checkpointing=_CKPT, virtual_stages=(1, 2, 4), top: int | None = 50,
                   progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
-                  calibration: Any = None) -> TrainingPlan:
+                  calibration: Any = None, attention_kernel: str = "sdpa") -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
 
     Parameters
@@ -242,6 +248,9 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         the cached shard times are kept apart per calibration. One measured on another GPU is refused
         (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``). The planner composes the
         parallel model, which has no host side: it takes no ``host``.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run every layout's 16-bit attention (as in
+        :func:`gpumodel.training_step_time`); the cached shard times are kept apart per kernel.
 
     Returns
     -------
@@ -262,6 +271,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     calibrated = flag(calibrated, "calibrated")
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     prec = _precision(precision)
+    kernel = attention_kernel_on(attention_kernel, g, prec.compute_dtype.value).value
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
     if not isinstance(objective, str) or objective not in ("time", "cost"):
@@ -328,8 +338,10 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     per = {k: {} for k in names}
     for i, (t_, c_) in enumerate(keys):
         shard = shard_config(cfg, t_)
-        lo = shard_times(shard, g, 1, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration)
-        hi = shard_times(shard, g, 8, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration)
+        lo = shard_times(shard, g, 1, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration,
+                         attention_kernel=kernel)
+        hi = shard_times(shard, g, 8, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration,
+                         attention_kernel=kernel)
         for k in names:
             a, b8 = getattr(lo, k), getattr(hi, k)
             per[k][(t_, c_)] = (a - (b8 - a) / 7, (b8 - a) / 7)   # value(mb) = fixed + slope * mb
@@ -390,4 +402,4 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                          **{f"{k}_s": float(out[k][i]) for k in PHASES}))
     return TrainingPlan(model=cfg.name, system=sysm.name, tokens=n_tokens, global_batch=B, seq_len=s,
                         objective=objective, rows=rows, candidates=len(G), feasible=int(ok.sum()),
-                        search_s=time.perf_counter() - t0)
+                        search_s=time.perf_counter() - t0, attention_kernel=kernel)

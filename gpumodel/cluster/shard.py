@@ -144,30 +144,33 @@ class _Keyed:
 
 def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
                 optimizer: str, framework: str, calibrated: bool = True, calibration=None,
-                attention: str = "flash") -> ShardTimes:
+                attention: str = "flash", attention_kernel: str = "sdpa") -> ShardTimes:
     """Kernel times of the shard ``cfg`` (from :func:`shard_config`) for one micro-batch.
 
     Evaluates the shard with one and with two layers; the difference is one layer, the rest is the
     embedding and the head. Attention kernels are scaled by ``cp`` (each query chunk meets every key).
     ``attention="naive"`` times attention as Megatron-LM ran it before FlashAttention (scores and
     probabilities written to device memory by batched matmuls and a fused softmax), see
-    :func:`gpumodel.core.ops.attention`. ``calibration`` (a record, or a YAML path read here) prices every
-    kernel; results are cached per shard, sizes and calibration (by its parameters, not its identity).
+    :func:`gpumodel.core.ops.attention`; ``attention_kernel`` names the library of the flash kernels
+    (:class:`~gpumodel.core.ops.AttentionKernel`, checked by the caller). ``calibration`` (a record, or a YAML path
+    read here) prices every kernel; results are cached per shard, sizes, attention kernel and calibration (by its
+    parameters, not its identity).
     """
     cal = _Keyed(resolve_calibration(calibration, gpu))
     return _shard_times(cfg, gpu, micro_batch, seq_local, cp, precision, optimizer, framework, calibrated, cal,
-                        attention)
+                        attention, str(getattr(attention_kernel, "value", attention_kernel)))
 
 
 @functools.lru_cache(maxsize=4096)
 def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
-                 optimizer: str, framework: str, calibrated: bool, keyed: _Keyed, attention: str) -> ShardTimes:
+                 optimizer: str, framework: str, calibrated: bool, keyed: _Keyed, attention: str,
+                 attention_kernel: str) -> ShardTimes:
     """:func:`shard_times` with its calibration resolved and keyed (the cached evaluation)."""
     calibration = keyed.record
     phases, memo = {}, {}
     for layers in (1, 2):
         k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), micro_batch, seq_local, precision,
-                         optimizer, False)
+                         optimizer, False, attention_kernel=attention_kernel)
         phases[layers] = {ph: _phase_times(ks, gpu, calibrated, calibration, attention, COMPUTE_DTYPE[precision], memo)
                           for ph, ks in k.items()}
     fused = framework == "megatron"

@@ -57,6 +57,7 @@ from ..core.memory import training_memory
 from ..records.gpu import GPU_CATALOG
 from ..records.system import SYSTEM_CATALOG, SystemSpec
 from ..records.transformer import TransformerConfig
+from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
                           precision as _precision, resolve_model, resolve_system)
@@ -124,7 +125,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 gradient_accumulation_steps: int = 1, parallelism: Parallelism | None = None,
                                 framework: str = "hf", attention: str = "flash", calibrated: bool = True,
                                 calibration: Any = None, comm_overlap: bool = False,
-                                expandable_segments: bool = False) -> StepTime:
+                                expandable_segments: bool = False, attention_kernel: str = "sdpa") -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -156,6 +157,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         kernels, the gradient reduction bucketed under the backward.
     attention : {"flash", "naive"}
         Attention kernels: FlashAttention, or the scores written to memory (Megatron-LM before 2022).
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the shard's 16-bit attention (``attention="flash"`` only).
     comm_overlap : bool
         Megatron-Core's communication overlap (``--tp-comm-overlap``, ``--overlap-grad-reduce``,
         ``--overlap-param-gather``): tensor-parallel collectives under the GEMMs, the data-parallel
@@ -211,7 +214,13 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     shard = shard_config(cfg, tp, par.ep)
     if attention not in ("flash", "naive"):
         raise ArgumentError(f"attention={attention!r} is not one of 'flash', 'naive'")
-    st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention)
+    kernel = attention_kernel_on(attention_kernel, g, prec.compute_dtype.value)
+    if attention == "naive" and kernel.value != "sdpa":
+        raise ArgumentError(f"attention_kernel={kernel.value!r} is a flash-attention library; attention='naive' takes "
+                            "attention_kernel='sdpa'", argument="attention_kernel", value=kernel.value,
+                            allowed="'sdpa' with attention='naive'")
+    st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention,
+                     kernel.value)
     code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
@@ -236,7 +245,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / (n * peak),
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
-                    fits=fits, peak_bytes=float(mem.peak_bytes))
+                    fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value)
 
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
@@ -327,7 +336,8 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        clip_grad_norm: float | None = None, compile: bool = False,
                        experts_implementation: str = "grouped_mm", expert_load: Any = None,
                        calibrated: bool = True, calibration: Any = None, host: Any = None,
-                       parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False) -> StepTime:
+                       parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False,
+                       attention_kernel: str = "sdpa") -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -384,6 +394,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     expandable_segments : bool
         ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: ``fits`` and ``peak_bytes`` come from
         :func:`gpumodel.training_memory` with no allocator reserve (see there).
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the 16-bit attention forward and backward
+        (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
+        (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
 
     Returns
     -------
@@ -424,10 +438,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         return parallel_training_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing,
                                            calibrated=calibrated, calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
                                            parallelism=parallelism, framework=framework,
-                                           expandable_segments=expandable_segments)
+                                           expandable_segments=expandable_segments, attention_kernel=attention_kernel)
     return single_gpu_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, fused=fused,
                                 foreach=foreach, gradient_accumulation_steps=gradient_accumulation_steps,
                                 clip_grad_norm=clip_grad_norm, compile=compile,
                                 experts_implementation=experts_implementation, expert_load=expert_load,
                                 calibrated=calibrated, calibration=calibration, host=host,
-                                expandable_segments=expandable_segments)
+                                expandable_segments=expandable_segments, attention_kernel=attention_kernel)

@@ -116,7 +116,7 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
                   gradient_accumulation_steps: int = 1, parallelism: Any = None, framework: str = "hf",
                   price_per_gpu_hour: float | None = None, power_per_gpu_watts: float | None = None,
                   calibrated: bool = True, calibration: Any = None, host: Any = None,
-                  **step_options: Any) -> TrainingTime:
+                  attention_kernel: str = "sdpa", **step_options: Any) -> TrainingTime:
     """Time, GPU-hours, energy and cost of training on ``tokens`` tokens.
 
     Parameters
@@ -142,6 +142,8 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
         Per-op host costs of the one-GPU eager model (a :class:`~gpumodel.training.hostcost.HostCosts` or the
         path of a host-cost YAML file); as in :func:`gpumodel.training_step_time`, refused with a parallel
         layout, a system or a framework other than "hf".
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the step's 16-bit attention (as in :func:`gpumodel.training_step_time`).
     **step_options :
         Passed on to :func:`gpumodel.training_step_time`.
 
@@ -162,13 +164,14 @@ def training_time(model: Any, gpu_or_system: Any, *, tokens: Any, batch_size: in
     given = None if power_per_gpu_watts is None else _one_number(power_per_gpu_watts, "power_per_gpu_watts")
     passed_on(step_options, training_step_time, "training_time",
               taken=("gpu", "batch_size", "seq_len", "precision", "optimizer", "checkpointing",
-                     "gradient_accumulation_steps", "parallelism", "framework", "calibrated", "calibration", "host"))
+                     "gradient_accumulation_steps", "parallelism", "framework", "calibrated", "calibration", "host",
+                     "attention_kernel"))
     step = training_step_time(model, gpu_or_system, batch_size=batch_size, seq_len=seq_len, precision=precision,
                               optimizer=optimizer, checkpointing=checkpointing,
                               gradient_accumulation_steps=positive_int(gradient_accumulation_steps,
                                                                        "gradient_accumulation_steps"),
                               parallelism=parallelism, framework=framework, calibrated=calibrated,
-                              calibration=calibration, host=host, **step_options)
+                              calibration=calibration, host=host, attention_kernel=attention_kernel, **step_options)
     per_step = step.tokens_per_s * step.seconds
     steps = math.ceil(n_tokens / per_step - 1e-9)
     seconds = steps * step.seconds

@@ -84,6 +84,9 @@ class ServingCapacity:
     prefill_chunks : int
         Steps one prompt's prefill took: 1, or :math:`\\lceil` ``prompt_len / max_num_tokens`` :math:`\\rceil`
         (chunked prefill).
+    attention_kernel : str
+        The library of the flash-attention kernels the steps were timed with
+        (:class:`~gpumodel.core.ops.AttentionKernel`).
     """
 
     max_concurrency: int
@@ -108,6 +111,7 @@ class ServingCapacity:
     engine: str = "graph"
     max_num_tokens: int = MAX_NUM_TOKENS
     prefill_chunks: int = 1
+    attention_kernel: str = "sdpa"
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -138,7 +142,8 @@ class ServingCapacity:
     def _rows(self) -> list[tuple[str, str]]:
         slo = ", ".join(f"{k} <= {format_seconds(v)}" for k, v in (("TTFT", self.ttft_slo), ("TPOT", self.tpot_slo))
                         if v is not None) or "none (maximum throughput)"
-        return [("replica", f"{self.tp} x {self.gpu}, {self.dtype} weights, {self.kv_dtype} KV cache, {self.engine}"),
+        return [("replica", f"{self.tp} x {self.gpu}, {self.dtype} weights, {self.kv_dtype} KV cache, {self.engine}, "
+                            f"{self.attention_kernel} attention"),
                 ("requests", f"{self.prompt_len} prompt + {self.output_len} output tokens"
                              + (f" (prefill in {self.prefill_chunks} chunks of {self.max_num_tokens:,} tokens)"
                                 if self.prefill_chunks > 1 else "")),
@@ -211,7 +216,7 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
                      engine: str = "graph", max_batch_size: int | None = None,
                      max_num_tokens: int | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION,
                      group_size: int = 128, calibrated: bool = True, calibration: Any = None,
-                     host: Any = None) -> ServingCapacity:
+                     host: Any = None, attention_kernel: str = "sdpa") -> ServingCapacity:
     """Throughput of one replica of ``tp`` GPUs serving requests of ``prompt_len`` + ``output_len`` tokens.
 
     Parameters
@@ -235,6 +240,9 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
         As for :func:`gpumodel.serving.prefill_time`: your own calibration of the GPU (record or YAML path, read
         once; another GPU's refused with an ``ArgumentError`` naming ``calibration``) prices every prefill and
         decode step of the search; ``host`` (host costs) is taken by ``engine="hf"`` only.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the prefills' (chunked or whole) and the decode steps' attention, as in
+        :func:`gpumodel.serving.prefill_time`.
 
     Returns
     -------
@@ -255,7 +263,7 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
     4
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
-                                 calibration=calibration, host=host)
+                                 calibration=calibration, host=host, attention_kernel=attention_kernel)
     cfg, g, dt, kv, tp, eng = setup.cfg, setup.gpu, setup.dtype, setup.kv_dtype, setup.tp, setup.engine
     s = _single(positive_int(prompt_len, "prompt_len"), "prompt_len", "a positive integer")
     n = _single(positive_int(output_len, "output_len"), "output_len", "a positive integer")
@@ -280,7 +288,8 @@ def serving_capacity(model: Any, gpu: Any, *, prompt_len: int = 512, output_len:
     common = dict(tp=tp, prompt_len=s, output_len=n, ttft_slo=slo_t, tpot_slo=slo_p, kv_bytes_per_request=per_req,
                   kv_budget_bytes=budget, model=cfg.name, gpu=g.name, dtype=dt.value,
                   kv_dtype=kv_cache_dtype(kv, dt).value,
-                  engine=eng.value, max_num_tokens=chunk, prefill_chunks=-(-s // chunk))
+                  engine=eng.value, max_num_tokens=chunk, prefill_chunks=-(-s // chunk),
+                  attention_kernel=setup.attention_kernel)
     if limit < 1:
         return ServingCapacity(max_conc, 0, 0.0, 0.0, float("nan"), float("nan"), "memory", {}, **common)
     B = _concurrencies(limit)

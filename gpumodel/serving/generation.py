@@ -98,7 +98,8 @@ class Generation:
                 ("time per output token", format_seconds(self.tpot_s)),
                 ("total", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.1f}"),
                 ("tokens/s per sequence", f"{self.tokens_per_s_per_sequence:,.1f}"),
-                ("engine", f"{p.engine}, {p.dtype} weights, {p.kv_dtype} KV cache, tp={p.tp}")]
+                ("engine", f"{p.engine}, {p.dtype} weights, {p.kv_dtype} KV cache, tp={p.tp}, "
+                           f"{p.attention_kernel} attention")]
         if self.fits is not None:
             rows.append(("fits in memory", "yes" if self.fits else self._unfit().lstrip(", ")))
         return html_table(f"Generation: {p.model} on {p.gpu}, batch {self.batch_size}, prompt {self.prompt_len}",
@@ -123,7 +124,7 @@ def decode_total(setup, batch_size, first_context: int, steps: int) -> tuple[flo
 def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: int = 512, new_tokens: int = 128,
                     dtype: str = "bf16", kv_dtype: Any = None, tp: int = 1, engine: str = "graph",
                     group_size: int = 128, calibrated: bool = True, calibration: Any = None,
-                    host: Any = None) -> Generation:
+                    host: Any = None, attention_kernel: str = "sdpa") -> Generation:
     """Time to generate ``new_tokens`` tokens for ``batch_size`` prompts of ``prompt_len`` tokens.
 
     Parameters
@@ -134,6 +135,9 @@ def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: in
         As for :func:`gpumodel.serving.prefill_time`: your own calibration of the GPU (record or YAML path, read
         once; another GPU's refused with an ``ArgumentError`` naming ``calibration``) prices the prefill's and
         every decode step's kernels; ``host`` (host costs) is taken by ``engine="hf"`` only.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the prefill's and the decode steps' attention, as in
+        :func:`gpumodel.serving.prefill_time`.
     batch_size : int
         Sequences generated together (static batch).
     prompt_len : int
@@ -164,7 +168,7 @@ def generation_time(model: Any, gpu: Any, *, batch_size: int = 1, prompt_len: in
     (True, True)
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
-                                 calibration=calibration, host=host)
+                                 calibration=calibration, host=host, attention_kernel=attention_kernel)
     b, s, n = (positive_int(v, name) for v, name in ((batch_size, "batch_size"), (prompt_len, "prompt_len"),
                                                        (new_tokens, "new_tokens")))
     if np.ndim(b) or np.ndim(s) or np.ndim(n):

@@ -93,18 +93,19 @@ def _b(dtype: Any) -> float:
 
 
 def attention(batch: Any, heads: Any, seq: Any, head_dim: Any, dtype: Any = "bf16", *, causal: Any = False,
-              kv_heads: Any = None, kv_seq: Any = None, kv_dtype: Any = None) -> ops.OpCost:
+              kv_heads: Any = None, kv_seq: Any = None, kv_dtype: Any = None, kernel: Any = "sdpa") -> ops.OpCost:
     """Flash attention of ``seq`` queries over ``kv_seq`` cached keys (default ``seq``).
 
     ``kv_dtype`` (default ``dtype``) is the cache's number format: an fp8 cache halves the K/V bytes.
     ``causal`` may be an array (``seq > 1`` per element): the lower-right causal mask of a single
     query over its cache masks nothing, so one flag serves a mix of decode steps and prefills.
+    ``kernel`` is the library whose flash kernels run it (:class:`~gpumodel.core.ops.AttentionKernel`).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     kv_seq = seq if kv_seq is None else kv_seq
     causal = bool(np.any(causal))
     op = ops.attention(batch, heads, seq, head_dim, dtype=dtype, causal=causal, impl="flash",
-                       kv_heads=kv_heads, kv_seq=kv_seq)
+                       kv_heads=kv_heads, kv_seq=kv_seq, kernel=kernel)
     kv_b = _b(dtype if kv_dtype is None else kv_dtype)
     if kv_b == _b(dtype):
         return op

@@ -56,8 +56,9 @@ class ServingTime:
     seq_len : int or ndarray
         Tokens each sequence holds in this step [token]: the prompt of a prefill, the context (tokens
         already in the cache) of a decode step. ``tokens`` is its former name (deprecated).
-    batch_size, tp, dtype, kv_dtype, engine, model, gpu :
-        The inputs.
+    batch_size, tp, dtype, kv_dtype, engine, model, gpu, attention_kernel :
+        The inputs (``attention_kernel``: the library of the flash-attention kernels,
+        :class:`~gpumodel.core.ops.AttentionKernel`).
     fits : bool, ndarray of bool or None
         Whether the step fits in each GPU's memory (:func:`~gpumodel.serving.timing.memory_check`: the inference
         memory of the step, allocator reserve and CUDA context included, against the GPU's
@@ -89,6 +90,7 @@ class ServingTime:
     gpu: str = ""
     fits: Any = None
     peak_bytes: Any = float("nan")
+    attention_kernel: str = "sdpa"
 
     def __float__(self) -> float:
         return float(self.seconds)
@@ -156,7 +158,8 @@ class ServingTime:
 
     def _repr_html_(self) -> str:
         rows = [("time", _show(self.seconds)), ("tokens/s", f"{float(np.max(self.tokens_per_s)):,.0f}"),
-                ("engine", f"{self.engine}, {self.dtype} weights, {self.kv_dtype} KV cache, tp={self.tp}")]
+                ("engine", f"{self.engine}, {self.dtype} weights, {self.kv_dtype} KV cache, tp={self.tp}, "
+                           f"{self.attention_kernel} attention")]
         rows += [(k, f"{_show(v)} ({self.bounds.get(k, '')})") for k, v in self.breakdown.items()
                  if np.any(np.asarray(v) > 0)]
         if self.engine == "hf":

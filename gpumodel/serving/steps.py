@@ -65,12 +65,14 @@ def _act_dtype(dtype: DType) -> str:
 
 @renamed_arguments(batch="batch_size", new_tokens="step_tokens")
 def step_kernels(cfg: TransformerConfig, batch_size: int, step_tokens: int, cached: int, dtype: DType,
-                 kv_dtype: DType | None, tp: int = 1, engine: str = "graph", group_size: int = 128) -> list[Kernel]:
+                 kv_dtype: DType | None, tp: int = 1, engine: str = "graph", group_size: int = 128, *,
+                 attention_kernel: str = "sdpa") -> list[Kernel]:
     """Kernels of one step that feeds ``step_tokens`` tokens per sequence on top of ``cached`` ones.
 
     A prefill is ``step_tokens = prompt_len, cached = 0``; a decode step ``step_tokens = 1,
-    cached = context_len``. ``batch`` and ``new_tokens`` are the former names of ``batch_size`` and
-    ``step_tokens`` (deprecated).
+    cached = context_len``. ``attention_kernel`` is the library whose flash kernels run the attention
+    (:class:`~gpumodel.core.ops.AttentionKernel`). ``batch`` and ``new_tokens`` are the former names of
+    ``batch_size`` and ``step_tokens`` (deprecated).
     """
     act = _act_dtype(dtype)
     a = 4.0 if act == "fp32" else 2.0
@@ -131,7 +133,7 @@ def step_kernels(cfg: TransformerConfig, batch_size: int, step_tokens: int, cach
     # a prefill (nothing cached) or a chunk of several tokens is causal; one new token over a cache sees it all
     causal = bool(np.all(np.asarray(c) == 0) or np.any(np.asarray(s) > 1))
     add("attention", K.attention(b, nh, s, hd, act, causal=causal, kv_heads=nkv, kv_seq=c + s,
-                                 kv_dtype=None if hf else kv_dt.value))
+                                 kv_dtype=None if hf else kv_dt.value, kernel=attention_kernel))
     if hf and s > 1:
         add("elementwise", _mem(t * q, a, a, 0))          # transpose(1, 2).contiguous()
     mm(t, h, q)

@@ -24,6 +24,7 @@ from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..training.hostcost import host_costs_for
+from ..training.layer import attention_kernel_on
 from ..core.inference import inference_memory
 from ..vocabulary import (choice, flag, kv_cache_dtype, positive_int, resolve_gpu, resolve_model, tensor_parallel, weight_dtype,
                           within_positions)
@@ -59,16 +60,19 @@ class Setup:
     calibration: Any = None          # a Calibration record (read once) or None
     host_op_s: float = K.HOST_OP_S   # eager HF generate's host time per op and per step [s]
     host_step_s: float = K.HOST_STEP_S
+    attention_kernel: str = "sdpa"   # the library of the flash-attention kernels (core.ops.AttentionKernel)
 
 
 def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: Any, engine: Any,
                          group_size: Any = 128, *, calibrated: Any = True, calibration: Any = None,
-                         host: Any = None) -> Setup:
+                         host: Any = None, attention_kernel: Any = "sdpa") -> Setup:
     """Resolve and check the arguments every serving function shares.
 
     ``calibration`` (a record, or a YAML path read here once) must be of the GPU; ``host`` (a
     :class:`~gpumodel.training.hostcost.HostCosts` or a YAML path) is taken by ``engine="hf"`` alone, the one
-    engine whose step the host's dispatch prices (:func:`gpumodel.serving.kernels.host_dispatch`).
+    engine whose step the host's dispatch prices (:func:`gpumodel.serving.kernels.host_dispatch`);
+    ``attention_kernel`` must run on the GPU in the activations' format
+    (:func:`gpumodel.training.layer.attention_kernel_on`).
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     dt = weight_dtype(dtype, "dtype")
@@ -88,7 +92,8 @@ def resolve_serving_args(model: Any, gpu: Any, dtype: Any, kv_dtype: Any, tp: An
                             f"host costs apply to engine='hf' only", argument="host", value=host,
                             allowed="None, or engine='hf'")
     op_s, step_s = K.host_dispatch(None if host is None else host_costs_for(g.name, host))
-    return Setup(cfg, g, dt, kv, tp, eng, group, calibrated, calibration, op_s, step_s)
+    kernel = attention_kernel_on(attention_kernel, g, "fp32" if dt.value == "fp32" else "bf16")
+    return Setup(cfg, g, dt, kv, tp, eng, group, calibrated, calibration, op_s, step_s, kernel.value)
 
 
 def memory_check(setup: Setup, batch_size: Any, seq_len: Any, new_tokens: Any = 0) -> tuple[Any, Any, Any]:
@@ -155,7 +160,8 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
     broadcastable(**given)
     within_positions(cfg, np.asarray(step_tokens) + np.asarray(cached),
                      "prompt_len" if phase == "prefill" else "context_len + 1")
-    kerns = step_kernels(cfg, batch_size, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size)
+    kerns = step_kernels(cfg, batch_size, step_tokens, cached, dt, kv, tp, eng.value, setup.group_size,
+                         attention_kernel=setup.attention_kernel)
     shape = np.broadcast_shapes(np.shape(batch_size), np.shape(step_tokens), np.shape(cached))
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
@@ -208,13 +214,14 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         kernels=count, weights_bytes=wbytes, calibrated=calibrated, batch_size=batch_size,
         seq_len=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
         kv_dtype=kv_cache_dtype(kv, dt).value,
-        engine=eng.value, model=cfg.name, gpu=g.name)
+        engine=eng.value, model=cfg.name, gpu=g.name, attention_kernel=setup.attention_kernel)
 
 
 @keyword_only_after(2, "batch_size", "prompt_len", "dtype", "tp", "engine")
 def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any = 512, dtype: str = "bf16",
                  tp: int = 1, engine: str = "graph", kv_dtype: Any = None, group_size: int = 128,
-                 calibrated: bool = True, calibration: Any = None, host: Any = None) -> ServingTime:
+                 calibrated: bool = True, calibration: Any = None, host: Any = None,
+                 attention_kernel: str = "sdpa") -> ServingTime:
     """Time of the prefill: ``batch_size`` prompts of ``prompt_len`` tokens through the model at once,
     writing their keys and values to the cache and producing the first token's logits.
 
@@ -253,6 +260,9 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
         host times scaled to it (:func:`gpumodel.serving.kernels.host_dispatch`). Default: the fitted times.
         Refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``host``) with the ``graph`` and
         ``compiled`` engines, which replay CUDA graphs and cost no host dispatch.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the attention over the cache (:class:`~gpumodel.core.ops.AttentionKernel`;
+        ``"fa3"`` on Hopper alone, only ``"sdpa"`` with fp32 weights).
 
     Returns
     -------
@@ -282,7 +292,7 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
     ('compute', True)
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
-                                 calibration=calibration, host=host)
+                                 calibration=calibration, host=host, attention_kernel=attention_kernel)
     b, s = positive_int(batch_size, "batch_size"), positive_int(prompt_len, "prompt_len")
     t = step_time(setup, b, s, 0 * np.asarray(s) if np.ndim(s) else 0, "prefill")
     fits, peak, need = memory_check(setup, b, s)
@@ -294,7 +304,8 @@ def prefill_time(model: Any, gpu: Any, *, batch_size: Any = 1, prompt_len: Any =
 @keyword_only_after(2, "batch_size", "context_len", "dtype", "kv_dtype", "tp", "engine")
 def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: Any = 512, dtype: str = "bf16",
                      kv_dtype: Any = None, tp: int = 1, engine: str = "graph", group_size: int = 128,
-                     calibrated: bool = True, calibration: Any = None, host: Any = None) -> ServingTime:
+                     calibrated: bool = True, calibration: Any = None, host: Any = None,
+                     attention_kernel: str = "sdpa") -> ServingTime:
     """Time of one decode step: one new token for each of ``batch_size`` sequences, each attending over
     ``context_len`` cached tokens (and itself).
 
@@ -324,6 +335,8 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
     calibrated, calibration, host :
         As in :func:`prefill_time`: the shipped calibration or the datasheet, your own calibration of the GPU
         (record or YAML path, read once; another GPU's refused), and host costs for ``engine="hf"`` only.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the attention over the cache, as in :func:`prefill_time`.
 
     Returns
     -------
@@ -349,7 +362,7 @@ def decode_step_time(model: Any, gpu: Any, *, batch_size: Any = 1, context_len: 
     True
     """
     setup = resolve_serving_args(model, gpu, dtype, kv_dtype, tp, engine, group_size, calibrated=calibrated,
-                                 calibration=calibration, host=host)
+                                 calibration=calibration, host=host, attention_kernel=attention_kernel)
     b = positive_int(batch_size, "batch_size")
     c = positive_int(context_len, "context_len")
     t = step_time(setup, b, 1, c, "decode")

@@ -11,19 +11,77 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
+from ..base.errors import UnsupportedError
+from ..calibration.attention import kernel_path
 from ..core import ops
 from ..records.transformer import MLPType, NormType, TransformerConfig
+from ..vocabulary import choice
 
-__all__ = ["Kernels", "Layer", "COMPUTE_DTYPE", "PARAM_DTYPE", "ELEMENT_BYTES", "memory_kernel", "with_operands",
-           "float_dtype", "matmul_backward", "add_norm", "add_cast_for_matmul", "add_linear", "add_rope",
-           "add_split_backward", "add_mlp"]
+__all__ = ["Kernels", "Layer", "COMPUTE_DTYPE", "PARAM_DTYPE", "ELEMENT_BYTES", "attention_kernel_on", "memory_kernel",
+           "with_operands", "float_dtype", "matmul_backward", "add_norm", "add_cast_for_matmul", "add_linear",
+           "add_rope", "add_split_backward", "add_mlp"]
 
 Kernels = list[tuple[ops.OpCost, int]]
 
 COMPUTE_DTYPE = {"fp32": "fp32", "amp_bf16": "bf16", "amp_fp16": "fp16", "bf16": "bf16", "fp16": "fp16"}
 PARAM_DTYPE = {"fp32": "fp32", "amp_bf16": "fp32", "amp_fp16": "fp32", "bf16": "bf16", "fp16": "fp16"}
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def attention_kernel_on(value: Any, gpu: Any = None, dtype: str = "bf16",
+                        name: str = "attention_kernel") -> ops.AttentionKernel:
+    """The attention kernel library a time function's ``attention_kernel`` names, checked against the run.
+
+    Parameters
+    ----------
+    value : str or AttentionKernel
+        ``"sdpa"``, ``"cudnn"``, ``"fa2"``, ``"fa3"``, ``"flashinfer"`` or ``"triton"`` (any case; see
+        :class:`gpumodel.core.ops.AttentionKernel`).
+    gpu : GPUSpec, optional
+        The GPU the attention runs on; ``"fa3"`` is refused off Hopper
+        (:func:`gpumodel.calibration.attention.kernel_path` decides).
+    dtype : str
+        The attention's number format: the libraries other than ``"sdpa"`` have 16-bit flash kernels only, so
+        with ``"fp32"`` (PyTorch's own fp32 attention) only ``"sdpa"`` is taken.
+    name : str
+        The argument's name, for the errors.
+
+    Returns
+    -------
+    AttentionKernel
+        The member.
+
+    Raises
+    ------
+    ArgumentError
+        ``value`` is not one of the kernels (naming ``name``).
+    UnsupportedError
+        The kernel does not run on ``gpu`` or in ``dtype`` (naming ``name``).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> attention_kernel_on("FA2", gm.gpu("h100")).value
+    'fa2'
+    >>> attention_kernel_on("fa3", gm.gpu("a100"))       # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpumodel.base.errors.UnsupportedError: attention_kernel='fa3' (FlashAttention-3) runs on Hopper (sm90) alone...
+    """
+    kernel = choice(ops.AttentionKernel, value, name)
+    if kernel is not ops.AttentionKernel.SDPA and dtype == "fp32":
+        raise UnsupportedError(f"{name}={kernel.value!r} has 16-bit flash-attention kernels only; fp32 attention runs "
+                               f"PyTorch's own kernels: use {name}='sdpa' or a 16-bit precision", argument=name,
+                               value=kernel.value, allowed="'sdpa' with fp32 attention")
+    if gpu is not None:
+        try:
+            kernel_path(kernel.value, gpu)
+        except UnsupportedError as err:
+            raise UnsupportedError(str(err).replace("kernel=", f"{name}=", 1), argument=name, value=kernel.value,
+                                   allowed=err.allowed) from None
+    return kernel
 
 
 def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: float = 1,
@@ -73,11 +131,14 @@ class Layer:
     ``kinds[i]`` says how the host dispatches ``forward[i]`` ("op" or "cast"); ``syncs`` holds the
     indices of forward kernels after which the host waits for the device (data-dependent shapes);
     ``modules`` and ``views`` count the Python glue of the forward (module calls, views, reshapes);
-    ``experts`` the spans of forward and backward kernels of each iteration of the eager expert loop.
+    ``experts`` the spans of forward and backward kernels of each iteration of the eager expert loop;
+    ``attention_kernel`` the library whose flash kernels run its 16-bit attention
+    (:class:`~gpumodel.core.ops.AttentionKernel`).
     """
 
-    def __init__(self, dt: str) -> None:
+    def __init__(self, dt: str, attention_kernel: str = "sdpa") -> None:
         self.dt = dt
+        self.attention_kernel = attention_kernel
         self.forward: list[ops.OpCost] = []
         self.kinds: list[str] = []
         self.backward: Kernels = []
@@ -122,8 +183,8 @@ class Layer:
         if self.dt == "fp32":  # SDPA in fp32: no flash kernel, no tensor cores
             return self._attention_fp32(b, heads, s, d, grouped=kv_heads != heads)
         args = (b, heads, s, d)
-        self.add(ops.attention(*args, causal=True, dtype=self.dt, impl="flash", kv_heads=kv_heads),
-                 [(ops.attention(*args, causal=True, dtype=self.dt, impl="flash", backward=True, kv_heads=kv_heads), 1)])
+        kw = dict(causal=True, dtype=self.dt, impl="flash", kv_heads=kv_heads, kernel=self.attention_kernel)
+        self.add(ops.attention(*args, **kw), [(ops.attention(*args, backward=True, **kw), 1)])
 
     def _attention_fp32(self, b: int, heads: int, s: int, d: int, grouped: bool) -> None:
         """fp32 SDPA: the memory-efficient kernel (fp32 FMA, causal blocks skipped), or with grouped KV

@@ -73,11 +73,12 @@ def attention_block(L: Layer, cfg: TransformerConfig, b: int, s: int, n: int, r:
 
 
 def decoder_layer(cfg: TransformerConfig, b: int, s: int, precision: str, moe: bool | None = None,
-           experts: str = "grouped_mm", expert_load=None) -> Layer:
+           experts: str = "grouped_mm", expert_load=None, attention_kernel: str = "sdpa") -> Layer:
+    """One decoder layer's kernels; ``attention_kernel`` is the library of its 16-bit flash attention."""
     dt, t, h = COMPUTE_DTYPE[precision], b * s, cfg.hidden_size
     c, p = ELEMENT_BYTES[dt], ELEMENT_BYTES[PARAM_DTYPE[precision]]
     r = max(c, p)  # residual stream: fp32 under autocast (fp32 parameters), else the compute dtype
-    L = Layer(dt)
+    L = Layer(dt, attention_kernel)
     L.modules += 2                             # the decoder layer and its attention module
     L.views += 4                               # kwargs, position embeddings, residual bookkeeping
     post_norm = cfg.family == "olmo2"

@@ -63,7 +63,7 @@ class Block:
 
 def _fuse_chains(L: Layer) -> Layer:
     """torch.compile: merge each run of memory-bound kernels between matmul/attention kernels into one."""
-    out = Layer(L.dt)
+    out = Layer(L.dt, L.attention_kernel)
     chain: list[ops.OpCost] = []
 
     def flush():
@@ -139,23 +139,25 @@ def _backward_entries(L: Layer, host: HostCosts, compiled: bool, scale: float = 
 def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: str, optimizer: str,
               checkpointing: bool, *, host: HostCosts = DEFAULT_HOST, fused: bool = False, foreach: bool = True,
               gradient_accumulation_steps: int = 1, clip_grad_norm: float | None = None, compile: bool = False,
-              experts: str = "grouped_mm", expert_load=None) -> list[Block]:
-    """The ordered blocks of one training step (see the module docstring)."""
+              experts: str = "grouped_mm", expert_load=None, attention_kernel: str = "sdpa") -> list[Block]:
+    """The ordered blocks of one training step (see the module docstring); ``attention_kernel`` is the library
+    of the layers' 16-bit flash attention (:class:`~gpumodel.core.ops.AttentionKernel`)."""
     dt, t, h, v = COMPUTE_DTYPE[precision], batch_size * seq_len, cfg.hidden_size, cfg.vocab_size
     c, p = ELEMENT_BYTES[dt], ELEMENT_BYTES[PARAM_DTYPE[precision]]
     r = max(c, p)
     amp = precision.startswith("amp")
     n_tensors = parameter_tensors(cfg)
     n_moe = cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else 0
-    layers = [(decoder_layer(cfg, batch_size, seq_len, precision, moe=False), cfg.num_layers - n_moe)]
+    layers = [(decoder_layer(cfg, batch_size, seq_len, precision, moe=False, attention_kernel=attention_kernel),
+               cfg.num_layers - n_moe)]
     if n_moe:
         layers.append((decoder_layer(cfg, batch_size, seq_len, precision, moe=True, experts=experts,
-                              expert_load=expert_load), n_moe))
+                                     expert_load=expert_load, attention_kernel=attention_kernel), n_moe))
     layers = [(L, n) for L, n in layers if n > 0]
     if compile:
         layers = [(_fuse_chains(L), n) for L, n in layers]
 
-    embed = Layer(dt)
+    embed = Layer(dt, attention_kernel)
     # embedding backward: zero-fill the table's gradient, then accumulate the token rows (index add)
     embed.add(ops.embedding(t, v, h, "fp32" if r == 4 else dt),
               [(memory_kernel(v * h, 0, p, 0), 1), (memory_kernel(t * h, r + 8, p), 1),
@@ -168,7 +170,7 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     if cfg.position == PositionType.rope:
         embed.mem(seq_len * cfg.head_dim, 4, 4)  # cos, sin of the rotary embedding
         embed.mem(seq_len * cfg.head_dim, 4, 4, grad=False)
-    head = Layer(dt)
+    head = Layer(dt, attention_kernel)
     n = add_norm(head, cfg, t, r, p)
     add_cast_for_matmul(head, t * h, n, c)
     if p != c:
@@ -260,10 +262,11 @@ def _optimizer_block(cfg: TransformerConfig, optimizer: str, p: int, n_tensors: 
 
 
 def training_step(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: str, optimizer: str,
-                  checkpointing: bool) -> dict[str, Kernels]:
+                  checkpointing: bool, attention_kernel: str = "sdpa") -> dict[str, Kernels]:
     """Phase ("forward", "backward", "recompute", "optimizer") -> kernels of one eager training step."""
     phases: dict[str, Kernels] = {"forward": [], "backward": [], "recompute": [], "optimizer": []}
-    for block in step_plan(cfg, batch_size, seq_len, precision, optimizer, checkpointing):
+    for block in step_plan(cfg, batch_size, seq_len, precision, optimizer, checkpointing,
+                           attention_kernel=attention_kernel):
         for (op, _host, _sync), phase in zip(block.kernels, block.phases()):
             if op is not None:
                 phases[phase].append((op, block.repeat))

@@ -38,7 +38,7 @@ from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..core.memory import training_memory
 from .hostcost import host_costs_for, timeline
-from .layer import Kernels
+from .layer import Kernels, attention_kernel_on
 from .stepplan import step_plan, training_step
 from ..records.transformer import TransformerConfig
 from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
@@ -151,6 +151,9 @@ class StepTime:
         Whether the GPU waits on the host's kernel launches for more than 2 % of the step.
     host_calibrated : bool
         Whether the host's per-op costs were measured on the host (else defaults).
+    attention_kernel : str
+        The library whose flash-attention kernels the step's 16-bit attention was timed with
+        (:class:`~gpumodel.core.ops.AttentionKernel`; "sdpa", PyTorch's own dispatch, by default).
     """
 
     seconds: float
@@ -167,6 +170,7 @@ class StepTime:
     peak_bytes: float = float("nan")
     host_bound: bool = False
     host_calibrated: bool = False
+    attention_kernel: str = "sdpa"
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -186,7 +190,8 @@ class StepTime:
     def _repr_html_(self) -> str:
         rows = [("step", format_seconds(self.seconds)), ("tokens/s", f"{self.tokens_per_s:,.0f}"),
                 ("MFU", f"{self.mfu:.1%}"), ("HFU", f"{self.hfu:.1%}"), ("host-bound", str(self.host_bound)),
-                ("calibrated", str(self.calibrated)), ("fits", str(self.fits))]
+                ("calibrated", str(self.calibrated)), ("fits", str(self.fits)),
+                ("attention kernel", self.attention_kernel)]
         rows += [(k, format_seconds(v)) for k, v in self.breakdown.items() if v]
         return html_table("StepTime", rows)
 
@@ -194,6 +199,7 @@ class StepTime:
         parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.breakdown.items() if v)
         label = "calibrated" if self.calibrated else "uncalibrated"
         label += ", host-bound" if self.host_bound else ""
+        label += f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
         fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
         gpus = f" on {self.num_gpus} GPUs" if self.num_gpus > 1 else ""
         return (f"StepTime({format_seconds(self.seconds)}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
@@ -201,7 +207,8 @@ class StepTime:
 
 
 def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, precision: str = "amp_bf16",
-                 optimizer: str = "adamw", checkpointing: Any = False) -> dict[str, Kernels]:
+                 optimizer: str = "adamw", checkpointing: Any = False, *,
+                 attention_kernel: str = "sdpa") -> dict[str, Kernels]:
     """The kernels of one training step: phase -> list of (op, launches per step).
 
     Phases are "forward", "backward", "recompute" and "optimizer"; parameters are those of
@@ -214,7 +221,8 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
     if np.ndim(batch_size) or np.ndim(seq_len):
         raise ArgumentError("batch_size and seq_len must be scalars here; loop over a sweep of step times")
     ckpt = checkpointing_mode(checkpointing)
-    return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL)
+    kernel = attention_kernel_on(attention_kernel, dtype=prec.compute_dtype.value)
+    return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL, kernel.value)
 
 
 def _expert_load(cfg: TransformerConfig, expert_load: Any) -> np.ndarray:
@@ -241,7 +249,7 @@ def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: i
                          clip_grad_norm: float | None = None, compile: bool = False,
                          experts_implementation: str = "grouped_mm", expert_load: Any = None,
                          calibrated: bool = True, calibration: Any = None, host: Any = None,
-                         expandable_segments: bool = False) -> StepTime:
+                         expandable_segments: bool = False, attention_kernel: str = "sdpa") -> StepTime:
     """The step of eager PyTorch / Hugging Face on one GPU, on a host/device timeline.
 
     The one-GPU model behind :func:`gpumodel.training_step_time` (which chooses between it and the
@@ -258,6 +266,9 @@ def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: i
     precision, optimizer, checkpointing, fused, foreach, gradient_accumulation_steps, clip_grad_norm, compile, \
 experts_implementation, expert_load, calibrated, calibration, host, expandable_segments :
         As in :func:`gpumodel.training_step_time`.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
+        The library whose flash kernels run the 16-bit attention, forward and backward (as in
+        :func:`gpumodel.training_step_time`).
 
     Returns
     -------
@@ -276,6 +287,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     calibrated = flag(calibrated, "calibrated")
     calibration = resolve_calibration(calibration, g)   # a path read once, for every kernel of the step
     prec = precision_on(precision, g)  # refused where the GPU has no path for its compute format (bf16 on a V100)
+    kernel = attention_kernel_on(attention_kernel, g, prec.compute_dtype.value)   # fa3 off Hopper refused
     opt = choice(Optimizer, optimizer, "optimizer")
     fused, foreach, compile = flag(fused, "fused"), flag(foreach, "foreach"), flag(compile, "compile")
     accum = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
@@ -295,7 +307,8 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     batch_size, seq_len, accum = int(batch_size), int(seq_len), int(accum)
     blocks = step_plan(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL, host=hc,
                        fused=fused, foreach=foreach, gradient_accumulation_steps=accum, clip_grad_norm=clip_grad_norm,
-                       compile=compile, experts=experts.value, expert_load=expert_load)
+                       compile=compile, experts=experts.value, expert_load=expert_load,
+                       attention_kernel=kernel.value)
     cache: dict[int, tuple[float, bool]] = {}
 
     def device_s(op) -> tuple[float, bool]:
@@ -342,4 +355,4 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                     model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
                     kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
                     fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=bool(tl.host_wait_s > 0.02 * seconds),
-                    host_calibrated=hc.calibrated)
+                    host_calibrated=hc.calibrated, attention_kernel=kernel.value)
