@@ -126,6 +126,23 @@ def test_calibrate_json_is_strict_and_documented(tmp_path, monkeypatch, capsys):
     documented = help_of("calibrate", capsys)
     assert all(k in documented for k in data)
     assert 0 < data["parameters"]["launch_s"] < 1e-4  # seconds, not microseconds
+    assert data["host_file"] is None and data["sustained_slowdown"] is None   # not measured from points
+    assert data["transfer_validation_error"] == {}                            # no held-out points given
+
+
+def test_calibrate_reports_the_transfer_on_the_held_out_points(tmp_path, monkeypatch, capsys):
+    """With held-out points, the report sets the fit's error beside the transfer's on the same kernels (here the
+    H200's own shipped calibration carried to itself: the fit and the transfer are the same model)."""
+    import gpumodel.calibration.fit as fit
+    from gpumodel.calibration.record import calibration_for
+
+    monkeypatch.setattr(fit, "fit_calibration", lambda points, g, env, **kw: calibration_for("h200"))
+    quick = DATA / "do_bench" / "quick.jsonl"
+    data = json_of(["calibrate", "--from-points", quick, "--validation", quick, "--out", tmp_path / "c.yaml",
+                    "--gpu", "h200", "--json"], capsys)
+    t = data["transfer_validation_error"]
+    assert t["overall"]["n"] > 10 and "matmul" in t          # per family, as the fit's own errors
+    assert 0 < t["overall"]["median"] < 0.5
 
 
 SLOW_CASES = [

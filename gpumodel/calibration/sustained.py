@@ -5,8 +5,9 @@ power and temperature allow then. A training step keeps the tensor cores busy fo
 reaches its power limit and the SM clock drops (on an H200 SXM at 700 W: 1980 MHz isolated, 1440-1470
 MHz after 10 s of bf16 GEMMs at 685-692 W). Memory-bound kernels barely notice (a 512 MiB copy: 0.99).
 
-``bench/measure_sustained.py`` measures both timings of a few compute-bound kernels (GEMMs, fp8 GEMM,
-flash-attention backward) and a copy; :func:`sustained_slowdown` reduces the file to one factor, the
+:func:`measure_sustained` (``gpumodel calibrate`` runs it by default; ``bench/measure_sustained.py`` writes its
+rows to a file) measures both timings of a few compute-bound kernels (GEMMs, fp8 GEMM, flash-attention backward)
+and a copy; :func:`slowdown` (:func:`sustained_slowdown` for a file) reduces them to one factor, the
 median over the compute-bound kernels of (time per call over the last two seconds of ten) / (isolated
 time). The calibration record keeps it as the parameter ``sustained_slowdown``, and
 :meth:`~gpumodel.calibration.model.CalibrationModel.sustained` divides the compute rates by it for
@@ -17,15 +18,109 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
-__all__ = ["sustained_slowdown", "COMPUTE_RATE_PREFIXES"]
+from .bench import FLUSH_BYTES, make_runner, time_events
+from .cases import make_case
+
+__all__ = ["sustained_slowdown", "slowdown", "measure_sustained", "SUSTAINED_CASES", "COMPUTE_RATE_PREFIXES"]
+
+#: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
+SUSTAINED_CASES = [make_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
+                   make_case("matmul", "mm", "bf16", m=4096, n=14336, k=4096),
+                   make_case("matmul", "mm", "fp8", m=8192, n=8192, k=8192),
+                   make_case("elementwise", "copy", "bf16", numel=2**28, inputs=1, outputs=1, flops_per_element=0),
+                   make_case("attention", "sdpa", "bf16", batch=4, heads=32, seq=4096, head_dim=128, causal=True,
+                             backward=True)]
 
 #: parameters that are rates of the SMs' math units (tensor cores; CUDA-core GEMMs), which follow the SM clock
 COMPUTE_RATE_PREFIXES = ("flops_", "attn_flops_", "unaligned_flops")
 #: the calls the power limit slows: tensor-core work (elementwise copies are bound by the memory's clock)
 _COMPUTE_OPS = ("matmul", "bmm", "attention")
+
+
+def slowdown(rows: Iterable[dict], last_windows: int = 8) -> float:
+    """The median slowdown of the compute-bound kernels among ``rows`` (as :func:`measure_sustained` returns them).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        ``op``, ``isolated_s`` [s] and ``sustained`` (windows with ``per_call_s`` [s]) per kernel.
+    last_windows : int
+        Windows at the end of each run whose median time per call is compared with the isolated time.
+
+    Returns
+    -------
+    float
+        Median of (sustained time per call / isolated time) over the compute-bound kernels [ratio].
+
+    >>> slowdown([{"op": "matmul", "isolated_s": 1.0, "sustained": [{"per_call_s": 1.2}] * 8}])
+    1.2
+    """
+    ratios = []
+    for row in rows:
+        if row.get("op") in _COMPUTE_OPS and row.get("sustained") and row.get("isolated_s"):
+            tail = [w["per_call_s"] for w in row["sustained"][-last_windows:]]
+            ratios.append(statistics.median(tail) / row["isolated_s"])
+    if not ratios:
+        raise ValueError("no compute-bound kernel with sustained timings")
+    return float(statistics.median(ratios))
+
+
+def _back_to_back(torch: Any, fn: Callable[[], Any], seconds: float, window_s: float = 0.25) -> list[dict]:
+    """Back-to-back calls of ``fn`` for ``seconds``: per window, the mean time of a call and the clocks."""
+    rows, t_end = [], time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        calls, t0 = 0, time.perf_counter()
+        start.record()
+        while time.perf_counter() - t0 < window_s:
+            fn()
+            calls += 1
+        end.record()
+        end.synchronize()
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout.strip()
+        except OSError:  # no nvidia-smi on the path: the clocks are not recorded
+            smi = ""
+        rows.append({"t_s": round(time.perf_counter() - (t_end - seconds), 3), "calls": calls,
+                     "per_call_s": start.elapsed_time(end) * 1e-3 / calls, "smi": smi})
+    return rows
+
+
+def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: float = 2.0) -> list[dict]:  # pragma: no cover - needs a GPU
+    """Time each of :data:`SUSTAINED_CASES` alone (as a calibration does), then back to back for ``seconds``.
+
+    Parameters
+    ----------
+    seconds : float
+        Length of each back-to-back run [s]; the power limit's toll shows after a few seconds.
+    cases : list of dict, optional
+        The kernels (default :data:`SUSTAINED_CASES`).
+    pause_s : float
+        Idle time between kernels [s], for the clocks to recover.
+
+    Returns
+    -------
+    list of dict
+        Per kernel its case, ``isolated_s`` and ``isolated_after_s`` [s] and the ``sustained`` windows; reduce them
+        with :func:`slowdown`.
+    """
+    import torch
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    out = []
+    for case in cases or SUSTAINED_CASES:
+        fn = make_runner(case)
+        iso = time_events(fn, flush)[0]
+        run = _back_to_back(torch, fn, seconds)
+        out.append({**case, "isolated_s": iso, "isolated_after_s": time_events(fn, flush)[0], "sustained": run})
+        time.sleep(pause_s)
+    return out
 
 
 def sustained_slowdown(path: str | Path, last_windows: int = 8) -> float:
@@ -42,13 +137,9 @@ def sustained_slowdown(path: str | Path, last_windows: int = 8) -> float:
     >>> round(sustained_slowdown(fh.name), 6); os.remove(fh.name)
     1.2
     """
-    ratios = []
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            row: dict[str, Any] = json.loads(line) if line.strip() else {}
-            if row.get("op") in _COMPUTE_OPS and row.get("sustained") and row.get("isolated_s"):
-                tail = [w["per_call_s"] for w in row["sustained"][-last_windows:]]
-                ratios.append(statistics.median(tail) / row["isolated_s"])
-    if not ratios:
-        raise ValueError(f"{path}: no compute-bound kernel with sustained timings")
-    return float(statistics.median(ratios))
+        rows = [json.loads(line) for line in fh if line.strip()]
+    try:
+        return slowdown(rows, last_windows)
+    except ValueError:
+        raise ValueError(f"{path}: no compute-bound kernel with sustained timings") from None

@@ -1,8 +1,14 @@
 """``gpumodel calibrate``: measure this machine's GPU with PyTorch and save a calibration YAML.
 
+Measuring (the default) times the kernels of every family the time model prices, holds every fifth one out of
+the fit to report the fit's error against the transfer's on them, measures this host's per-op costs of eager
+PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and the slowdown of
+compute-bound kernels under sustained load (kept as ``sustained_slowdown``; ``--no-sustained`` skips it). Every
+parameter the run does not determine keeps the value of the shipped calibration carried to this GPU.
+
 Examples::
 
-    gpumodel calibrate --quick --out my-gpu.yaml       # under a minute
+    gpumodel calibrate --quick --out my-gpu.yaml       # about two minutes with host and sustained clocks
     gpumodel calibrate --out my-gpu.yaml --points raw.jsonl
     gpumodel estimate --gpu h200 matmul 4096 4096 4096 --calibration my-gpu.yaml
 """
@@ -21,8 +27,13 @@ JSON output (--json), SI units:
   parameters {name: value} (names ending _s are seconds [s]; bandwidth names [B/s]; *_flops
   [FLOP/s]; row_rate_* [rows/s]; the others are dimensionless factors),
   fit_error, validation_error {family: {n, median, p90}} (absolute relative error [fraction]
-  on the fitted and on the held-out points).
+  on the fitted and on the held-out points), transfer_validation_error (the same for the shipped
+  calibration carried to this GPU, on the same held-out points; absent where no transfer applies),
+  host_file (the host costs written, or null), sustained_slowdown (or null).
 """
+
+#: one measured kernel in this many is held out of the fit when no --validation is given
+HOLD_OUT_EVERY = 5
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the fitted parameters as JSON (keys below)")
     p.add_argument("--host-out", metavar="FILE",
-                   help="also measure this host's per-op costs of eager PyTorch and write them (as in "
-                        "specs/hosts/<gpu>.yaml, which training_step_time reads; or pass it as host=)")
+                   help="where to write this host's per-op costs of eager PyTorch (as in specs/hosts/<gpu>.yaml, "
+                        "which training_step_time reads; or pass it as host=); default <out>.host.yaml")
+    p.add_argument("--no-host", action="store_true", help="do not measure the host's per-op costs")
+    p.add_argument("--no-sustained", action="store_true",
+                   help="do not measure the slowdown under sustained load (training steps then use 1.0)")
     p.set_defaults(func=_run)
 
 
@@ -70,17 +84,20 @@ def _run(args: argparse.Namespace) -> int:
     output_path(args.out, "--out")
     if args.points:
         output_path(args.points, "--points")
-    if args.host_out:
-        output_path(args.host_out, "--host-out")
+    refuse(["--host-out"] if args.host_out and args.no_host else [], "cannot be given with --no-host")
+    refuse(["--sustained"] if args.sustained and args.no_sustained else [], "cannot be given with --no-sustained")
     g = gpu(args.gpu) if args.gpu else None
     validation = [pt for path in args.validation for pt in _load(path, "--validation")[1]] if args.validation else None
     if args.from_points:
         given = [name for name, on in (("--quick", args.quick), ("--points", args.points),
-                                       ("--no-progress", args.no_progress),
-                                       ("--host-out", args.host_out)) if on]
+                                       ("--no-progress", args.no_progress), ("--host-out", args.host_out),
+                                       ("--no-host", args.no_host), ("--no-sustained", args.no_sustained)) if on]
         refuse(given, "applies when measuring; it cannot be given with --from-points")
         env, points = _load(args.from_points, "--from-points")
         return _fit_and_save(args, g, env, points, validation)
+    host_out = None if args.no_host else (args.host_out or _host_path(args.out))
+    if host_out:
+        output_path(host_out, "--host-out")
     try:
         import torch
     except ImportError:
@@ -93,22 +110,39 @@ def _run(args: argparse.Namespace) -> int:
 
     env, points = bench.run_benchmarks(mode="quick" if args.quick else "full", jsonl=args.points,
                                        show_progress=not args.no_progress)
-    if args.host_out:
+    if validation is None:   # hold every fifth kernel out of the fit: the fit's error and the transfer's on them
+        validation = points[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
+        points = [pt for i, pt in enumerate(points) if (i + 1) % HOLD_OUT_EVERY]
+    args.host_file = None
+    if host_out:
         from gpumodel.training.hostfit import fit_host_costs, measure_host, save_host_costs
 
         hc = fit_host_costs(measure_host("cuda", n=500 if args.quick else 2000), source=args.source)
-        save_host_costs(hc, args.host_out, {"device_name": str(env.get("device_name", "")),
-                                            "torch_version": str(env.get("torch_version", ""))})
+        save_host_costs(hc, host_out, {"device_name": str(env.get("device_name", "")),
+                                       "torch_version": str(env.get("torch_version", ""))})
+        args.host_file = str(host_out)
         if not args.json:
-            print(f"wrote {args.host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
+            print(f"wrote {host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
+    if not args.no_sustained and not args.sustained:
+        from gpumodel.calibration.sustained import measure_sustained, slowdown
+
+        args.measured_slowdown = slowdown(measure_sustained(3.0 if args.quick else 6.0))
     return _fit_and_save(args, g, env, points, validation)
 
 
+def _host_path(out: str) -> str:
+    """``my-gpu.yaml`` -> ``my-gpu.host.yaml``: where the host costs go by default."""
+    stem = out[:-5] if out.endswith(".yaml") else out[:-4] if out.endswith(".yml") else out
+    return stem + ".host.yaml"
+
+
 def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validation: list | None) -> int:
-    from gpumodel.calibration.fit import fit_calibration, gpu_for_device
+    from gpumodel.calibration.fit import accuracy_table, fit_calibration, gpu_for_device
+    from gpumodel.calibration.points import point_set
+    from gpumodel.calibration.transfer import transfer_for
 
     g = g or gpu_for_device(str(env.get("device_name", "")))
-    slow = None
+    slow = getattr(args, "measured_slowdown", None)
     if getattr(args, "sustained", None):
         from gpumodel.calibration.sustained import sustained_slowdown
 
@@ -119,17 +153,25 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
             raise ArgumentError(f"--sustained {args.sustained}: {exc}") from None
     cal = fit_calibration(points, g, env, validation=validation, source=args.source, sustained_slowdown=slow)
     path = cal.save(args.out)
+    moved = transfer_for(g) if validation else None
+    transferred = accuracy_table(moved.model, point_set(validation)) if moved is not None else {}
     if args.json:
         print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error,
-                    "validation_error": cal.validation_error})
+                    "validation_error": cal.validation_error, "transfer_validation_error": transferred,
+                    "host_file": getattr(args, "host_file", None),
+                    "sustained_slowdown": cal.parameters.get("sustained_slowdown") if slow is not None else None})
         return 0
     print(f"wrote {path}: {len(cal.points)} kernels on {cal.device_name} ({g.name})")
     print_table(["parameter", "value"], [(k, f"{v:.4g}") for k, v in cal.parameters.items()], align_numbers=False)
     print()
     rows = []
     for fam, e in cal.fit_error.items():
-        v = cal.validation_error.get(fam)
+        v, t = cal.validation_error.get(fam), transferred.get(fam)
         rows.append((fam, e.n, f"{e.median:.1%}", f"{e.p90:.1%}", v.n if v else "-",
-                     f"{v.median:.1%}" if v else "-", f"{v.p90:.1%}" if v else "-"))
-    print_table(["family", "fit n", "fit median", "fit p90", "validation n", "val median", "val p90"], rows)
+                     f"{v.median:.1%}" if v else "-", f"{v.p90:.1%}" if v else "-",
+                     f"{t['median']:.1%}" if t else "-"))
+    print_table(["family", "fit n", "fit median", "fit p90", "held-out n", "held-out median", "held-out p90",
+                 "transfer median"], rows)
+    if slow is not None:
+        print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work)")
     return 0
