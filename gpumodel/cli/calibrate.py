@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="measure this GPU with torch and fit a calibration (needs torch + CUDA)",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="about 120 kernels, under a minute (default: full, ~600 kernels)")
+                   help="about 120 kernels, the kernels under a minute (default: full, ~600 kernels)")
     p.add_argument("--from-points", metavar="JSONL",
                    help="fit measurements taken earlier (JSON lines) instead of measuring; needs no torch or GPU")
     p.add_argument("--validation", metavar="JSONL", nargs="+",
