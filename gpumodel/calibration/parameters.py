@@ -234,7 +234,7 @@ DEFAULTS["bw_eff_int8_mm"] = Default("1", "weight-stream rate of the int8 weight
                                      _const(0.04), f"{_H200}: 0.1-0.15 TB/s at m = 1")
 DEFAULTS["flops_int8_mm"] = Default("FLOP/s", "math rate of the int8 weight-only GEMM kernel (fp32 CUDA cores)",
                                     lambda g, bw: 0.013 * g.peak_flops("fp32"), f"{_H200}: 0.9 of 67 TFLOP/s")
-for _d in (*GEMM_DTYPES, "fp64", "int8"):
+for _d in (*GEMM_DTYPES, "fp64", "int8", "fp6", "fp4"):
     DEFAULTS[f"flops_{_d}"] = Default(
         "FLOP/s", f"achievable {_d} GEMM rate with full waves and large tiles",
         (lambda d: lambda g, bw: g.peak_flops(d) * (0.8 if d == "fp32" else _E["flops"]))(_d),
