@@ -23,7 +23,8 @@ from ..vocabulary import resolve_gpu
 from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK
 from .sustained import COMPUTE_RATE_PREFIXES
 
-__all__ = ["CalibrationModel", "Prediction", "PREDICTORS", "predictor", "fallback", "dispatch", "predicted_ops",
+__all__ = ["CalibrationModel", "Prediction", "PREDICTORS", "predictor", "fallback", "dispatch", "handed_kind",
+           "predicted_ops",
            "queued", "farray", "elem_bytes", "soft_max"]
 
 
@@ -46,6 +47,10 @@ class CalibrationModel:
     #: empty means "everything" for a calibrated model
     measured: frozenset = frozenset()
     gpu: Any = None
+    #: kinds of kernel (``"tensor_rate"``: GEMMs; ``"bandwidth"``: memory streams) this model hands to ``datasheet``,
+    #: the GPU's datasheet model, where that prices them better (a transfer's prior says so)
+    handed: frozenset = frozenset()
+    datasheet: Any = None
 
     def __post_init__(self) -> None:
         bad = [k for k, v in self.params.items() if not (np.isfinite(v) and v > 0)]
@@ -61,7 +66,7 @@ class CalibrationModel:
 
     def replace(self, **params: float) -> "CalibrationModel":
         return CalibrationModel({**self.params, **params}, self.sm_count, self.calibrated, self.name, self.measured,
-                                self.gpu)
+                                self.gpu, self.handed, self.datasheet)
 
     def sustained(self) -> "CalibrationModel":
         """The model of work that keeps the GPU busy for seconds (a training step): every compute rate
@@ -196,7 +201,22 @@ def dispatch(model: CalibrationModel, op: Any) -> Prediction:
     The predictors register themselves when :mod:`gpumodel.calibration.model` imports them; call
     :func:`gpumodel.calibration.model.predict`, which guarantees that, rather than this.
     """
+    if model.handed and model.datasheet is not None and handed_kind(op) in model.handed:
+        model = model.datasheet
     return PREDICTORS.get(op.name, _FALLBACK)(model, op)
+
+
+def handed_kind(op: Any) -> str | None:
+    """The kind of kernel an op is for :attr:`CalibrationModel.handed`: ``"tensor_rate"`` (a GEMM), ``"bandwidth"``
+    (a memory stream: every other op but attention) or None (attention).
+
+    >>> import gpumodel as gm
+    >>> handed_kind(gm.ops.matmul(8, 8, 8)), handed_kind(gm.ops.softmax(8, 8)), handed_kind(gm.ops.attention(1, 1, 8, 8))
+    ('tensor_rate', 'bandwidth', None)
+    """
+    if op.name in ("matmul", "bmm"):
+        return "tensor_rate"
+    return None if op.name == "attention" else "bandwidth"
 
 
 def predicted_ops() -> list[str]:
