@@ -70,6 +70,10 @@ class GPUPrior(BaseModel):
     datasheet: tuple[str, ...] = ()
     datasheet_source: str = ""
     datasheet_error: float | None = Field(default=None, ge=0)
+    #: compute-bound kernels' slowdown under seconds of back-to-back work, measured on this GPU
+    #: (:func:`gpumodel.calibration.sustained.sustained_slowdown`); replaces the reference's in the transfer
+    sustained_slowdown: float | None = Field(default=None, ge=1.0, le=2.0)
+    sustained_source: str = ""
 
 
 #: parameter kinds a prior may hand back to the datasheet's default efficiencies (``datasheet:``)
