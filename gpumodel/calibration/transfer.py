@@ -408,10 +408,9 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
                            "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
     sm = target.sm_count if target.name != ref.name else cal.sm_count
     own = pt.gpus.get(target.name)
-    if own is not None and own.sustained_slowdown is not None and "sustained_slowdown" in params:
-        params["sustained_slowdown"] = own.sustained_slowdown   # measured on the target itself
-        table["sustained_slowdown"] = {**table["sustained_slowdown"], "kind": "measured",
-                                       "value": own.sustained_slowdown}
+    if own is not None and own.sustained_slowdown is not None and "sustained_slowdown" in params:  # the target's own
+        params["sustained_slowdown"] = own.sustained_slowdown
+        table["sustained_slowdown"].update(kind="measured", value=own.sustained_slowdown)
     # kinds of kernel the prior hands back: priced by the datasheet model, where the published figures say it does better
     sheet = (CalibrationModel(defaults, target.sm_count, calibrated=False, name=f"{target.name} datasheet", gpu=target)
              if own_datasheet else None)
