@@ -1,34 +1,18 @@
-"""Training memory: what ``torch.cuda.max_memory_allocated`` reports over a Hugging Face training step.
+"""Training memory per GPU: what one step of a training engine holds at its peak.
 
-:func:`training_memory` evaluates the memory held at each moment of a step where the peak can
-occur and returns the largest, with a breakdown of what is held then:
+:func:`training_memory` evaluates the bytes held at each moment of a step where the peak can occur
+(the end of the forward with the loss, the start of the backward, a layer's backward, the end of the
+backward, the optimizer step) and returns the largest, with a breakdown of what is held then. What is
+held depends on the training engine (``framework``):
 
-``forward_loss``
-    weights, optimizer states, saved activations, autocast's bf16 weight copies, and the loss:
-    the logits in the model dtype, their fp32 upcast (Hugging Face's ``ForCausalLMLoss`` calls
-    ``logits.float()``) and ``log_softmax``'s fp32 output; under amp with ``use_cache`` also the
-    fp32 KV cache the forward builds.
-``backward_start``
-    everything saved, plus the gradient of the ``log_softmax`` output and of its input, both fp32
-    ``tokens x vocab`` (``nll_loss`` and ``log_softmax`` backward).
-``layer_backward``
-    the backward of the last layer: everything saved except the loss buffers, the LM head's
-    gradients, the hidden-state gradients and the layer's largest backward temporary (with
-    math/eager attention two ``S x S`` buffers per head, plus the math kernel's boolean mask); with
-    checkpointing, one layer's recomputed activations and weight copies on top of the checkpoints.
-``backward_end``
-    the backward of the first layer: all gradients exist, one layer's activations remain.
-``optimizer_step``
-    weights, gradients, optimizer states and the step's temporaries (foreach Adam/AdamW allocate
-    one parameter-sized ``sqrt(v)`` buffer).
+* ``"hf"`` (the default): a Hugging Face causal LM in eager PyTorch, counted op by op from what
+  autograd saves and measured on GPUs (:mod:`gpumodel.core.hf_memory`, ``tests/data/memory``);
+  distributed degrees divide it per GPU.
+* ``"megatron"``, ``"fsdp"``, ``"deepspeed"``: the tensors Megatron-Core, PyTorch FSDP (and DDP) and
+  DeepSpeed ZeRO keep (:mod:`gpumodel.core.framework_memory`); modelled, not measured.
 
-Distributed options divide per GPU: ZeRO-1 shards optimizer states over ``dp``, ZeRO-2 also
-gradients, ZeRO-3 (FSDP full shard) also weights, plus two gathered layers; tensor parallelism
-(``tp``) divides layer and embedding weights, attention/MLP activations and logits; sequence
-parallelism divides the rest of the activations by ``tp``; pipeline parallelism (``pp``) keeps
-``ceil(L / pp)`` layers per stage, and the first stage holds ``min(pp, micro-batches)`` micro-batches
-of activations (1F1B). The distributed terms follow Rajbhandari et al. (2020) and Korthikanti et al.
-(2022); they are not measured here.
+The parts every model shares (the result record, runtime constants, optimizer states, the parameters a
+GPU holds under tensor, expert and pipeline parallelism) are in :mod:`gpumodel.core.memory_parts`.
 
 References
 ----------
@@ -38,118 +22,26 @@ V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer M
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any
 
 import numpy as np
 
-from ..base.reprs import ResultRecord, breakdown_html
 from ..base.errors import ArgumentError
-from ..vocabulary import (Checkpointing, Optimizer, broadcastable, checkpointing_mode, choice, deprecated_alias, flag,
-                         nonnegative_number, positive_int, positive_number, precision as _precision,
-                         resolve_model, within_positions)
-from ..vocabulary.parallel_rules import parallel_degrees
-from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
-                          precision_bytes, resolve_attention)
-from ..records.transformer import PositionType, TransformerConfig
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
+from ..vocabulary import (Checkpointing, Framework, Optimizer, broadcastable, checkpointing_mode, choice,
+                          deprecated_alias, divides, flag, nonnegative_number, positive_int, positive_number,
+                          precision as _precision, resolve_model, within_positions)
+from ..vocabulary.parallel_rules import parallel_degrees
+from .activations import Attention, resolve_attention
+from .framework_memory import deepspeed_static, fsdp_static, megatron_moments
+from .hf_memory import hf_moments
+from .memory_parts import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR, MemoryArgumentError,
+                           TrainingMemory, assemble, optimizer_state_bytes)
 
-__all__ = ["training_memory", "TrainingMemory", "Optimizer", "Checkpointing", "optimizer_state_bytes",
+__all__ = ["training_memory", "TrainingMemory", "Optimizer", "Checkpointing", "Framework", "optimizer_state_bytes",
            "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "RESERVE_FACTOR", "MemoryArgumentError"]
 
-MiB = 2 ** 20
-#: cuBLAS workspace PyTorch allocates through its caching allocator, one per thread that runs matmuls
-#: (the forward's and autograd's): 32 MiB each on compute capability 9.0 (measured: 33,554,432 B).
-CUBLAS_WORKSPACE_BYTES = 2 * 32 * MiB
-#: CUDA context and library handles outside the allocator, measured on an H200 with torch 2.11 / CUDA 13
-#: (``mem_get_info`` used minus ``memory_reserved`` after the first matmul: 718 MB), rounded up.
-CUDA_CONTEXT_BYTES = 768 * MiB
-#: Allocator reserve over the allocated peak (segments, rounding, fragmentation): median of the measured
-#: ``max_memory_reserved / max_memory_allocated`` over the development runs was 1.13.
-RESERVE_FACTOR = 1.10
-
-
-#: Former name of :class:`~gpumodel.base.errors.ArgumentError` for memory arguments (kept for one release).
-MemoryArgumentError = ArgumentError
-
-
-def _matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
-    """(rows, cols, count) of the weight matrices (for Adafactor's factored states)."""
-    h, q, kv, i, L = cfg.hidden_size, cfg.q_dim, cfg.kv_dim, cfg.intermediate_size, cfg.num_layers
-    e = max(cfg.num_experts, 1)
-    n_mlp = 3 if cfg.mlp.value == "gated" else 2
-    attn = [(q + 2 * kv, h, L)] if cfg.fused_qkv else [(q, h, L), (kv, h, 2 * L)]
-    if cfg.fused_gate_up:
-        mlp = [(2 * i, h, L * e), (h, i, L * e)]
-    else:
-        mlp = [(i, h, n_mlp * L * e)]
-    mats = attn + [(h, q, L)] + mlp + [(cfg.vocab_size, h, 1)]
-    if not cfg.tie_word_embeddings:
-        mats.append((cfg.vocab_size, h, 1))
-    if cfg.position == PositionType.LEARNED:
-        mats.append((cfg.max_position_embeddings, h, 1))
-    return mats
-
-
-def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes: float = 4) -> tuple[float, float]:
-    """(state bytes, step temporaries bytes) of an optimizer over all parameters of ``cfg``.
-
-    adam/adamw: two moments; foreach implementation allocates one parameter-sized temporary.
-    sgd: none; sgd_momentum: one buffer. adafactor (no first moment): row and column statistics of
-    each matrix in fp32, full statistics for vectors; per-parameter update temporaries of the largest
-    matrix. adamw_8bit (bitsandbytes): one byte per moment plus a fp32 absmax per 256-element block.
-    """
-    opt = choice(Optimizer, optimizer, "optimizer")
-    n = cfg.num_parameters()
-    if opt in (Optimizer.ADAMW, Optimizer.ADAM):
-        return 2 * n * state_bytes, n * state_bytes
-    if opt == Optimizer.SGD:
-        return 0.0, 0.0
-    if opt == Optimizer.SGD_MOMENTUM:
-        return n * state_bytes, 0.0
-    if opt == Optimizer.ADAMW_8BIT:
-        return 2 * n * (1 + 4 / 256), 0.0
-    mats = _matrix_shapes(cfg)
-    in_mats = sum(r * c * k for r, c, k in mats)
-    factored = sum((r + c) * k for r, c, k in mats)
-    largest = max(r * c for r, c, _ in mats)
-    return 4.0 * (factored + (n - in_mats)), 2 * 4.0 * largest
-
-
-@dataclass(frozen=True)
-class TrainingMemory(ResultRecord):
-    """Memory of one training step on one GPU [bytes]; arrays when inputs were arrays.
-
-    Attributes
-    ----------
-    peak_bytes : comparable to ``torch.cuda.max_memory_allocated`` over a whole step.
-    steady_bytes : held between steps (weights, optimizer states; gradients are set to None).
-    breakdown : component -> bytes held at the moment of the peak.
-    peak_moment : the moment of the peak ("forward_loss", "backward_start", "layer_backward", "backward_end",
-        "optimizer_step").
-    moments : moment -> total bytes at that moment.
-    reserved_bytes : estimate of ``torch.cuda.max_memory_reserved`` (``peak_bytes * reserve_factor``).
-    total_bytes : reserved plus the CUDA context: what a fits-or-not question compares with the card.
-    """
-
-    peak_bytes: float | np.ndarray
-    steady_bytes: float | np.ndarray
-    breakdown: Mapping[str, float | np.ndarray]
-    peak_moment: str | np.ndarray
-    moments: Mapping[str, float | np.ndarray]
-    reserved_bytes: float | np.ndarray
-    total_bytes: float | np.ndarray
-    inputs: Mapping[str, object] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        if np.ndim(self.peak_bytes):
-            return f"TrainingMemory(peak_bytes=array(shape={np.shape(self.peak_bytes)}), ...)"
-        parts = ", ".join(f"{k}={v / 2**30:.2f}" for k, v in self.breakdown.items() if v)
-        return (f"TrainingMemory(peak={self.peak_bytes / 2**30:.2f} GiB at {self.peak_moment}, "
-                f"steady={self.steady_bytes / 2**30:.2f} GiB, total={self.total_bytes / 2**30:.2f} GiB; {parts} GiB)")
-
-    def _repr_html_(self) -> str:
-        return breakdown_html("TrainingMemory", self.peak_bytes, self.peak_moment, self.breakdown)
+_DEGREES = dict(dp=1, tp=1, pp=1, cp=1, ep=1, zero=0, sequence_parallel=False, virtual_stages=1)
 
 
 def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer="adamw", checkpointing=False,
@@ -160,8 +52,11 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     tp: int = 1, pp: int = 1, sequence_parallel: bool = False, zero_stage: int | None = None,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
                     cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
-                    reserve_factor: float | None = None, expandable_segments: bool = False) -> TrainingMemory:
-    """Peak memory of one training step of a Hugging Face causal LM on one GPU.
+                    reserve_factor: float | None = None, expandable_segments: bool = False,
+                    framework: str = "hf", parallelism: Any = None, cp: int = 1, ep: int = 1,
+                    virtual_stages: int = 1, shard_group: int | None = None, first_stage_layers: int | None = None,
+                    last_stage_layers: int | None = None) -> TrainingMemory:
+    """Peak memory of one training step on one GPU of a (possibly parallel) training job.
 
     Parameters
     ----------
@@ -170,37 +65,42 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     batch_size : int or array
         Micro-batch size per GPU [sequences].
     seq_len : int or array
-        Sequence length [tokens].
+        Sequence length [tokens] (the whole sequence; context parallelism splits it over ``cp`` GPUs).
     precision : {"fp32", "amp_bf16", "amp_fp16", "bf16", "fp16"}
         fp32: fp32 everything; amp_*: fp32 weights, grads and states, forward under autocast;
-        bf16/fp16: weights, grads and optimizer states in that dtype (``model.to(dtype)``).
+        bf16/fp16: weights, grads and optimizer states in that dtype (``model.to(dtype)``). Megatron and
+        DeepSpeed keep 16-bit weights and fp32 master weights under any 16-bit mode (see Notes).
     optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
     checkpointing : bool or {"none", "full", "selective"}
-        ``True``/"full": Hugging Face gradient checkpointing of every decoder layer.
-        "selective": recompute only the attention score terms (Korthikanti et al.); the same as "none"
-        with flash/cuDNN/efficient attention, which save no scores.
+        ``True``/"full": every decoder layer recomputed, its input kept. "selective": recompute only the
+        attention score terms (Korthikanti et al.); the same as "none" with flash/cuDNN/efficient
+        attention, which save no scores.
     attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
+        With ``framework="megatron"``, "math" and "eager" mean Megatron-LM's unfused attention (scores kept).
     use_cache : bool
-        Hugging Face builds a KV cache in a training forward unless ``use_cache=False``.
+        Hugging Face builds a KV cache in a training forward unless ``use_cache=False`` (not "megatron").
     keep_outputs : bool
         The loop keeps the model's output object (logits, KV cache) alive through backward and the
         optimizer step (``out = model(...); out.loss.backward()``) instead of taking ``.loss`` only.
     gradient_accumulation_steps : int
-        Micro-batches per optimizer step; from the second on, gradients are held during forward/backward.
+        Micro-batches per optimizer step; from the second on, gradients are held during forward/backward
+        (Megatron's gradient buffer always is). With ``pp``, the micro-batches of the pipeline schedule.
     optimizer_dtype : str, optional
         Optimizer-state dtype of adamw, adam and sgd_momentum (default: the weights' dtype, as ``torch.optim``
-        does); refused for the optimizers whose states it does not set (sgd, adamw_8bit, adafactor).
+        does); refused for the optimizers whose states it does not set (sgd, adamw_8bit, adafactor), and with
+        "megatron" and "deepspeed", whose states are fp32.
     foreach, fused : bool
         ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
         temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
-        large as the largest parameter, the fused kernel (``fused=True``) none.
+        large as the largest parameter, the fused kernel (``fused=True``) none. Megatron and DeepSpeed
+        run fused kernels.
     zero, dp, tp, pp, sequence_parallel
-        Distributed degrees (per-GPU division; see module notes), named as in :class:`gpumodel.Parallelism`:
-        ``zero`` is the ZeRO stage (0-3). Not measured.
+        Distributed degrees, named as in :class:`gpumodel.Parallelism`: ``zero`` is the ZeRO stage (0-3; with
+        "megatron" 1 is the distributed optimizer, 2 and 3 Megatron-FSDP's sharding strategies). Not measured.
     zero_stage : int, optional
         Deprecated name of ``zero``.
     cublas_workspace_bytes, cuda_context_bytes, reserve_factor
-        Runtime terms (module constants give the measured defaults). ``reserve_factor`` [ratio] is what the
+        Runtime terms [B] (module constants give the measured defaults). ``reserve_factor`` [ratio] is what the
         caching allocator reserves over the allocated peak: :data:`RESERVE_FACTOR` by default, 1 with
         ``expandable_segments``.
     expandable_segments : bool
@@ -209,10 +109,55 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         more (``reserve_factor`` 1): on 38 H100 runs near the card's capacity it failed exactly where the
         allocated peak plus the CUDA context exceeded the memory the card reports
         (``bench/edge_accuracy.py``).
+    framework : {"hf", "megatron", "fsdp", "deepspeed"}
+        The training engine, as :func:`gpumodel.training_step_time` takes it; what each holds is in Notes.
+    parallelism : Parallelism, optional
+        A layout (``gm.Parallelism``) giving ``dp, tp, pp, cp, ep, zero, sequence_parallel`` and
+        ``virtual_stages`` at once; refused together with any of those arguments.
+    cp : int or array
+        Context-parallel degree: the sequence split over ``cp`` GPUs; ZeRO and the distributed optimizer
+        shard over ``dp * cp`` ranks.
+    ep : int or array
+        Expert-parallel degree: each GPU holds ``num_experts / ep`` routed experts of every MoE layer (their
+        weights, gradients and optimizer states; the states shard over ``dp * cp / ep`` ranks); it must
+        divide the experts and ``dp * cp``.
+    virtual_stages : int or array
+        Model chunks per pipeline stage of Megatron's interleaved 1F1B schedule (memory of "megatron" only).
+    first_stage_layers, last_stage_layers : int, optional
+        Decoder layers of the first and last pipeline stage (Megatron-Core's ``--decoder-first-pipeline-num-layers``
+        and ``--decoder-last-pipeline-num-layers``), as :func:`gpumodel.training_step_time` takes them; default
+        ``ceil(L / pp)`` on every stage (the memory of "megatron" only; the others count that on every stage).
+    shard_group : int, optional
+        FSDP's sharding group [GPUs] ("fsdp", ``zero`` 2 or 3): ``dp * cp`` (the default) or, for HSDP, the
+        ranks that shard one replica (a divisor of ``dp * cp``).
 
     Returns
     -------
     TrainingMemory
+        ``peak_bytes``, the ``breakdown`` at the peak, ``peak_moment`` (and ``peak_stage`` with "megatron"),
+        ``total_bytes`` to compare with the card.
+
+    Notes
+    -----
+    Per GPU, with ``n`` its parameters and Adam (bytes per parameter; ``D = dp cp``):
+
+    ======================  ==========================  =================================================
+    framework               weights + grads + states    activations, loss, buffers
+    ======================  ==========================  =================================================
+    "hf", amp               4 + 4 + 8 (+ foreach 4)     autograd's saved tensors of the Hugging Face model
+                                                        under autocast, fp32 logits and their copies
+    "megatron", bf16        2 + 4 + 12/D (zero=1)       Korthikanti et al.'s per-layer terms with the
+                                                        model's widths, 1F1B in-flight micro-batches,
+                                                        16-bit fused vocabulary-parallel cross-entropy
+    "fsdp", zero 3, amp     16/D + two gathered layers  the model's 16-bit forward; root module gathered
+    "deepspeed", zero z     2 + 2 + 12 split by stage   the model's 16-bit forward; reduce/all-gather
+                                                        buckets of 5e8 elements
+    ======================  ==========================  =================================================
+
+    What each engine counts, with references: :mod:`gpumodel.core.hf_memory` ("hf") and
+    :mod:`gpumodel.core.framework_memory` (the others). Routed experts divide by ``ep`` in every
+    engine; their activations follow the routing (``experts_per_token`` copies of each token,
+    ``moe_intermediate_size`` wide), balanced over the experts.
 
     Examples
     --------
@@ -220,25 +165,40 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     >>> m = gm.training_memory("llama-3.2-1b", batch_size=4, seq_len=1024, precision="amp_bf16")
     >>> m.peak_moment, round(m.peak_bytes / 2**30, 1)
     ('backward_start', 30.0)
+    >>> par = gm.Parallelism(dp=8, tp=8, pp=2, zero=1, sequence_parallel=True)
+    >>> for fw in ("megatron", "hf"):
+    ...     m = gm.training_memory("llama-3-70b", 1, 4096, gradient_accumulation_steps=16, parallelism=par,
+    ...                            framework=fw)
+    ...     print(fw, m.peak_moment, m.peak_stage, round(m.total_bytes / 2**30, 1))
+    megatron layer_backward first 46.4
+    hf forward_loss None 73.0
     """
     cfg = resolve_model(model)
+    fw = choice(Framework, framework, "framework")
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     attn = choice(Attention, attention, "attention")
     ckpt = checkpointing_mode(checkpointing)
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
-    gradient_accumulation_steps = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
+    m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
     use_cache, keep_outputs = flag(use_cache, "use_cache"), flag(keep_outputs, "keep_outputs")
     foreach, fused = flag(foreach, "foreach"), flag(fused, "fused")
     if zero_stage is not None:  # the former name: refused together with a ZeRO stage given as zero
         zero = deprecated_alias("zero_stage", "zero", zero_stage, None if np.ndim(zero) == 0 and zero == 0 else zero)
-    dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero)
+    given = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sequence_parallel=sequence_parallel,
+                 virtual_stages=virtual_stages)
+    if parallelism is not None:
+        dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages = _layout(parallelism, given)
+    dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero, cp=cp, ep=ep)
+    cp, ep, v = positive_int(cp, "cp"), positive_int(ep, "ep"), positive_int(virtual_stages, "virtual_stages")
+    divides(ep, dp * cp, "ep", "dp * cp")
+    divides(cp, s, "cp", "seq_len")
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
     if sequence_parallel and np.all(np.asarray(tp) == 1):
         raise ArgumentError("sequence_parallel needs tensor parallelism (tp > 1)")
-    broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=gradient_accumulation_steps, dp=dp, tp=tp, pp=pp,
-                  zero=zero)
+    broadcastable(batch_size=b, seq_len=s, gradient_accumulation_steps=m, dp=dp, tp=tp, pp=pp, zero=zero, cp=cp, ep=ep,
+                  virtual_stages=v)
     expandable_segments = flag(expandable_segments, "expandable_segments")
     if reserve_factor is None:
         reserve_factor = 1.0 if expandable_segments else RESERVE_FACTOR
@@ -247,125 +207,88 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
+    _engine_options(fw, opt, optimizer_dtype, keep_outputs, zero, shard_group)
+    sb = prec.param_bytes if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    within_positions(cfg, s)
+    group = dp * cp
+    runtime = float(cublas_workspace_bytes)
+    inputs = dict(model=cfg.name, framework=fw.value, precision=prec.name, optimizer=opt.value,
+                  checkpointing=ckpt.value, attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
+    finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
 
-    wb, a, r = precision_bytes(prec)
-    sb = wb if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
+    if fw == Framework.MEGATRON:
+        scores = resolve_attention(cfg, prec, attn) in (Attention.MATH, Attention.EAGER)
+        moments, steady = megatron_moments(cfg, b, s, prec, opt, ckpt, scores, micro_batches=m, dp=dp, tp=tp, pp=pp,
+                                           cp=cp, ep=ep, zero=zero, sequence_parallel=sequence_parallel,
+                                           virtual_stages=v, cublas_workspace_bytes=runtime,
+                                           first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+        return assemble(moments, steady, **finish)
+    sharding = fw != Framework.HF and not (fw == Framework.FSDP and np.all(np.asarray(zero) < 2))
+    if sharding and np.any(np.asarray(zero) < 2) and fw == Framework.FSDP:
+        raise ArgumentError("framework='fsdp' takes zero 0 or 1 (DDP) and zero 2 or 3 (FSDP) in separate calls",
+                            argument="zero", value=zero, allowed="one of 0-1 or 2-3 across a sweep")
+    model_prec = _precision({"amp_bf16": "bf16", "amp_fp16": "fp16"}.get(prec.name, prec.name)) if sharding else prec
+    common = dict(use_cache=use_cache, keep_outputs=keep_outputs, micro_batches=m, foreach=foreach, fused=fused, tp=tp,
+                  pp=pp, cp=cp, ep=ep, sequence_parallel=sequence_parallel, cublas_workspace_bytes=runtime)
+    if not sharding:   # Hugging Face's step; "fsdp" below ZeRO-2 is DDP with its gradient buckets
+        moments, steady, params = hf_moments(cfg, b, s, prec, opt, attn, ckpt, state_bytes=sb, zero=zero, dp=dp,
+                                             **common)
+        if fw == Framework.FSDP:
+            buckets = (params[0] + params[1]) * prec.param_bytes
+            for held in moments.values():
+                held["communication_buffers"] = buckets
+            steady = steady + buckets
+        return assemble(moments, steady, **finish)
+    moments, _, params = hf_moments(cfg, b, s, model_prec, opt, attn, ckpt, state_bytes=sb, zero=0, dp=1, **common)
+    if fw == Framework.FSDP:
+        shard = group if shard_group is None else _shard_group(shard_group, group)
+        static, steady = fsdp_static(cfg, prec, opt, params, zero=zero, shard_group=shard, ep=ep, tp=tp,
+                                     micro_batches=m, foreach=foreach, fused=fused,
+                                     state_bytes=None if optimizer_dtype is None else sb)
+    else:
+        static, steady = deepspeed_static(cfg, prec, opt, params, zero=zero, group=group, ep=ep, tp=tp,
+                                          micro_batches=m)
+    for name, held in moments.items():
+        held.pop("optimizer_temporaries", None)
+        held.update(static[name])
+    return assemble(moments, steady + runtime, **finish)
+
+
+def _layout(parallelism: Any, given: dict) -> tuple:
+    """The degrees of a ``gm.Parallelism`` (any object with its fields), refused beside explicit degrees."""
+    names = list(_DEGREES)
+    missing = [k for k in names if not hasattr(parallelism, k)]
+    if missing:
+        raise ArgumentError(f"parallelism must be a gm.Parallelism, got {type(parallelism).__name__}",
+                            argument="parallelism", value=parallelism, allowed="a gm.Parallelism")
+    clash = [k for k in names if not (np.ndim(given[k]) == 0 and given[k] == _DEGREES[k])]
+    if clash:
+        raise ArgumentError(f"give the layout as parallelism or as {', '.join(clash)}, not both",
+                            argument="parallelism", value=parallelism, allowed=f"parallelism alone, or {clash[0]}")
+    return tuple(getattr(parallelism, k) for k in names)
+
+
+def _engine_options(fw: Framework, opt: Optimizer, optimizer_dtype, keep_outputs: bool, zero, shard_group) -> None:
+    """Refuse options the chosen engine does not have."""
     if optimizer_dtype is not None and opt in (Optimizer.SGD, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR):
         kept = {"sgd": "no state", "adamw_8bit": "int8 states", "adafactor": "fp32 factored states"}[opt.value]
         raise ArgumentError(f"optimizer_dtype applies to adamw, adam and sgd_momentum; {opt.value} keeps {kept} "
                             f"(drop optimizer_dtype)")
-    within_positions(cfg, s)
-    T = b * s
-    V, h, L = cfg.vocab_size, cfg.hidden_size, cfg.num_layers
-    layers = np.ceil(L / pp)
-    in_flight = np.where(pp > 1, np.minimum(pp, gradient_accumulation_steps), 1)
-
-    # ---- parameters (per GPU)
-    n_layer = cfg.layer_parameters() * layers / tp
-    if not cfg.is_mla:  # more ranks than key/value heads: each rank holds a whole copy of one (k and v weights)
-        kv_copies = np.maximum(cfg.num_kv_heads / tp, 1) - cfg.num_kv_heads / tp
-        n_layer = n_layer + 2 * (h + cfg.qkv_bias) * cfg.head_dim * kv_copies * layers
-    n_embed = cfg.embedding_parameters() / tp + h * (2 if cfg.norm_bias else 1)
-    n = n_layer + n_embed
-    frac = n / cfg.num_parameters()
-    weights = n * wb / np.where(zero >= 3, dp, 1)
-    grads = n * wb / np.where(zero >= 2, dp, 1)
-    states, temps = optimizer_state_bytes(cfg, opt, sb)
-    states, temps = states * frac, temps * frac
-    if opt in (Optimizer.ADAM, Optimizer.ADAMW) and (fused or not foreach):
-        # fused kernels need no temporary; the for-loop implementation one of the largest parameter
-        temps = 0.0 if fused else max(r_ * c_ for r_, c_, _ in _matrix_shapes(cfg)) / tp * sb
-    states, temps = states / np.where(zero >= 1, dp, 1), temps / np.where(zero >= 1, dp, 1)
-    gathered = np.where((zero >= 3) & (dp > 1), 2 * cfg.layer_parameters() / tp * wb, 0.0)
-    held_grads = np.where(gradient_accumulation_steps > 1, grads, 0.0)
-
-    # ---- activations
-    if ckpt == Checkpointing.FULL:
-        acts = layers * in_flight * checkpoint_bytes(cfg, T, prec, tp, sequence_parallel)
-    else:
-        acts = layers * in_flight * layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-        if ckpt == Checkpointing.SELECTIVE and attn in (Attention.MATH, Attention.EAGER):
-            flash = layer_activation_bytes(cfg, T, s, prec, Attention.FLASH, use_cache, tp, sequence_parallel)
-            acts = layers * in_flight * flash
-    head = head_activation_bytes(cfg, T, s, prec)
-    one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
-    shard = np.where(zero >= 3, dp, 1)  # FSDP casts its own shard (mixed-precision policy)
-    layer_casts = cfg.layer_matmul_parameters() / tp / shard * 2 if prec.is_amp else 0.0
-    head_cast = V * h / tp / shard * 2 if prec.is_amp else 0.0
-    casts_saved = head_cast + (0.0 if ckpt == Checkpointing.FULL else layers * layer_casts)
-    casts_forward = head_cast + layers * layer_casts
-    logit_bytes = T * V / tp
-    loss_saved = 4 * logit_bytes  # log_softmax output
-    logits_forward = (a * logit_bytes) + (4 * logit_bytes if a != 4 else 0) + loss_saved
-    # under amp, RoPE makes k fp32 and the cache (created with k's dtype) promotes v to fp32 too; the cache
-    # lives until the output object is dropped. Without RoPE (gpt2) its bf16 copies are the saved k, v.
-    fp32_cache = prec.is_amp and use_cache and ckpt != Checkpointing.FULL and cfg.position == PositionType.ROPE
-    kv_transient = layers * T * 8 * cfg.kv_dim / tp if fp32_cache else 0.0
-    held_out = (a * logit_bytes + kv_transient) if keep_outputs else 0.0
-    runtime = float(cublas_workspace_bytes)
-    base = weights + states + gathered + runtime
-
-    z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, zero, gradient_accumulation_steps))))
-    T = T + z
-    moments: dict[str, dict] = {
-        "forward_loss": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
-                             autocast_weight_copies=casts_forward, logits_and_loss=logits_forward,
-                             kv_cache=kv_transient, gathered_weights=gathered, cublas_workspace=runtime),
-        "backward_start": dict(weights=weights, optimizer_states=states, gradients=held_grads, activations=acts + head,
-                               autocast_weight_copies=casts_saved, logits_and_loss=loss_saved + 8 * logit_bytes,
-                               gathered_weights=gathered, cublas_workspace=runtime),
-        "optimizer_step": dict(weights=weights, optimizer_states=states, gradients=grads,
-                               optimizer_temporaries=temps, gathered_weights=gathered, cublas_workspace=runtime),
-    }
-    # backward of one layer: gradients of the hidden states in and out, plus the largest transient
-    # (math/eager attention: gradients of the probabilities and of the scores, S x S per head)
-    attn_kernel = resolve_attention(cfg, prec, attn)
-    nh, s_bytes = cfg.num_heads / tp, (4 if (prec.is_amp or a == 4 or cfg.position == PositionType.ROPE) else a)
-    if attn_kernel == Attention.MATH:  # _safe_softmax also builds a bool "row fully masked" map
-        transient = (2 * s_bytes + 1) * nh * s * T
-    elif attn_kernel == Attention.EAGER:
-        transient = 2 * s_bytes * nh * s * T
-    else:
-        transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
-    transient = np.maximum(transient, 2 * a * cfg.intermediate_size / tp * T) + 2 * r * h * T
-    head_grads = (V * h / tp + h) * wb
-    moments["layer_backward"] = dict(
-        weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
-        activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0),
-        autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.FULL else 0.0),
-        backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
-    # backward of the first layer, the last to go: all other gradients exist, one layer's activations
-    # (recomputed from its checkpoint when checkpointing) and its weight copies remain
-    moments["backward_end"] = dict(
-        weights=weights, optimizer_states=states, gradients=grads, activations=head + one_layer,
-        autocast_weight_copies=head_cast + layer_casts, backward_temporaries=transient,
-        gathered_weights=gathered, cublas_workspace=runtime)
-    if keep_outputs:
-        for key in ("backward_start", "layer_backward", "backward_end", "optimizer_step"):
-            moments[key]["model_outputs"] = held_out
-    names = list(moments)
-    totals = np.stack([np.broadcast_to(sum(np.asarray(v, float) for v in m.values()) + z, np.shape(T))
-                       for m in moments.values()])
-    idx = np.argmax(totals, axis=0)
-    peak = np.max(totals, axis=0)
-    components = sorted({c for m in moments.values() for c in m}, key=_ORDER.index)
-    breakdown = {c: np.choose(idx, [np.broadcast_to(np.asarray(moments[k].get(c, 0.0), float) + z, np.shape(T))
-                                    for k in names]) for c in components}
-    steady = base + z
-    scalar = np.ndim(T) == 0
-    out = lambda x: float(x) if scalar else x  # noqa: E731
-    reserved = peak * reserve_factor
-    return TrainingMemory(
-        peak_bytes=out(peak), steady_bytes=out(steady), breakdown={k: out(v) for k, v in breakdown.items()},
-        peak_moment=names[int(idx)] if scalar else np.asarray(names)[idx],
-        moments={k: out(t) for k, t in zip(names, totals)}, reserved_bytes=out(reserved),
-        total_bytes=out(reserved + cuda_context_bytes),
-        inputs=dict(model=cfg.name, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
-                    attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp))
+    if optimizer_dtype is not None and fw in (Framework.MEGATRON, Framework.DEEPSPEED):
+        raise ArgumentError(f"framework={fw.value!r} keeps fp32 optimizer states; drop optimizer_dtype",
+                            argument="optimizer_dtype", value=optimizer_dtype, allowed="None")
+    if fw == Framework.MEGATRON and keep_outputs:
+        raise ArgumentError("keep_outputs is a Hugging Face loop's option; framework='megatron' returns the loss",
+                            argument="keep_outputs", value=True, allowed="False with framework='megatron'")
+    if shard_group is not None and (fw != Framework.FSDP or np.any(np.asarray(zero) < 2)):
+        raise ArgumentError("shard_group is FSDP's (HSDP's) sharding group: framework='fsdp' with zero 2 or 3",
+                            argument="shard_group", value=shard_group, allowed="None")
 
 
-_ORDER = ["weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
-          "autocast_weight_copies", "kv_cache", "logits_and_loss", "model_outputs", "backward_temporaries", "cublas_workspace"]
+def _shard_group(shard_group: Any, group: Any) -> Any:
+    shard = positive_int(shard_group, "shard_group")
+    divides(shard, group, "shard_group", "dp * cp")
+    return shard
 
 
 def _dtype_bytes(name: str, arg: str = "optimizer_dtype") -> float:

@@ -244,6 +244,10 @@ class TransformerConfig(Record):
             mlp = self._mlp_parameters(self.intermediate_size)
         return (2 + self.extra_norms) * norm + self.attention_parameters() + mlp
 
+    def expert_parameters(self) -> int:
+        """Parameters of the routed experts of one mixture-of-experts layer (0 for a dense model)."""
+        return self.num_experts * self._mlp_parameters(self.expert_size) if self.is_moe else 0
+
     def layer_matmul_parameters(self) -> int:
         """Weights of one layer that go through matmuls (cast by autocast), without biases and norms."""
         h, q, kv = self.hidden_size, self.q_dim, self.kv_dim

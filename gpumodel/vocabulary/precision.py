@@ -24,7 +24,7 @@ from ..records.dtypes import DType, UnknownDTypeError, dtype as _dtype
 from ..records.gpu import UnsupportedDTypeError
 
 __all__ = ["Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
-           "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "checkpointing_mode"]
+           "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "checkpointing_mode"]
 
 
 # ---------------------------------------------------------------------------------------------- precisions
@@ -230,6 +230,17 @@ class Checkpointing(StrEnum):
     FULL = "full"
     SELECTIVE = "selective"
     none, full, selective = NONE, FULL, SELECTIVE
+
+
+class Framework(StrEnum):
+    """Training engines: ``hf`` (eager PyTorch / Hugging Face), ``megatron`` (Megatron-Core with Transformer Engine),
+    ``fsdp`` (PyTorch FSDP1/FSDP2, DDP without sharding) and ``deepspeed`` (DeepSpeed ZeRO). The engine decides how
+    kernels are fused, how communication overlaps, and what each GPU holds in memory."""
+
+    HF = "hf"
+    MEGATRON = "megatron"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
 
 
 class ExpertsImplementation(StrEnum):

@@ -1,0 +1,295 @@
+"""Training memory per GPU the way Megatron-Core, PyTorch FSDP and DeepSpeed hold a step.
+
+Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel.core.hf_memory`):
+
+``megatron`` (Megatron-Core with Transformer Engine)
+    Parameters in the 16-bit compute dtype, gradients in the data-parallel buffer (``main_grad``: fp32 with
+    ``--bf16``, 16-bit with ``--fp16``), fp32 master weights and the optimizer's moments; the distributed
+    optimizer (``zero=1``) shards master weights and moments over the ``dp * cp`` data-parallel ranks (the
+    routed experts' over their ``dp * cp / ep`` expert-data-parallel ranks), so Adam costs
+    ``2 + 4 + 12 / (dp cp)`` bytes per parameter with ``--bf16`` (``2 + 4 + 12`` without it: ``zero=0``).
+    ``zero`` 2 and 3 are Megatron-FSDP's ``optim_grads`` and ``optim_grads_params`` sharding strategies
+    (``--use-megatron-fsdp``): the gradients, then the weights too, shard over the same ranks, with one layer's
+    gradients unsharded before their reduce-scatter and, at 3, two layers' weights gathered.
+    Activations by the structure of Korthikanti et al. (2022), Table 2, generalised to the model's widths:
+    per layer and token, the two norm inputs and the two projection inputs (16-bit), the dropout masks
+    (1 byte, where the model has dropout), query, key, value and the attention output, the attention
+    kernel's fp32 log-sum-exp, the MLP's activation input and output (with unfused attention, the
+    ``S x S`` softmax output and its dropout: the ``5 a s / h`` term); tensor parallelism divides the
+    attention and MLP parts, sequence parallelism the rest; selective recomputation drops the scores,
+    full recomputation keeps each layer's input alone. A mixture-of-experts layer keeps, per token and
+    routed copy, its permuted input, the expert's activations and its output (for the routing weights),
+    plus the router's fp32 scores and the shared expert; the all-to-all's send and receive buffers are
+    transient. The loss is Megatron's vocabulary-parallel fused cross-entropy: 16-bit logits over
+    ``V / tp`` and their gradient, no fp32 copies. Pipeline stages follow the 1F1B schedule: stage ``i``
+    holds ``min(pp - i, m)`` micro-batches of activations; the interleaved schedule with ``v`` chunks
+    ``min(v pp + pp - 1 - 2 i, m v)`` chunk-micro-batches, all ``m v`` when ``m = pp`` (Narayanan et al. 2021;
+    Megatron-Core's ``get_pp_rank_microbatches``; on the first stage the factor ``1 + (pp - 1) / (pp v)`` of
+    Korthikanti et al.). The first stage holds the embedding, the last
+    the LM head and the loss; each stage holds ``ceil(L / pp)`` layers unless the first and last stages
+    are given fewer (:func:`~gpumodel.core.memory_parts.stage_layers`). Each of the first, a middle and the last stage
+    is evaluated; the peak is the largest. Fused Adam: no optimizer temporaries.
+``fsdp`` (PyTorch FSDP1 and FSDP2)
+    ``zero`` 3: full shard (``FULL_SHARD``; FSDP2 ``reshard_after_forward=True``), 2: ``SHARD_GRAD_OP``
+    (``reshard_after_forward=False``: a stage's parameters stay unsharded from its forward to its
+    backward), both over ``shard_group`` ranks (``dp * cp`` unless HSDP shards within a smaller group and
+    replicates across groups). With an amp precision the mixed-precision policy keeps fp32 sharded
+    parameters, gradients and Adam moments (16 bytes per parameter over the group) and gathers 16-bit
+    layers: the layer running and the one prefetched (two, forward and backward), plus in the backward
+    the layer's unsharded gradient and the reduce-scatter's fp32 input; the root module (embedding,
+    head) stays gathered through forward and backward. Activations are those of the model's own
+    (Hugging Face) forward in the 16-bit dtype. ``zero`` 0 and 1: DDP (with ``ZeroRedundancyOptimizer``
+    sharding the optimizer states at 1) running the eager model under autocast, plus DDP's gradient
+    buckets, a second copy of the gradients (``gradient_as_bucket_view=False``, the default).
+``deepspeed`` (DeepSpeed ZeRO 0-3 over ``dp * cp``)
+    16-bit parameters and gradients, fp32 master weights and moments (``2 + 2 + 12`` bytes per
+    parameter, sharded by stage as Rajbhandari et al. 2020, Figure 1), the fp32 gradient partition the
+    optimizer step converts, and the buffers of DeepSpeed's configuration defaults (``DeepSpeedZeroConfig``):
+    ``reduce_bucket_size`` and ``allgather_bucket_size`` 5e8 elements (``allreduce_bucket_size`` 5e8
+    without ZeRO), doubled by ``overlap_comm`` (on by default at stage 3); at stage 3 the layer running
+    plus ``stage3_prefetch_bucket_size`` (5e7 elements) prefetched. Activations as for ``fsdp``: the
+    model's forward in 16 bits (``"bf16": {"enabled": true}`` casts the model).
+
+References
+----------
+V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023 (arXiv 2022).
+D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020.
+Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (``6 + 12 / dp`` bytes per parameter with the
+distributed optimizer); DeepSpeed ``deepspeed/runtime/zero/config.py`` (bucket defaults); PyTorch FSDP2
+``fully_shard`` and ``MixedPrecisionPolicy``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..records.transformer import MLPType, TransformerConfig
+from ..vocabulary import Checkpointing, Precision
+from .memory_parts import optimizer_state_bytes, stage_layers, stage_parameters
+
+__all__ = ["megatron_layer_bytes", "megatron_moments", "fsdp_static", "deepspeed_static",
+           "DEEPSPEED_REDUCE_BUCKET", "DEEPSPEED_ALLGATHER_BUCKET", "DEEPSPEED_PREFETCH_BUCKET"]
+
+#: DeepSpeed's ``reduce_bucket_size`` (and ``allreduce_bucket_size``) default [elements].
+DEEPSPEED_REDUCE_BUCKET = 5e8
+#: DeepSpeed's ``allgather_bucket_size`` default [elements].
+DEEPSPEED_ALLGATHER_BUCKET = 5e8
+#: DeepSpeed's ``stage3_prefetch_bucket_size`` default [elements].
+DEEPSPEED_PREFETCH_BUCKET = 5e7
+
+
+def megatron_layer_bytes(cfg: TransformerConfig, tokens, seq_len, compute_bytes: int = 2, *, tp=1,
+                         sequence_parallel=False, moe: bool | None = None, scores: bool = False,
+                         checkpointing: Checkpointing = Checkpointing.NONE):
+    """Bytes one decoder layer keeps for its backward in Megatron-Core, per GPU [B].
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+    tokens : int or array
+        Tokens of the micro-batch on this GPU, ``b s / cp``.
+    seq_len : int or array
+        Keys each query attends to [tokens] (the ``S x S`` terms of unfused attention).
+    compute_bytes : int
+        Bytes of an activation element [B] (2 for bf16/fp16).
+    tp : int or array
+        Tensor-parallel degree: divides attention and MLP activations.
+    sequence_parallel : bool or array
+        Norms, dropout masks and projection inputs divided by ``tp`` as well.
+    moe : bool, optional
+        A mixture-of-experts layer (default: the model's kind) or a dense one.
+    scores : bool
+        Unfused attention: the softmax output (and its dropout) are kept, ``S x S`` per head.
+    checkpointing : Checkpointing
+        "selective" drops the scores, "full" keeps the layer's input alone.
+
+    Returns
+    -------
+    ndarray
+        Bytes [B].
+
+    Notes
+    -----
+    For GPT (LayerNorm, 4h GeLU MLP, dropout, unfused attention) without parallelism it is Korthikanti
+    et al.'s ``s b h (34 + 5 a s / h)`` (b = 1):
+
+    >>> import gpumodel as gm
+    >>> gpt = gm.TransformerConfig(hidden_size=6144, num_layers=48, num_heads=64, intermediate_size=24576,
+    ...                            vocab_size=51200, family="gpt2", mlp="plain", activation="gelu", norm="layernorm",
+    ...                            position="learned", attn_dropout=0.1, resid_dropout=0.1)
+    >>> s, h, a = 2048, 6144, 64
+    >>> float(megatron_layer_bytes(gpt, s, s, scores=True)) == s * h * 34 + 5 * a * s * s
+    True
+    """
+    c, h = compute_bytes, cfg.hidden_size
+    tp = np.asarray(tp)
+    sp = np.where(np.asarray(sequence_parallel, bool), tp, 1)
+    tokens = np.asarray(tokens, float)
+    moe = cfg.is_moe if moe is None else moe
+    if checkpointing == Checkpointing.FULL:
+        return tokens * c * h / sp
+    drop = 2 * h if cfg.resid_dropout > 0 else 0
+    replicated = 2 * c * h + 2 * c * h + drop       # norm inputs; QKV and fc1 inputs (the norms' outputs)
+    heads = cfg.num_heads / tp
+    if cfg.is_mla:
+        v = cfg.v_head_dim or cfg.head_dim
+        attn = c * heads * (2 * cfg.head_dim + 2 * v)    # q, k (nope + rope), v, output
+        replicated += c * (2 * cfg.q_lora_rank + 2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+    else:
+        kv = np.maximum(cfg.num_kv_heads / tp, 1) * cfg.head_dim
+        attn = c * (2 * cfg.q_dim / tp + 2 * kv)           # q, k, v, output (the projection's input)
+    attn = attn + np.where(scores, 0.0, 4 * heads)       # the flash kernel's fp32 log-sum-exp
+    if scores and checkpointing != Checkpointing.SELECTIVE:
+        dropout = (1 + c) if cfg.attn_dropout > 0 else 0
+        attn = attn + heads * np.asarray(seq_len, float) * (c + dropout)
+    gated = cfg.mlp == MLPType.GATED
+    act = 3 * c if gated else 2 * c                      # activation input (gate and up) and output
+    if moe:
+        k, e = cfg.experts_per_token, cfg.num_experts
+        replicated += 9 * e + k * (2 * c * h + 4)         # fp32 logits, probabilities, routing map; routed copies
+        mlp = (k * act * cfg.expert_size + act * cfg.shared_expert_intermediate_size) / tp
+    else:
+        mlp = act * cfg.intermediate_size / tp
+    return tokens * (replicated / sp + attn + mlp)
+
+
+def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
+    """Largest backward temporary of one layer: hidden-state gradients, the widest input gradient, the input
+    all-gathered again under sequence parallelism, a mixture of experts' all-to-all buffers [B]."""
+    h = cfg.hidden_size
+    width = cfg.expert_size * cfg.experts_per_token if moe else cfg.intermediate_size
+    wide = np.maximum((2 if cfg.mlp == MLPType.GATED else 1) * width, cfg.q_dim + 2 * cfg.kv_dim) * c / tp
+    regather = np.where(sp > 1, c * h, 0.0)
+    routed = 2 * cfg.experts_per_token * c * h / sp if moe else 0.0
+    return tokens * (2 * c * h / sp + wide + regather + routed)
+
+
+def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, ckpt: Checkpointing, scores: bool, *,
+                     micro_batches, dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages,
+                     cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None):
+    """``(moments, steady)`` of a Megatron-Core step: moment@stage -> component -> bytes, for the first, a middle
+    and the last pipeline stage (see the module notes)."""
+    c = prec.compute_bytes
+    h, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
+    wb = 2 if c == 2 else 4
+    gb = 4 if (c == 4 or prec.compute_dtype.value == "bf16") else 2
+    master = 4 if wb == 2 else 0
+    states_total, _ = optimizer_state_bytes(cfg, optimizer, 4)
+    per_param = states_total / cfg.num_parameters() + master
+    group = np.where(zero >= 1, dp * cp, 1)
+    group_e = np.maximum(group / ep, 1)
+    sp = np.where(np.asarray(sequence_parallel, bool), tp, 1)
+    T = b * s / cp
+    m, v = np.asarray(micro_batches), np.asarray(virtual_stages)
+    dense_total = min(cfg.first_dense_layers, L) if cfg.is_moe else L
+    first, middle, last = stage_layers(L, pp, first_stage_layers, last_stage_layers)
+    runtime = float(cublas_workspace_bytes)
+    z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, cp, ep, zero, m, v, sp))))
+    moments, steady = {}, []
+    one_dense = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=False,
+                                     scores=scores)
+    one_moe = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=True, scores=scores)
+    kept = dict(tp=tp, sequence_parallel=sequence_parallel, scores=scores, checkpointing=ckpt)
+    kept_dense = megatron_layer_bytes(cfg, T, s, c, moe=False, **kept)
+    kept_moe = megatron_layer_bytes(cfg, T, s, c, moe=cfg.is_moe, **kept)
+    # Megatron-FSDP (zero 2, 3): one layer's gradients unsharded before their reduce-scatter; at 3 also two
+    # layers' weights gathered (the one running and the one prefetched)
+    one = [sum(stage_parameters(cfg, 1, tp, ep, embedding=False, head=False, dense_layers=d)) for d in (0, 1)]
+    layer_params = np.maximum(*one)
+    unsharded_grads = np.where(zero >= 2, gb * layer_params, 0.0)
+    gathered = np.where(zero >= 3, 2 * wb * layer_params, 0.0)
+    for name, i, layers, start in (("first", 0, first, 0), ("middle", np.minimum(1, pp - 1), middle,
+                                                            np.where(pp > 1, first, 0)), ("last", pp - 1, last, L - last)):
+        dense = np.clip(dense_total - start, 0, layers) if cfg.is_moe else layers
+        embedding, head = i == 0, i == pp - 1
+        shared, experts = stage_parameters(cfg, layers, tp, ep, embedding=embedding, head=head, dense_layers=dense)
+        weights = wb * (shared / np.where(zero >= 3, group, 1) + experts / np.where(zero >= 3, group_e, 1))
+        grads = gb * (shared / np.where(zero >= 2, group, 1) + experts / np.where(zero >= 2, group_e, 1))
+        states = per_param * (shared / group + experts / group_e)
+        temps = np.where(gb == 2, 4.0, 0.0) * (shared / group + experts / group_e)   # fp16 grads cast for the step
+        # in flight [micro-batches]: 1F1B's warm-up plus one; interleaved, its chunks' (all when m = pp)
+        warmup = np.where(m == pp, m * v, np.minimum(v * pp + pp - 1 - 2 * i, m * v))
+        chunks = np.where(v > 1, warmup / v, np.minimum(pp - i, m))
+        acts = chunks * (dense * kept_dense + (layers - dense) * kept_moe)
+        acts = acts + np.where(embedding, chunks * T * (8 + (h / sp if cfg.embd_dropout > 0 else 0)), 0.0)
+        # the last stage: final norm and head inputs, labels and loss; the logits of the micro-batches whose
+        # backward waits (none in 1F1B, which runs each one's backward right after its forward)
+        waiting = np.where((v > 1) & (m == pp), m - 1, 0)
+        acts = acts + np.where(head, T * (2 * c * h / sp + 12) + waiting * T * V / tp * c, 0.0)
+        recompute = np.where(ckpt == Checkpointing.FULL, np.where(layers > dense, one_moe, one_dense), 0.0)
+        transient = np.maximum(_layer_transient(cfg, T, c, tp, sp, False),
+                               _layer_transient(cfg, T, c, tp, sp, cfg.is_moe) * (layers > dense))
+        static = dict(weights=weights, gradients=grads, optimizer_states=states, gathered_weights=gathered,
+                      cublas_workspace=runtime)
+        moments[f"layer_backward@{name}"] = dict(static, activations=acts + recompute + z,
+                                                 backward_temporaries=transient + unsharded_grads)
+        logits = T * V / tp * c
+        moments[f"forward_loss@{name}"] = dict(static, activations=acts + z,
+                                               logits_and_loss=np.where(head, logits + 8 * T, 0.0))
+        moments[f"backward_start@{name}"] = dict(static, activations=acts + z,
+                                                 logits_and_loss=np.where(head, 2 * logits, 0.0))
+        moments[f"optimizer_step@{name}"] = dict(static, gathered_weights=0.0, optimizer_temporaries=temps + z)
+        steady.append(weights + grads + states + runtime + z)
+    return moments, np.max(np.stack(steady), axis=0)
+
+
+def fsdp_static(cfg: TransformerConfig, prec: Precision, optimizer, params, *, zero, shard_group, ep, tp,
+                micro_batches, foreach: bool, fused: bool, state_bytes: float | None = None) -> tuple[dict, object]:
+    """What FSDP (``zero`` 2 or 3) holds besides the activations, per moment: ``({moment: {component: bytes}},
+    steady)``. ``params``: the rank's ``(shared, experts, layer)`` parameters after tensor and expert
+    parallelism (:func:`gpumodel.core.hf_memory.hf_moments`); ``state_bytes``: the optimizer states' element size
+    (default: the sharded parameters'); see the module notes."""
+    shared, experts, layer = params
+    c, pb = prec.compute_bytes, prec.param_bytes
+    reduce_bytes = 4 if prec.is_amp else c
+    part = shared / shard_group + experts / np.maximum(shard_group / ep, 1)
+    weights = grads = part * pb
+    total, temps = optimizer_state_bytes(cfg, optimizer, pb if state_bytes is None else state_bytes)
+    states = total / cfg.num_parameters() * part
+    temps = 0.0 if (fused or not foreach) else temps / cfg.num_parameters() * part
+    root = cfg.embedding_parameters() / tp * c
+    forward = np.where(zero >= 3, 2 * layer * c, (shared + experts) * c) + root
+    backward = forward + layer * (c + reduce_bytes)       # the layer's unsharded gradient, the reduce-scatter input
+    end = 2 * layer * c + root + layer * (c + reduce_bytes)
+    held = np.where(np.asarray(micro_batches) > 1, grads, 0.0)
+    base = dict(weights=weights, optimizer_states=states, autocast_weight_copies=0.0)
+    out = {"forward_loss": dict(base, gradients=held, gathered_weights=forward),
+           "backward_start": dict(base, gradients=held, gathered_weights=forward),
+           "layer_backward": dict(base, gradients=held, gathered_weights=backward),
+           "backward_end": dict(base, gradients=grads, gathered_weights=end),
+           "optimizer_step": dict(base, gradients=grads, gathered_weights=0.0, optimizer_temporaries=temps)}
+    return out, weights + states
+
+
+def deepspeed_static(cfg: TransformerConfig, prec: Precision, optimizer, params, *, zero, group, ep, tp,
+                     micro_batches) -> tuple[dict, object]:
+    """What DeepSpeed ZeRO holds besides the activations, per moment: ``({moment: {component: bytes}}, steady)``
+    (see the module notes; ``group`` is the ZeRO group, ``dp * cp``)."""
+    shared, experts, layer = params
+    pb = 2 if prec.compute_bytes == 2 else 4
+    group_e = np.maximum(group / ep, 1)
+
+    def part(stage):
+        return shared / np.where(zero >= stage, group, 1) + experts / np.where(zero >= stage, group_e, 1)
+
+    weights, grads = part(3) * pb, part(2) * pb
+    total, _ = optimizer_state_bytes(cfg, optimizer, 4)
+    master = 4 if pb == 2 else 0
+    states = (total / cfg.num_parameters() + master) * part(1)
+    temps = master * part(1)                               # the fp32 gradient partition of the step
+    n = shared + experts
+    reduce = np.minimum(DEEPSPEED_REDUCE_BUCKET, n) * pb * np.where(zero >= 3, 2, 1)   # overlap_comm at stage 3
+    allgather = np.where((zero >= 1) & (zero <= 2), np.minimum(DEEPSPEED_ALLGATHER_BUCKET, n) * pb, 0.0)
+    gathered = np.where(zero >= 3, (layer + np.minimum(DEEPSPEED_PREFETCH_BUCKET, layer)) * pb, 0.0)
+    head = np.where(zero >= 3, cfg.vocab_size * cfg.hidden_size / tp * pb, 0.0)
+    held = np.where(np.asarray(micro_batches) > 1, grads, 0.0)
+    base = dict(weights=weights, optimizer_states=states, autocast_weight_copies=0.0)
+    out = {"forward_loss": dict(base, gradients=held, gathered_weights=gathered + head),
+           "backward_start": dict(base, gradients=held, gathered_weights=gathered + head),
+           "layer_backward": dict(base, gradients=held, gathered_weights=gathered,
+                                  communication_buffers=np.where(zero >= 1, reduce, 0.0)),
+           "backward_end": dict(base, gradients=grads, gathered_weights=gathered, communication_buffers=reduce),
+           "optimizer_step": dict(base, gradients=grads, gathered_weights=0.0, optimizer_temporaries=temps,
+                                  communication_buffers=allgather)}
+    return out, weights + states
