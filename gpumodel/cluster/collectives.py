@@ -24,7 +24,9 @@ reduce-scatter, ``2 \\lceil \\log_2 n \\rceil`` for a tree), per-step latencies 
 link kind and ``B_bus`` the bus bandwidth the link sustains. On a system each call takes the fastest
 of NCCL's three protocols (LL, LL128, Simple: lower latency for less bandwidth, :data:`PROTOCOLS`). On a system the bus bandwidth of a
 group that spans nodes is that of its slowest hop: a ring through ``k`` GPUs of each node can use
-``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``. On NVSwitch systems with NVLink
+``k`` NICs at once, so ``B_bus = min(e_intra B_nvlink, e_net k B_nic)``. An all-to-all has no ring: each rank
+sends the ``(n - k) / n`` of its buffer bound for other nodes through its own NIC and ``(k - 1) / n`` over the
+node's fabric, whichever takes longer. On NVSwitch systems with NVLink
 SHARP (H100 and later) NCCL reduces all-reduces in the switch instead (its NVLS and NVLS_TREE
 algorithms, :mod:`gpumodel.cluster.nvls`), and ``"auto"`` takes them where they are faster.
 
@@ -383,7 +385,12 @@ def system_collective_time(collective: Any, nbytes: Any, system: Any, n: Any, st
                 frac_net = np.where(multi, nodes / np.maximum(nn, 1), 0.0)  # hops of the ring that leave a node
                 steps_net = steps * frac_net
                 steps_intra = steps - steps_net
-            t = base + steps_intra * intra_alpha + steps_net * net_alpha + f * nbytes / bw
+            move = f * nbytes / bw
+            if op == Collective.ALL_TO_ALL:  # no ring: each rank sends (n - k) / n of its buffer off its node
+                off = np.where(multi, (nn - k) / np.maximum(nn, 1) * nbytes / nb, 0.0)
+                on = np.where(k > 1, (k - 1) / np.maximum(nn, 1) * nbytes / ib, 0.0)
+                move = np.maximum(off, on)
+            t = base + steps_intra * intra_alpha + steps_net * net_alpha + move
         best = np.minimum(best, t)  # NaN (no network) propagates
     t = best
     t = np.where(f > 0, t, 0.0)

@@ -1,40 +1,14 @@
 """Training-step time of a parallel layout: the shard's kernels, the exposed communication, the bubble.
 
 One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Parallelism` on a
-:class:`~gpumodel.records.system.SystemSpec` is composed as the engines run it:
+:class:`~gpumodel.records.system.SystemSpec`: the shard's kernel times (:mod:`gpumodel.cluster.shard`) composed
+by :func:`gpumodel.cluster.composition.compose` with the tensor-, context- and expert-parallel collectives, the
+pipeline schedule (:mod:`gpumodel.cluster.pipeline`) and the data-parallel reduction
+(:mod:`gpumodel.cluster.dataparallel`), each exposed as the engine exposes it. This module checks the arguments,
+calls them and reports the result (MFU, HFU, memory).
 
-* **Compute** of one micro-batch on the slowest pipeline stage, ``ceil(L / pp)`` layers plus the
-  embedding and LM head (:mod:`gpumodel.cluster.shard`, the kernel model on the shard's shapes);
-  activation recomputation adds a forward per layer ("full") or the attention forward ("selective").
-* **Tensor parallelism** (Megatron): two all-reduces of the layer's activations (``b s h`` elements)
-  in the forward and two in the backward, plus two per recomputed forward; with sequence
-  parallelism an all-gather and a reduce-scatter of the same bytes replace each (the ring's time of
-  one all-reduce, but no NVLink SHARP: NCCL reduces all-reduces in the NVSwitch of H100 and later
-  nodes, and keeps the ring for all-gathers and reduce-scatters). They sit on the critical path (exposed).
-* **Context parallelism**: each layer gathers the keys and values of the ``cp`` chunks (forward and
-  recompute) and reduce-scatters their gradients (backward), overlapped with the attention kernels
-  (ring attention): exposed ``max(0, t_comm - t_attention)``.
-* **Expert parallelism**: two all-to-alls of the routed tokens per layer forward, two backward (exposed).
-* **Pipeline parallelism**: ``m`` micro-batches through ``pp`` stages take ``(m + (pp - 1) / v) t_mb``
-  (1F1B, ``v`` virtual stages interleaved; Narayanan et al. 2021, eq. 1-2); each micro-batch sends its
-  activations to the next stage and the gradients back (``v`` times when interleaved).
-* **Data parallelism**: gradients all-reduced (ZeRO-0), or reduce-scattered and the parameters
-  all-gathered after the update (ZeRO-1/2); ZeRO-3/FSDP all-gathers each layer's parameters in the
-  forward and again in the backward, prefetched under the previous layer's compute. Megatron-LM
-  reduces gradients after the pipeline flushes (exposed); PyTorch DDP/FSDP and DeepSpeed bucket the
-  reduction under the backward of the last micro-batch (exposed: what the backward cannot hide).
-* **Optimizer**: over the shard's parameters (``/ dp`` with ZeRO >= 1).
-* **Communication overlap** (``comm_overlap=True``, Megatron-Core's ``--tp-comm-overlap``,
-  ``--overlap-grad-reduce`` and ``--overlap-param-gather``): each tensor-parallel all-gather and
-  reduce-scatter runs in chunks under the layer's GEMMs, exposed only where it outlasts them
-  (``max(0, t_tp - t_gemm)`` per layer, the GEMMs being the layer's compute less its attention
-  kernels); the gradient reduce-scatter runs bucket by bucket under the last micro-batch's backward
-  and the parameter all-gather under the first micro-batch's forward, each exposed where it outlasts
-  them, and at least one bucket (:data:`MEGATRON_BUCKET_PARAMS`).
-
-Collective times come from :mod:`gpumodel.cluster.collectives` with each group's placement (tensor
-ranks innermost). Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py``
-compares them with published runs.
+Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py`` compares them with
+published runs.
 
 References
 ----------
@@ -48,9 +22,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import numpy as np
-
-from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.estimate import resolve_calibration
 from ..core.memory import training_memory
@@ -59,29 +30,14 @@ from ..records.system import SYSTEM_CATALOG, SystemSpec
 from ..records.transformer import TransformerConfig
 from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
-from ..vocabulary import (Checkpointing, Optimizer, checkpointing_mode, choice, flag, positive_int,
+from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag, positive_int,
                           precision as _precision, resolve_model, resolve_system)
-from .collectives import system_collective_time as _coll
+from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
+from .pipeline import check_schedule, stage_layers
 from .shard import shard_config, shard_times
 
 __all__ = ["Framework", "framework_rules", "training_step_time", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
-
-#: Phases of the step breakdown [s].
-PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
-#: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
-DDP_BUCKET_BYTES = 25 * 2**20
-#: Megatron-Core's gradient bucket with ``--overlap-grad-reduce`` (``--ddp-bucket-size`` default, 40M parameters).
-MEGATRON_BUCKET_PARAMS = 40_000_000
-
-
-class Framework(StrEnum):
-    """Training engines: how kernels are fused and whether the gradient reduction overlaps the backward."""
-
-    HF = "hf"
-    MEGATRON = "megatron"
-    FSDP = "fsdp"
-    DEEPSPEED = "deepspeed"
 
 
 def framework_rules(framework: Framework, zero: int, pp: int) -> None:
@@ -124,8 +80,10 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 optimizer: str = "adamw", checkpointing: Any = False, *,
                                 gradient_accumulation_steps: int = 1, parallelism: Parallelism | None = None,
                                 framework: str = "hf", attention: str = "flash", calibrated: bool = True,
-                                calibration: Any = None, comm_overlap: bool = False,
-                                expandable_segments: bool = False, attention_kernel: str = "sdpa") -> StepTime:
+                                calibration: Any = None, comm_overlap: Any = False,
+                                expandable_segments: bool = False, attention_kernel: str = "sdpa",
+                                first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+                                fp8: bool = False, pipeline_schedule: str = "1f1b") -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -159,11 +117,28 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         Attention kernels: FlashAttention, or the scores written to memory (Megatron-LM before 2022).
     attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
         The library whose flash kernels run the shard's 16-bit attention (``attention="flash"`` only).
-    comm_overlap : bool
-        Megatron-Core's communication overlap (``--tp-comm-overlap``, ``--overlap-grad-reduce``,
-        ``--overlap-param-gather``): tensor-parallel collectives under the GEMMs, the data-parallel
-        reduce-scatter and all-gather under the backward and forward. Default False (all exposed, as
-        Megatron-LM before 2023).
+    comm_overlap : bool, str or set of str
+        Communication hidden under compute: True for all of Megatron-Core's (``--tp-comm-overlap``,
+        ``--overlap-grad-reduce``, ``--overlap-param-gather`` and the interleaved schedule's overlapped sends):
+        tensor-parallel collectives under the GEMMs, the data-parallel reduce-scatter and all-gather under
+        the backward and forward, the pipeline's sends under the next chunk; or some of them, named
+        ``"tp"``, ``"dp"``, ``"pp"`` (``"dp,pp"``: FSDP's prefetched gathers with asynchronous pipeline sends),
+        and ``"ep"``: the expert-parallel all-to-alls under another micro-batch's compute.
+        Default False (all exposed, as Megatron-LM before 2023).
+    fp8 : bool
+        Transformer Engine's fp8 training (delayed or current scaling alike here): the decoder layers' linear
+        layers run fp8 GEMMs (forward, input and weight gradients) with a cast of each GEMM's input; attention,
+        the embedding and the LM head stay in the compute dtype (:func:`gpumodel.cluster.shard.fp8_linear`).
+        Refused on a GPU without an fp8 tensor-core rate.
+    pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"}
+        The pipeline schedule: 1F1B (interleaved with ``virtual_stages > 1``), zero-bubble (ZB-H1) or DeepSeek's
+        DualPipe (:func:`gpumodel.cluster.pipeline.pipeline_bubble`); DualPipe hides the expert-parallel
+        all-to-alls only where ``comm_overlap`` names ``"ep"``.
+    first_stage_layers, last_stage_layers : int, optional
+        Decoder layers of the first and last pipeline stage (Megatron-Core's
+        ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``; Llama 3 405B: 7 of
+        126 on each end of 16 stages, which balances the embedding and the LM head); the rest are spread over
+        the middle stages (:func:`gpumodel.cluster.pipeline.stage_layers`). Default: ``ceil(L / pp)`` each.
     expandable_segments : bool
         The allocator setting ``fits`` and ``peak_bytes`` assume (:func:`gpumodel.training_memory`).
 
@@ -196,7 +171,10 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     opt = choice(Optimizer, optimizer, "optimizer")
     ckpt = checkpointing_mode(checkpointing)
     calibrated = flag(calibrated, "calibrated")
-    overlap = flag(comm_overlap, "comm_overlap")
+    fp8 = flag(fp8, "fp8")
+    overlap = overlaps(comm_overlap)
+    stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
+    check_schedule(pipeline_schedule, par.pp, par.virtual_stages)
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
     m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
@@ -206,6 +184,9 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
+    if fp8 and not g.supports("fp8"):
+        raise ArgumentError(f"fp8=True needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
+                            allowed="False on this GPU")
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
         raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")
@@ -220,11 +201,12 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                             "attention_kernel='sdpa'", argument="attention_kernel", value=kernel.value,
                             allowed="'sdpa' with attention='naive'")
     st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention,
-                     kernel.value)
+                     kernel.value, fp8=fp8)
     code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
-                  micro_batches=m, checkpointing=code, comm_overlap=overlap)
+                  micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
+                  last_stage_layers=last_stage_layers, pipeline_schedule=pipeline_schedule)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
@@ -233,10 +215,10 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     hardware_flops = float(out["hardware_flops"])
     peak = g.peak_flops(prec.compute_dtype.value)
     n = par.num_gpus
-    mem = training_memory(cfg, b, s_loc, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
-                          gradient_accumulation_steps=m, zero=par.zero, dp=dp * cp, tp=tp, pp=pp,
-                          sequence_parallel=par.sequence_parallel, attention="flash",
-                          expandable_segments=expandable_segments)
+    mem = training_memory(cfg, b, s, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
+                          gradient_accumulation_steps=m, parallelism=par, framework=fw.value,
+                          attention="flash" if attention == "flash" else "eager", first_stage_layers=first_stage_layers,
+                          last_stage_layers=last_stage_layers, expandable_segments=expandable_segments)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
@@ -248,88 +230,6 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                     fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value)
 
 
-def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
-            micro_batches, checkpointing, comm_overlap=False) -> dict:
-    """The step of a layout from its shard's kernel times: a pure function that broadcasts.
-
-    ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
-    same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
-    (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is a bool. Returns the breakdown by :data:`PHASES` [s],
-    ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
-    and ``"stage_parameters"`` (parameters per GPU before ZeRO).
-    """
-    A = np.asarray
-    tp, pp, cp, dp, v, b, m, ckpt, zero = (A(x) for x in (tp, pp, cp, dp, virtual_stages, batch_size, micro_batches,
-                                                         checkpointing, zero))
-    sp = A(sequence_parallel)
-    full, sel = ckpt == 2, ckpt == 1
-    s = seq_len
-    s_loc = s // cp
-    layers = np.ceil(cfg.num_layers / pp)
-    c = prec.compute_bytes
-    act_bytes = b * s_loc * cfg.hidden_size * c
-    f_l, b_l, attn = A(st.layer_forward), A(st.layer_backward), A(st.attention_forward)
-
-    # ---- per micro-batch on the slowest stage
-    r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
-    tp_coll = np.where(sp, A(_coll("all_gather", act_bytes, sysm, tp, 1)) + A(_coll("reduce_scatter", act_bytes, sysm, tp, 1)),
-                       A(_coll("all_reduce", act_bytes, sysm, tp, 1)))  # NCCL's pick for each (NVLS for the all-reduce)
-    tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
-    kv_bytes = 2 * b * s * np.maximum(1, cfg.num_kv_heads // tp) * cfg.head_dim * c
-    gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
-    scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
-    cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
-    routed = act_bytes * max(cfg.experts_per_token, 1)
-    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * np.where(full, 1.5, 1.0)
-    p2p_bytes = act_bytes / np.where(sp, tp, 1)
-    p2p = np.where(pp > 1, 2 * v * A(_coll("send_recv", p2p_bytes, sysm, 2, tp * cp * dp)), 0.0)
-    compute_mb = layers * (f_l + b_l + r_l) + A(st.head_forward) + A(st.head_backward)
-    if comm_overlap:  # chunked under the layer's GEMMs: its compute less the attention kernels (backward 2.5x forward)
-        gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | sel, 1.0, 0.0)))
-        tp_layer = np.maximum(0.0, tp_layer - gemm_l)
-    comm_mb = layers * (tp_layer + cp_layer + ep_layer) + 2 * tp_coll + p2p
-
-    # ---- data parallel: gradients over dp * cp ranks (stride tp), ZeRO
-    n_stage = (cfg.layer_parameters() * layers + cfg.embedding_parameters()) / tp
-    if cfg.is_moe:
-        n_stage = n_stage * (1 - 0.9 * (1 - 1 / A(ep)))                 # expert weights are split over ep
-    grad_bytes = c if fw == Framework.MEGATRON else prec.param_bytes
-    group = dp * cp
-    g_bytes = n_stage * grad_bytes
-    all_reduce = A(_coll("all_reduce", g_bytes, sysm, group, tp))
-    reduce_scatter = A(_coll("reduce_scatter", g_bytes, sysm, group, tp))
-    gather_params = A(_coll("all_gather", n_stage * c, sysm, group, tp))
-    gather_layer = A(_coll("all_gather", cfg.layer_parameters() / tp * c, sysm, group, tp))
-    dp_comm = np.where(zero == 0, all_reduce, reduce_scatter + np.where(zero < 3, gather_params, 0.0))
-    zero3_mb = np.where(zero == 3, layers * (np.maximum(0.0, gather_layer - f_l) + np.maximum(0.0, gather_layer - b_l)), 0.0)
-    if fw != Framework.MEGATRON:  # buckets reduced under the last micro-batch's backward; the last one exposed
-        last = A(_coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes), sysm, group, tp))
-        dp_comm = np.where(group > 1, np.maximum(dp_comm - layers * b_l, last), 0.0)
-    elif comm_overlap:  # reduce-scatter under the last backward, all-gather under the first forward, by buckets
-        bucket = np.minimum(MEGATRON_BUCKET_PARAMS / tp, n_stage)
-        red = np.where(zero == 0, all_reduce, reduce_scatter)
-        red_b = np.where(zero == 0, A(_coll("all_reduce", bucket * grad_bytes, sysm, group, tp)),
-                         A(_coll("reduce_scatter", bucket * grad_bytes, sysm, group, tp)))
-        gat = np.where(zero == 0, 0.0, np.where(zero < 3, gather_params, 0.0))
-        gat_b = np.where(gat > 0, A(_coll("all_gather", bucket * c, sysm, group, tp)), 0.0)
-        dp_comm = np.where(group > 1, np.maximum(red - layers * b_l, red_b) + np.maximum(gat - layers * f_l, gat_b), 0.0)
-    t_mb = compute_mb + comm_mb + zero3_mb
-    bubble = (pp - 1) / v * t_mb
-    n_opt = n_stage / np.where(zero >= 1, group, 1)
-    layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
-    rec_flops = np.where(full, layer_flops / 3.5, 0.0)  # the forward's share of forward + backward FLOPs (1 : 2.5)
-    return {
-        "forward": m * (layers * f_l + A(st.head_forward)),
-        "backward": m * (layers * b_l + A(st.head_backward)),
-        "recompute": m * layers * r_l,
-        "optimizer": A(st.optimizer_per_param) * n_opt,
-        "communication": m * (comm_mb + zero3_mb) + dp_comm,
-        "pipeline_bubble": bubble,
-        "hardware_flops": (cfg.num_layers * (layer_flops + rec_flops) + head_flops) * tp * m * dp * cp,
-        "stage_parameters": n_stage,
-    }
-
-
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                        precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
                        fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
@@ -337,7 +237,9 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        experts_implementation: str = "grouped_mm", expert_load: Any = None,
                        calibrated: bool = True, calibration: Any = None, host: Any = None,
                        parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False,
-                       attention_kernel: str = "sdpa") -> StepTime:
+                       attention_kernel: str = "sdpa", comm_overlap: Any = False, fp8: bool = False,
+                       pipeline_schedule: str = "1f1b", first_stage_layers: int | None = None,
+                       last_stage_layers: int | None = None) -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -398,6 +300,9 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         The library whose flash kernels run the 16-bit attention forward and backward
         (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
         (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
+    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers :
+        Options of the parallel model (:func:`parallel_training_step_time`): communication hidden under compute,
+        fp8 GEMMs, the pipeline schedule and an uneven cut of the pipeline's stages. Giving one selects it.
 
     Returns
     -------
@@ -426,8 +331,13 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     fw = choice(Framework, framework, "framework")
     if isinstance(gpu, str) and gpu not in SYSTEM_CATALOG and gpu not in GPU_CATALOG:
         resolve_system(gpu, "gpu")   # neither: the error suggests close system and GPU names
+    layout = {"comm_overlap": comm_overlap, "fp8": fp8, "pipeline_schedule": pipeline_schedule,
+              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
+    defaults = {"comm_overlap": False, "fp8": False, "pipeline_schedule": "1f1b", "first_stage_layers": None,
+                "last_stage_layers": None}
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
-            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)):
+            or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)
+            or any(layout[k] is not defaults[k] and layout[k] != defaults[k] for k in layout)):
         eager = {"fused": fused is not False, "foreach": foreach is not True, "clip_grad_norm": clip_grad_norm is not None,
                  "compile": compile is not False, "experts_implementation": experts_implementation != "grouped_mm",
                  "expert_load": expert_load is not None, "host": host is not None}
@@ -438,7 +348,8 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         return parallel_training_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing,
                                            calibrated=calibrated, calibration=calibration, gradient_accumulation_steps=gradient_accumulation_steps,
                                            parallelism=parallelism, framework=framework,
-                                           expandable_segments=expandable_segments, attention_kernel=attention_kernel)
+                                           expandable_segments=expandable_segments, attention_kernel=attention_kernel,
+                                           **layout)
     return single_gpu_step_time(model, gpu, batch_size, seq_len, precision, optimizer, checkpointing, fused=fused,
                                 foreach=foreach, gradient_accumulation_steps=gradient_accumulation_steps,
                                 clip_grad_norm=clip_grad_norm, compile=compile,

@@ -74,12 +74,20 @@ class TrainingTime:
         """Wall-clock days."""
         return self.seconds / 86400.0
 
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The 80% band ``(low, high)`` of the wall-clock time [s]: the step's band (:attr:`StepTime.band`) times
+        the steps, the step's error being the same every step; None where the step has no band."""
+        b = self.step.band
+        return None if b is None else (self.steps * b[0], self.steps * b[1])
+
     def __float__(self) -> float:
         return float(self.seconds)
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}
         out["days"] = self.days
+        out["band"] = self.band
         out["step"] = self.step.to_dict()
         return out
 
@@ -98,6 +106,8 @@ class TrainingTime:
                 ("power per GPU", f"{self.power_per_gpu_watts:.0f} W ({self.power_basis})")]
         if self.cost is not None:
             rows.append(("cost", f"{self.cost:,.0f}"))
+        if self.band is not None:
+            rows.append(("80% band", f"{format_seconds(self.band[0])} .. {format_seconds(self.band[1])}"))
         return html_table(f"Training {self.tokens:.3g} tokens", rows)
 
 

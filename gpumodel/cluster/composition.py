@@ -1,0 +1,178 @@
+"""Composing the step of a parallel layout from its shard's kernel times: one broadcasting function.
+
+One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Parallelism` on a
+:class:`~gpumodel.records.system.SystemSpec` is composed as the engines run it (:func:`compose`):
+
+* **Compute** of one micro-batch on the slowest pipeline stage (:mod:`gpumodel.cluster.pipeline`: its layers,
+  with the LM head where the last stage is the slowest) from :mod:`gpumodel.cluster.shard`, the kernel model on
+  the shard's shapes; activation recomputation adds a forward per layer ("full") or the attention forward
+  ("selective").
+* **Tensor parallelism** (Megatron): two all-reduces of the layer's activations (``b s h`` elements)
+  in the forward and two in the backward, plus two per recomputed forward; with sequence
+  parallelism an all-gather and a reduce-scatter of the same bytes replace each (the ring's time of
+  one all-reduce, but no NVLink SHARP: NCCL reduces all-reduces in the NVSwitch of H100 and later
+  nodes, and keeps the ring for all-gathers and reduce-scatters). They sit on the critical path (exposed).
+* **Context parallelism**: each layer gathers the keys and values of the ``cp`` chunks (forward and
+  recompute) and reduce-scatters their gradients (backward), overlapped with the attention kernels
+  (ring attention): exposed ``max(0, t_comm - t_attention)``.
+* **Expert parallelism**: two all-to-alls of the routed tokens per layer forward (dispatch and combine), two
+  backward, over NVLink inside a node and the network across nodes; exposed unless ``comm_overlap`` hides them.
+* **Pipeline parallelism** (:mod:`gpumodel.cluster.pipeline`): ``m`` micro-batches through ``pp`` stages take
+  ``(m + (pp - 1) / v) t_stage`` (1F1B; or a named schedule: zero-bubble, DualPipe); the stage-to-stage
+  sends, split over the tensor ranks by Megatron-LM and DeepSpeed.
+* **Data parallelism** (:mod:`gpumodel.cluster.dataparallel`): the gradient reduction and ZeRO's gathers, per
+  step (ZeRO 0-2) or per layer and micro-batch (ZeRO-3), with each engine's overlap.
+* **Optimizer**: over the shard's parameters (``/ dp`` with ZeRO >= 1).
+* **Communication overlap** (``comm_overlap``: True for all of Megatron-Core's ``--tp-comm-overlap``,
+  ``--overlap-grad-reduce``, ``--overlap-param-gather`` and its overlapped pipeline sends, or a set of
+  ``"tp"``, ``"dp"``, ``"pp"``: :func:`overlaps`): each tensor-parallel all-gather and reduce-scatter runs in
+  chunks under the layer's GEMMs, exposed only where it outlasts them (``max(0, t_tp - t_gemm)`` per layer,
+  the GEMMs being the layer's compute less its attention kernels); the gradient reduce-scatter runs bucket
+  by bucket under the last micro-batch's backward and the parameter all-gather under the first micro-batch's
+  forward; the pipeline's sends run under the next model chunk's compute.
+
+Collective times come from :mod:`gpumodel.cluster.collectives` with each group's placement (tensor
+ranks innermost). Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py``
+compares them with published runs.
+
+References
+----------
+D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022.
+S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import ArgumentError
+from ..vocabulary import Framework
+from .collectives import system_collective_time as _coll
+from .dataparallel import gradient_bytes, step_sync_exposed, zero3_layer_exposed
+from .pipeline import p2p_time, pipeline_bubble, slowest_stage, stage_layers
+
+__all__ = ["PHASES", "OVERLAPS", "overlaps", "compose"]
+
+#: Phases of the step breakdown [s].
+PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
+#: What ``comm_overlap`` may hide: tensor-parallel collectives, the data-parallel reduction and gathers, the
+#: pipeline's sends, the expert-parallel all-to-alls.
+OVERLAPS = ("tp", "dp", "pp", "ep")
+
+
+def overlaps(comm_overlap: Any) -> frozenset:
+    """The communication a ``comm_overlap`` argument hides under compute.
+
+    Parameters
+    ----------
+    comm_overlap : bool, str or iterable of str
+        True: Megatron-Core's ``--tp-comm-overlap``, ``--overlap-grad-reduce`` with ``--overlap-param-gather``,
+        and its overlapped pipeline sends (``"tp"``, ``"dp"``, ``"pp"``); False: none; a string such as
+        ``"dp,pp"`` or an iterable of names from :data:`OVERLAPS`: those (``"ep"``: the expert-parallel
+        all-to-alls under another micro-batch's compute, as DualPipe runs them).
+
+    Returns
+    -------
+    frozenset of str
+
+    Examples
+    --------
+    >>> sorted(overlaps(True)), sorted(overlaps("dp,pp")), sorted(overlaps(False))
+    (['dp', 'pp', 'tp'], ['dp', 'pp'], [])
+    """
+    if isinstance(comm_overlap, (bool, np.bool_)):
+        return frozenset(("tp", "dp", "pp")) if comm_overlap else frozenset()
+    parts = comm_overlap.replace("+", ",").split(",") if isinstance(comm_overlap, str) else comm_overlap
+    try:
+        names = frozenset(str(p).strip().lower() for p in parts if str(p).strip())
+    except TypeError:
+        names = None
+    if names is None or not names <= set(OVERLAPS):
+        raise ArgumentError(f"comm_overlap={comm_overlap!r} is not True, False or a set of 'tp', 'dp', 'pp', 'ep'",
+                            argument="comm_overlap", value=comm_overlap,
+                            allowed="True, False, or names from 'tp', 'dp', 'pp', 'ep' (e.g. 'dp,pp')")
+    return names
+
+
+def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
+            micro_batches, checkpointing, comm_overlap=False, first_stage_layers=None, last_stage_layers=None,
+            pipeline_schedule="1f1b") -> dict:
+    """The step of a layout from its shard's kernel times: a pure function that broadcasts.
+
+    ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
+    same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
+    (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is what :func:`overlaps` reads;
+    ``first_stage_layers`` and ``last_stage_layers`` cut the pipeline unevenly (:func:`~gpumodel.cluster.pipeline.stage_layers`);
+    ``pipeline_schedule`` names the schedule (:func:`~gpumodel.cluster.pipeline.pipeline_bubble`).
+    Returns the breakdown by :data:`PHASES` [s],
+    ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
+    and ``"stage_parameters"`` (parameters per GPU before ZeRO).
+    """
+    A = np.asarray
+    hide = overlaps(comm_overlap)
+    tp, pp, cp, dp, v, b, m, ckpt, zero = (A(x) for x in (tp, pp, cp, dp, virtual_stages, batch_size, micro_batches,
+                                                         checkpointing, zero))
+    sp = A(sequence_parallel)
+    full, sel = ckpt == 2, ckpt == 1
+    s = seq_len
+    s_loc = s // cp
+    cut = stage_layers(cfg.num_layers, pp, first_stage_layers, last_stage_layers)
+    c = prec.compute_bytes
+    act_bytes = b * s_loc * cfg.hidden_size * c
+    f_l, b_l, attn = A(st.layer_forward), A(st.layer_backward), A(st.attention_forward)
+
+    # ---- one layer of one micro-batch: its compute and the communication it exposes
+    r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
+    tp_coll = np.where(sp, A(_coll("all_gather", act_bytes, sysm, tp, 1)) + A(_coll("reduce_scatter", act_bytes, sysm, tp, 1)),
+                       A(_coll("all_reduce", act_bytes, sysm, tp, 1)))  # NCCL's pick for each (NVLS for the all-reduce)
+    tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
+    kv_bytes = 2 * b * s * np.maximum(1, cfg.num_kv_heads // tp) * cfg.head_dim * c
+    gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
+    scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
+    cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
+    routed = act_bytes * max(cfg.experts_per_token, 1)
+    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * np.where(full, 1.5, 1.0)
+    if "ep" in hide:  # dispatch and combine under another micro-batch's compute
+        ep_layer = np.maximum(0.0, ep_layer - (f_l + b_l + r_l))
+    if "tp" in hide:  # chunked under the layer's GEMMs: its compute less the attention kernels (backward 2.5x forward)
+        gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | sel, 1.0, 0.0)))
+        tp_layer = np.maximum(0.0, tp_layer - gemm_l)
+    group = dp * cp                                                    # gradients over dp * cp ranks, stride tp
+    layer_params = cfg.layer_parameters() / tp
+    if cfg.is_moe:
+        layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
+    grad_bytes = gradient_bytes(fw, prec)
+    zero3_l = np.where((zero == 3) & (group > 1), zero3_layer_exposed(fw, sysm, layer_params, group, tp, c, grad_bytes,
+                                                                      f_l, b_l + r_l, full), 0.0)
+
+    # ---- the slowest pipeline stage, the schedule and its sends
+    head_f, head_b = A(st.head_forward), A(st.head_backward)
+    layer_t = f_l + b_l + r_l + tp_layer + cp_layer + ep_layer + zero3_l
+    layers, head = slowest_stage(layer_t, head_f + head_b + 2 * tp_coll, cut, pp)
+    p2p = p2p_time(act_bytes, sysm, tp, tp * cp * dp, v, pp, sp, fw in (Framework.MEGATRON, Framework.DEEPSPEED))
+    if "pp" in hide:  # each send under the next model chunk's compute
+        p2p = np.maximum(0.0, p2p - layers * (f_l + b_l + r_l))
+    comm_mb = layers * (tp_layer + cp_layer + ep_layer + zero3_l) + head * 2 * tp_coll + p2p
+    t_mb = layers * (f_l + b_l + r_l) + head * (head_f + head_b) + comm_mb
+    fwd_mb = layers * f_l + head * head_f + comm_mb * f_l / (f_l + b_l + r_l)   # its forward share
+
+    # ---- once a step: the data-parallel reduction (ZeRO 0-2) and the optimizer
+    n_stage = layer_params * np.max(np.broadcast_arrays(*cut), axis=0) + cfg.embedding_parameters() / tp
+    dp_comm = step_sync_exposed(fw, sysm, zero, n_stage, group, tp, c, grad_bytes, layers * (b_l + r_l),
+                                layers * f_l, "dp" in hide)
+    n_opt = n_stage / np.where(zero >= 1, group, 1)
+    layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
+    rec_flops = np.where(full, layer_flops / 3.5, 0.0)  # the forward's share of forward + backward FLOPs (1 : 2.5)
+    return {
+        "forward": m * (layers * f_l + head * head_f),
+        "backward": m * (layers * b_l + head * head_b),
+        "recompute": m * layers * r_l,
+        "optimizer": A(st.optimizer_per_param) * n_opt,
+        "communication": m * comm_mb + dp_comm,
+        "pipeline_bubble": pipeline_bubble(fwd_mb, t_mb - fwd_mb, pp, v, pipeline_schedule),
+        "hardware_flops": (cfg.num_layers * (layer_flops + rec_flops) + head_flops) * tp * m * dp * cp,
+        "stage_parameters": n_stage,
+    }

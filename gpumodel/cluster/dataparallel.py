@@ -1,0 +1,166 @@
+"""Data-parallel communication: the gradient reduction and ZeRO's parameter gathers, and how much of it is exposed.
+
+Each data-parallel group (``dp * cp`` ranks, ``tp`` apart) synchronises what its ranks hold of one pipeline stage:
+
+* **ZeRO-0** all-reduces the gradients; **ZeRO-1/2** reduce-scatter them and all-gather the updated
+  parameters after the optimizer step (Megatron-Core's distributed optimizer is ZeRO-1).
+* **ZeRO-3** (DeepSpeed stage 3, FSDP's full shard) keeps only a shard of the weights: every micro-batch
+  all-gathers each layer's weights for its forward and again for its backward, and reduce-scatters its
+  gradients. With full recomputation DeepSpeed gathers a third time for the recomputed forward (its hooks
+  release the weights after every forward); FSDP recomputes inside the backward's gather. The next
+  layer's gather is prefetched under the current layer's compute (FSDP's ``backward_prefetch``, DeepSpeed's
+  prefetch bucket), so each layer exposes what its collectives outlast its compute:
+  ``max(0, t_gather - t_forward)`` forward, ``max(0, t_gather + t_reduce - t_backward)`` backward.
+* **Exposure.** Megatron-LM reduces after the pipeline flush (all exposed) unless ``--overlap-grad-reduce``
+  and ``--overlap-param-gather`` (``comm_overlap``) run the buckets under the last micro-batch's backward
+  and the first one's forward. PyTorch DDP, FSDP and DeepSpeed bucket the reduction under the last
+  backward; the last bucket is always exposed; DeepSpeed's ZeRO-1/2 all-gathers its updated parameters
+  after the optimizer step (exposed), FSDP's ZeRO-2 re-gathers layer by layer under the next forward.
+* **Gradient precision.** Megatron-LM reduces bf16 gradients in fp32 (``--accumulate-allreduce-grads-in-fp32``
+  is forced on with ``--bf16``) and fp16 ones in fp16; DeepSpeed in the 16-bit compute format; PyTorch DDP and FSDP
+  in the parameters' format (fp32 master gradients under autocast, ``param_bytes``).
+
+Collective times come from :func:`gpumodel.cluster.collectives.system_collective_time` (NCCL's algorithm and
+protocol choice, latency of many-rank rings included). Functions broadcast over numpy arrays of the degrees.
+
+References
+----------
+S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020.
+Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel", VLDB 2023 (prefetching).
+Megatron-LM ``megatron/training/arguments.py`` (bf16 gradients reduced in fp32) and
+``megatron/core/distributed`` (bucketed, overlapped reduction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..vocabulary import Framework
+from .collectives import system_collective_time
+
+__all__ = ["gradient_bytes", "zero3_layer_exposed", "step_sync_exposed", "DDP_BUCKET_BYTES",
+           "MEGATRON_BUCKET_PARAMS"]
+
+#: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
+DDP_BUCKET_BYTES = 25 * 2**20
+#: Megatron-Core's gradient bucket with ``--overlap-grad-reduce`` (``--ddp-bucket-size`` default, 40M parameters).
+MEGATRON_BUCKET_PARAMS = 40_000_000
+
+
+def gradient_bytes(framework: Framework, prec) -> int:
+    """Bytes per gradient element the data-parallel reduction moves [B].
+
+    Parameters
+    ----------
+    framework : Framework
+        The training engine.
+    prec : Precision
+        The training precision (:func:`gpumodel.vocabulary.precision`).
+
+    Returns
+    -------
+    int
+        Megatron-LM: 4 for bf16 compute (gradients accumulated and reduced in fp32), else the compute format's
+        bytes; DeepSpeed: the compute format's (its fp16 and bf16 engines keep 16-bit gradients); PyTorch DDP and
+        FSDP: the parameters' format (``prec.param_bytes``: fp32 gradients of fp32 master weights under autocast).
+
+    Examples
+    --------
+    >>> from gpumodel.vocabulary import precision
+    >>> gradient_bytes(Framework.MEGATRON, precision("amp_bf16")), gradient_bytes(Framework.MEGATRON, precision("amp_fp16"))
+    (4, 2)
+    >>> gradient_bytes(Framework.DEEPSPEED, precision("amp_fp16")), gradient_bytes(Framework.FSDP, precision("amp_bf16"))
+    (2, 4)
+    """
+    if framework == Framework.MEGATRON:
+        return 4 if prec.compute_dtype.value == "bf16" else prec.compute_bytes
+    if framework == Framework.DEEPSPEED:
+        return prec.compute_bytes
+    return prec.param_bytes
+
+
+def zero3_layer_exposed(framework: Framework, system, layer_params: Any, group: Any, stride: Any, param_bytes: int,
+                        grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any) -> Any:
+    """ZeRO-3's exposed gathers and reduce-scatter of one layer in one micro-batch [s].
+
+    Parameters
+    ----------
+    framework : Framework
+        DeepSpeed gathers again for a recomputed forward; FSDP does not.
+    system : SystemSpec
+        The cluster.
+    layer_params : float or array
+        The layer's parameters on one tensor rank [count].
+    group, stride : int or array
+        Ranks of the sharding group and their distance in the global rank order.
+    param_bytes, grad_bytes : int
+        Bytes per gathered weight and per reduced gradient element [B].
+    forward_s, backward_s : float or array
+        The layer's forward and backward compute (the backward with its recomputed forward) [s].
+    recompute : bool or array
+        Full recomputation.
+
+    Returns
+    -------
+    float or ndarray
+        ``max(0, g - t_f) + max(0, k g + r - t_b)`` with ``g`` one all-gather, ``r`` the reduce-scatter and
+        ``k`` 2 for DeepSpeed with recomputation, else 1 [s].
+    """
+    gather = np.asarray(system_collective_time("all_gather", layer_params * param_bytes, system, group, stride))
+    reduce = np.asarray(system_collective_time("reduce_scatter", layer_params * grad_bytes, system, group, stride))
+    again = np.where(np.asarray(recompute) & (framework == Framework.DEEPSPEED), 2.0, 1.0)
+    return np.maximum(0.0, gather - forward_s) + np.maximum(0.0, again * gather + reduce - backward_s)
+
+
+def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any, group: Any, stride: Any,
+                      param_bytes: int, grad_bytes: int, last_backward_s: Any, first_forward_s: Any,
+                      comm_overlap: bool = False) -> Any:
+    """The exposed data-parallel communication of one step, once per step (ZeRO 0-2; ZeRO-3's gathers and
+    reduce-scatters run per layer: :func:`zero3_layer_exposed`) [s].
+
+    Parameters
+    ----------
+    framework : Framework
+        The training engine (what overlaps what: see the module's notes).
+    system : SystemSpec
+        The cluster.
+    zero : int or array
+        ZeRO stage.
+    stage_params : float or array
+        Parameters one GPU holds of its pipeline stage before ZeRO [count].
+    group, stride : int or array
+        Ranks of the data-parallel group and their distance in the global rank order.
+    param_bytes, grad_bytes : int
+        Bytes per gathered weight and per reduced gradient element [B].
+    last_backward_s, first_forward_s : float or array
+        The last micro-batch's backward and the first one's forward on the stage [s].
+    comm_overlap : bool
+        Megatron-Core's ``--overlap-grad-reduce`` and ``--overlap-param-gather``.
+
+    Returns
+    -------
+    float or ndarray
+        Exposed seconds; 0 for a group of one rank or ZeRO-3 (whose step-level share is in the layers).
+    """
+    zero, group = np.asarray(zero), np.asarray(group)
+
+    def coll(op, nbytes):
+        return np.asarray(system_collective_time(op, nbytes, system, group, stride))
+
+    g_bytes = stage_params * grad_bytes
+    red = np.where(zero == 0, coll("all_reduce", g_bytes), coll("reduce_scatter", g_bytes))
+    gat = np.where((zero >= 1) & (zero < 3), coll("all_gather", stage_params * param_bytes), 0.0)
+    if framework == Framework.MEGATRON and not comm_overlap:
+        out = red + gat
+    elif framework == Framework.MEGATRON:   # bucket by bucket under the last backward and the first forward
+        bucket = np.minimum(MEGATRON_BUCKET_PARAMS, stage_params)
+        red_b = np.where(zero == 0, coll("all_reduce", bucket * grad_bytes), coll("reduce_scatter", bucket * grad_bytes))
+        gat_b = np.where(gat > 0, coll("all_gather", bucket * param_bytes), 0.0)
+        out = np.maximum(red - last_backward_s, red_b) + np.maximum(gat - first_forward_s, gat_b)
+    else:   # buckets under the last backward, the last one exposed
+        last = coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes))
+        after = gat if framework == Framework.DEEPSPEED else np.maximum(0.0, gat - first_forward_s)
+        out = np.maximum(red - last_backward_s, last) + after
+    return np.where((group > 1) & (zero < 3), out, 0.0)

@@ -1,0 +1,102 @@
+"""Data-parallel communication (gpumodel.cluster.dataparallel), expert-parallel all-to-alls, fp8 GEMMs and the
+comm_overlap vocabulary, as the parallel step uses them."""
+
+import warnings
+
+import pytest
+
+import gpumodel as gm
+from gpumodel.cluster.collectives import system_collective_time
+from gpumodel.cluster.composition import overlaps
+from gpumodel.cluster.dataparallel import gradient_bytes, step_sync_exposed, zero3_layer_exposed
+from gpumodel.cluster.step import parallel_training_step_time
+from gpumodel.vocabulary import Framework, precision
+
+
+def test_megatron_reduces_bf16_gradients_in_fp32():
+    # megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in fp32"
+    assert gradient_bytes(Framework.MEGATRON, precision("amp_bf16")) == 4
+    assert gradient_bytes(Framework.MEGATRON, precision("amp_fp16")) == 2
+    assert gradient_bytes(Framework.FSDP, precision("amp_bf16")) == 4       # fp32 master gradients
+    assert gradient_bytes(Framework.FSDP, precision("bf16")) == 2
+
+
+def test_step_sync_megatron_exposes_the_reduction_unless_overlapped():
+    s = gm.system("dgx-h100")
+    n = 1e9   # parameters of the stage on one GPU
+    rs = system_collective_time("reduce_scatter", n * 4, s, 16, 8)
+    ag = system_collective_time("all_gather", n * 2, s, 16, 8)
+    exposed = float(step_sync_exposed(Framework.MEGATRON, s, 1, n, 16, 8, 2, 4, 0.05, 0.02))
+    assert exposed == pytest.approx(rs + ag)                      # after the flush: all of it
+    hidden = float(step_sync_exposed(Framework.MEGATRON, s, 1, n, 16, 8, 2, 4, 0.05, 0.02, comm_overlap=True))
+    assert hidden == pytest.approx(max(rs - 0.05, 0) + max(ag - 0.02, 0), rel=0.05) and hidden < exposed
+    ar = system_collective_time("all_reduce", n * 4, s, 16, 8)
+    assert float(step_sync_exposed(Framework.MEGATRON, s, 0, n, 16, 8, 2, 4, 0.05, 0.02)) == pytest.approx(ar)
+    assert float(step_sync_exposed(Framework.MEGATRON, s, 1, n, 1, 8, 2, 4, 0.05, 0.02)) == 0.0   # one replica
+    assert float(step_sync_exposed(Framework.FSDP, s, 3, n, 16, 8, 2, 4, 0.05, 0.02)) == 0.0       # ZeRO-3: per layer
+
+
+def test_zero3_layer_gathers_under_compute_and_deepspeed_regathers_for_recomputation():
+    s = gm.system("dgx-a100-80gb")
+    p = 1.8e9   # one GPT-3 175B layer
+    g = system_collective_time("all_gather", p * 2, s, 1536, 1)
+    r = system_collective_time("reduce_scatter", p * 2, s, 1536, 1)
+    assert float(zero3_layer_exposed(Framework.FSDP, s, p, 1536, 1, 2, 2, 1.0, 2.0, True)) == 0.0   # compute-bound
+    fsdp = float(zero3_layer_exposed(Framework.FSDP, s, p, 1536, 1, 2, 2, 0.0, 0.0, True))
+    ds = float(zero3_layer_exposed(Framework.DEEPSPEED, s, p, 1536, 1, 2, 2, 0.0, 0.0, True))
+    assert fsdp == pytest.approx(2 * g + r) and ds == pytest.approx(3 * g + r)
+
+
+def test_all_to_all_across_nodes_goes_through_each_ranks_nic():
+    s = gm.system("dgx-h100")
+    nbytes = 4096 * 7168 * 2 * 8.0
+    t = system_collective_time("all_to_all", nbytes, s, 64, 1)   # 8 nodes of 8: 56/64 of the buffer leaves the node
+    nic = s.inter_node.bandwidth * 0.9
+    assert t == pytest.approx(56 / 64 * nbytes / nic, rel=0.05)   # and the ring-free latency of 63 steps
+    inside = system_collective_time("all_to_all", nbytes, s, 8, 1)   # one node: NVLink
+    assert inside < t / 4
+
+
+def test_overlaps_vocabulary():
+    assert overlaps(True) == {"tp", "dp", "pp"} and overlaps(False) == frozenset()
+    assert overlaps("dp+pp+ep") == {"dp", "pp", "ep"} and overlaps(["tp"]) == {"tp"}
+    with pytest.raises(gm.ArgumentError, match="comm_overlap"):
+        overlaps("yes")
+    with pytest.raises(gm.ArgumentError, match="comm_overlap"):
+        overlaps(3)
+
+
+def _step(model="llama-3-8b", **kw):
+    args = dict(batch_size=1, seq_len=4096, gradient_accumulation_steps=4, framework="megatron",
+                parallelism=gm.Parallelism(dp=8, zero=1))
+    args.update(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        return parallel_training_step_time(model, "dgx-h100", **args)
+
+
+def test_fp8_speeds_up_the_layers_gemms_not_attention_or_the_head():
+    bf16, fp8 = _step(), _step(fp8=True)
+    assert 0.5 * bf16.breakdown["forward"] < fp8.breakdown["forward"] < 0.8 * bf16.breakdown["forward"]
+    assert fp8.hardware_flops == pytest.approx(bf16.hardware_flops, rel=1e-3)   # the same GEMMs, and the casts
+    with pytest.raises(gm.ArgumentError, match="fp8"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+            parallel_training_step_time("llama-3-8b", "dgx-a100-80gb", 1, 4096, fp8=True,
+                                        parallelism=gm.Parallelism(dp=8), framework="megatron")
+
+
+def test_expert_all_to_all_hidden_only_where_asked():
+    par = gm.Parallelism(dp=8, ep=8, zero=1)
+    plain = _step("mixtral-8x7b", parallelism=par)
+    hidden = _step("mixtral-8x7b", parallelism=par, comm_overlap="ep")
+    assert hidden.breakdown["communication"] < plain.breakdown["communication"]
+    assert hidden.breakdown["forward"] == pytest.approx(plain.breakdown["forward"])
+
+
+def test_public_step_takes_the_parallel_options():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        st = gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=1, seq_len=4096, fp8=True, comm_overlap=True,
+                                   parallelism=gm.Parallelism(dp=8, zero=1), framework="megatron")
+    assert st.num_gpus == 8 and st.seconds > 0
