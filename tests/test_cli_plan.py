@@ -31,38 +31,74 @@ def test_plan_unknown_system_is_one_line_error(capsys):
 
 
 # ---------------------------------------------------------------------------------------------- readable output
-def test_plan_on_72_gpus_says_why_it_plans_64(capsys):
+def test_plan_on_72_gpus_searches_the_powers_of_two_and_72(capsys):
     args = ["plan", "llama-3.2-1b", "--system", "gb200-nvl72", "--seq", "2048", "--tokens", "100B", "--top", "2"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "GPU counts searched: 1, 2, 4, 8, 16, 32, 64, 72" in out
-    # 72 = 9 x 8: with power-of-two tp, pp and cp, dp is a multiple of 9, and 9 does not divide 1024
-    assert "no layout uses all 72 GPUs" in out and "multiple of 9" in out and "--global-batch 1024" in out
-    assert "the layouts below use 64" in out
-    # with a global batch of 9 x 128 sequences, all 72 are planned
-    assert main([*args, "--global-batch", "1152"]) == 0
-    out = capsys.readouterr().out
-    assert "no layout uses all" not in out and "dp72" in out
+    # 72 = 9 x 8: a pipeline of 9 (or 3) stages uses all 72 GPUs with a power-of-two data-parallel degree
+    assert main([*args, "--gpus", "72", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(r["num_gpus"] == 72 and r["dp"] * r["tp"] * r["pp"] * r["cp"] == 72 for r in rows)
 
 
 def test_plan_header_legend_and_cost_ranking(capsys):
     args = ["plan", "llama-3.2-1b", "--gpus", "8", "--seq", "2048", "--tokens", "100B", "--top", "3"]
     assert main([*args, "--objective", "cost"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())   # (lines wrap at 110 characters)
     assert "100B tokens" in out and "1e+11" not in out
-    # no --price: every cost would be "-", so the ranking says what it ranks by
-    assert "Ranked by GPU-hours" in out and "Ranked by cost" not in out
-    for word in ("cp = ", "v2 = ", "z3 also the weights", "mb x acc:", "bound:", "recomputation"):
+    # no --price: no cost column, and the ranking says what it ranks by; no deadline: capped at 90 days, said so
+    assert "Ranked by cost (GPU-hours; --price adds a cost column)" in out and "cost USD" not in out
+    assert "at most 90 days (no deadline given" in out
+    for word in ("cp, ep = ", "v2 = ", "z3 also the weights", "mb x acc:", "bound:", "recompute:", "HFU:",
+                 "tok/s/GPU:", "TFLOP/s:", "+-:"):
         assert word in out, word
-    assert main([*args, "--objective", "cost", "--price", "2"]) == 0
-    assert "Ranked by cost" in capsys.readouterr().out
+    assert main([*args, "--objective", "cost", "--price", "2", "--currency", "EUR", "--deadline", "30"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Ranked by cost (GPU-hours x 2 EUR)" in out and "cost EUR" in out and "90 days" not in out
+
+
+def test_plan_says_where_the_gpu_numbers_come_from(capsys):
+    args = ["plan", "llama-3.2-1b", "--gpus", "8", "--seq", "2048", "--tokens", "100B", "--top", "2"]
+    assert main([*args, "--system", "hgx-h200"]) == 0
+    assert "GPU numbers: calibrated on NVIDIA H200" in " ".join(capsys.readouterr().out.split())
+    assert main([*args, "--system", "dgx-h100"]) == 0
+    assert "GPU numbers: transferred from the h200-sxm calibration" in " ".join(capsys.readouterr().out.split())
+    assert main([*args, "--system", "mi300x-platform", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"] == "datasheet" and data["rows"][0]["expected_error"] is None
+
+
+def test_plan_json_echoes_every_input_and_gives_the_rows_asked_for(capsys):
+    args = ["plan", "llama-3.2-1b", "--gpus", "8", "--seq", "2048", "--tokens", "100B", "--top", "25", "--json",
+            "--price", "3", "--currency", "EUR", "--zero", "0,1", "--recompute", "none,full"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    inputs = data["inputs"]
+    assert inputs["model"] == "llama-3.2-1b" and inputs["gpus"] == [8] and inputs["price"] == 3
+    assert inputs["currency"] == "EUR" and inputs["zero"] == [0, 1] and inputs["recompute"] == ["none", "full"]
+    assert inputs["top"] == 25 and "framework" in inputs and "deadline" in inputs
+    assert len(data["rows"]) == min(25, data["feasible"] - data["collapsed"]) == 25
+    assert data["currency"] == "EUR" and data["source"] == "transferred" and data["searched"]["zero"] == [0, 1]
+    for key in ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "days", "gpu_hours", "energy_kwh", "cost",
+                "headroom_bytes", "expected_error", "collapsed"):
+        assert key in data["rows"][0], key
+    assert {r["checkpointing"] for r in data["rows"]} <= {"none", "full"}
+
+
+def test_plan_refuses_what_the_framework_does_not_run(capsys):
+    assert main(["plan", "llama-3.2-1b", "--gpus", "8", "--zero", "2"]) == 2
+    assert "does not run zero_stages=2" in capsys.readouterr().err
+    assert main(["plan", "llama-3.2-1b", "--gpus", "8", "--framework", "hf", "--tp", "2"]) == 2
+    assert "tp" in capsys.readouterr().err
 
 
 def test_plan_help_lists_defaults_abbreviations_and_json_keys(capsys):
     assert main(["plan", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: dgx-h100)" in text and "(default: 1T)" in text and "(default: 1024)" in text
-    for word in ("cp = ", "z3", "mb x acc", "recomputation", "gpu_counts", "headroom_bytes", "pipeline_bubble_s"):
+    for word in ("cp, ep = ", "z3", "mb x acc", "recomputation", "gpu_counts", "headroom_bytes", "pipeline_bubble_s",
+                 "--deadline", "--currency", "inputs:", "expected_error", "START:STOP:STEP"):
         assert word in text, word
 
 
@@ -71,6 +107,9 @@ def test_plan_json_gives_the_gpu_counts_searched(capsys):
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gpu_counts"] == [1, 2, 4] and len(data["rows"]) == 2
+    assert main(["plan", "llama-3.2-1b", "--gpus", "8:32:8", "--seq", "2048", "--tokens", "100B", "--top", "1",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu_counts"] == [8, 16, 24, 32]
 
 
 def test_systems_help_lists_json_keys(capsys):

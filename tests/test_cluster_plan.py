@@ -18,7 +18,10 @@ def plan():
 
 
 def test_rows_are_valid_and_ranked(plan):
-    assert plan.feasible == len(plan.rows) > 10 and plan.candidates >= plan.feasible
+    # every feasible layout is a row, or folded into one as a near-duplicate
+    assert plan.feasible == len(plan.rows) + plan.collapsed and len(plan.rows) > 10
+    assert plan.candidates >= plan.feasible
+    assert sum(len(r["collapsed"]) for r in plan.rows) == plan.collapsed
     times = [r["seconds"] for r in plan.rows]
     assert times == sorted(times)
     for r in plan.rows[:20]:
@@ -36,19 +39,22 @@ def test_vectorised_model_matches_the_full_composition(plan):
             st = parallel_training_step_time("llama-3-8b", "dgx-h100", r["micro_batch"], 4096,
                                              checkpointing=r["checkpointing"],
                                              gradient_accumulation_steps=r["gradient_accumulation_steps"],
-                                             parallelism=plan.parallelism(plan.rows.index(r)), framework="megatron")
-        assert r["seconds"] == pytest.approx(st.seconds, rel=0.10), r
-        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=0.10), r
+                                             parallelism=plan.parallelism(plan.rows.index(r)), framework="megatron",
+                                             comm_overlap=r["comm_overlap"])
+        # the shards' kernels are evaluated exactly (not interpolated): the same numbers
+        assert r["seconds"] == pytest.approx(st.seconds, rel=1e-6), r
+        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-6), r
+        assert r["mfu"] == pytest.approx(st.mfu, rel=1e-6) and r["hfu"] == pytest.approx(st.hfu, rel=1e-6), r
 
 
 def test_hundred_thousand_candidates_in_seconds():
-    kw = dict(tokens="1T", global_batch=4096, seq_len=8192, max_gpus=16384, micro_batches=(1, 2, 4, 8, 16))
+    kw = dict(tokens="1T", global_batch=4096, seq_len=8192, max_gpus=4096)
     gm.plan_training("llama-3-70b", "dgx-h100", **kw)  # evaluates the shard shapes once (cached)
     t0 = time.perf_counter()
     p = gm.plan_training("llama-3-70b", "dgx-h100", **kw)
     elapsed = time.perf_counter() - t0
-    assert p.candidates >= 30_000   # Megatron's layouts: ZeRO-1 at most, a micro-batch for each pipeline stage
-    assert elapsed < 4.0   # about 1 s on 2 cores; generous for loaded CI machines
+    assert p.candidates >= 100_000   # Megatron's layouts: ZeRO-1 at most, a micro-batch for each pipeline stage
+    assert elapsed < 3.0   # about 0.2 s once warm on 2 cores (bench/plan_speed.py); generous for loaded CI machines
 
 
 def test_objective_cost_and_price():
@@ -66,9 +72,9 @@ def test_errors():
         gm.plan_training("llama-3-8b", "dgx-h100", tokens="lots", global_batch=8, seq_len=128)
 
 
-@pytest.mark.parametrize("argument", ["global_batch", "seq_len", "max_gpus", "num_gpus", "top", "price_per_gpu_hour"])
+@pytest.mark.parametrize("argument", ["global_batch", "seq_len", "max_gpus", "top", "price_per_gpu_hour"])
 def test_scalar_only_arguments_refuse_arrays(argument):
-    # global_batch=np.array([512, 1024]) crashed with numpy's broadcast error; num_gpus=[8, 16] planned silently
+    # global_batch=np.array([512, 1024]) crashed with numpy's broadcast error (num_gpus takes a list: the counts)
     kw = dict(KW, **{argument: np.array([8, 16])})
     with pytest.raises(gm.ArgumentError, match=f"plan_training takes one {argument}") as info:
         gm.plan_training("llama-3-8b", "dgx-h100", **kw)
@@ -97,14 +103,18 @@ def test_parallelism_of_a_row_out_of_range_names_rank_and_the_row_count():
 def test_the_repr_has_column_headers_and_a_legend():
     p = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=8, top=7, **KW)
     lines = repr(p).splitlines()
-    assert lines[0].startswith("TrainingPlan(llama-3-8b on dgx-h100, 1T tokens, batch 256 x 4096 tokens;")
-    assert lines[1].split() == ["#", "GPUs", "layout", "ZeRO", "recompute", "mb", "x", "acc", "step", "s", "MFU",
-                                "days", "GPU-h", "MWh", "cost", "free", "GiB", "bound"]
+    assert lines[0].startswith("TrainingPlan(llama-3-8b on dgx-h100 (megatron), 1T tokens, batch 256 x 4096 tokens;")
+    assert lines[1].split() == ["#", "GPUs", "layout", "recompute", "mb", "x", "acc", "step", "s", "tok/s/GPU", "TFLOP/s",
+                                "MFU", "HFU", "days", "GPU-h", "MWh", "free", "GiB", "+-", "bound"]   # no price: no cost
     assert set(lines[2].strip()) == {"-", " "}
     assert lines[3].split()[:2] == ["1", "8"] and len(lines[3:8]) == 5   # five rows, then how many more
     assert lines[8].strip() == "... 2 more rows"
-    assert "mb x acc: micro-batch x accumulation steps" in " ".join(line.strip() for line in lines[9:])
+    legend = " ".join(line.strip() for line in lines[9:])
+    assert "mb x acc: micro-batch [sequences] x accumulation steps" in legend and "cost:" not in legend
     assert max(len(line) for line in lines) <= 140
+    priced = repr(gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=8, top=2, price_per_gpu_hour=2.5, currency="EUR",
+                                   **KW))
+    assert "cost EUR" in priced and "cost: GPU-hours x 2.5 EUR" in " ".join(priced.split())
 
 
 def test_the_search_keeps_to_what_each_engine_runs():

@@ -211,7 +211,8 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
         # every CTA slot of the SMs once (cuBLAS's choice in the profiler: 3, 5, 6, 7, 9, 11, 13, 17, 22 ...)
         filled = np.where((align < 16) | cutlass_only, fill_split(base_tiles, np.where(align < 16, slots, 1.0), P), 1.0)
         for split in (*SPLITS, filled):
-            if np.ndim(split) == 0 and split > 1 and np.all(base_tiles >= P):
+            fixed_split = np.ndim(split) == 0 and split > 1
+            if fixed_split and np.all(base_tiles >= P):
                 continue
             if np.ndim(split) > 0 and np.all(split <= 1):
                 continue
@@ -234,6 +235,8 @@ def _gemm(model: CalibrationModel, op: Any) -> Prediction:
             kernels = np.where(split_many & own_reduce, 2.0, 1.0) * np.ones_like(align)
             t = soft_max(t_c, t_m, p["overlap_p"]) + fixup
             t = np.where(runs, t, np.inf)
+            if fixed_split:   # no fixed split-K where the tiles fill the SMs, element by element as for one GEMM
+                t = np.where(base_tiles >= P, np.inf, t)
             par = tiles / (waves * P)
             # (the reduce kernel's launch, queued behind the GEMM's, is priced with the launches below)
             t = t + (queued(p, kernels) - p["launch_s"])

@@ -6,47 +6,76 @@ Times are modelled (kernel model per GPU, NCCL collectives, pipeline schedule), 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+import textwrap
 import warnings
 
 from ..base.readable import format_count
 from ..core.ops import AttentionKernel
-from ._common import HelpFormatter, count_type, print_json, print_table, progress
+from ..cluster.planresult import legend_lines
+from ._common import HelpFormatter, count_type, parse_number, print_json, print_table, progress
 import gpumodel as gm
 from ..vocabulary import resolve_system
 
-#: What the table's abbreviations mean (printed under the table and in ``--help``).
-LEGEND = """\
-layout: dp, tp, pp, cp = data-, tensor-, pipeline-, context-parallel degrees (product: the GPU count);
-  v2 = two virtual pipeline stages per GPU (interleaved schedule). ZeRO: z1 shards the optimizer
-  states, z2 also the gradients, z3 also the weights. recompute: activation recomputation (selective:
-  the attention core; full: every layer). mb x acc: micro-batch [sequences] x accumulation steps.
-  MWh: energy at the system's power per GPU. free GiB: memory left on each GPU.
-bound: the largest part of the step besides compute, where over a fifth of it: communication,
-  pipeline bubble, optimizer or recomputation (the forward run again in the backward).
-"""
+#: What the table's columns mean (printed under the table and in ``--help``): the text of ``TrainingPlan``'s repr.
+LEGEND = "\n".join(legend_lines(104)) + "\n"
 
 EPILOG = "Columns:\n" + "\n".join("  " + line for line in LEGEND.splitlines()) + """
 
-GPU counts: --gpus N plans exactly N GPUs; otherwise 1, 2, 4, ... (powers of two) up to --max-gpus
-(default: one node of --system), and that count itself. Tensor-, pipeline- and context-parallel degrees
-are powers of two, so a count with an odd factor (72 = 9 x 8) needs a data-parallel degree that is a
-multiple of it, which must divide --global-batch.
+GPU counts: --gpus N plans exactly N GPUs (A,B,C those counts; START:STOP:STEP every STEP GPUs);
+otherwise 1, 2, 4, ... (powers of two) up to --max-gpus (default: one node of --system), and that count.
 
---objective cost ranks by GPU-hours (the order of the cost at any price per GPU-hour); --price adds
-the cost column.
+Search: every layout the --framework runs (megatron: ZeRO 0-1, selective or full recomputation, every
+parallel dimension, interleaved pipelines, overlap; deepspeed: ZeRO 0-3, no ZeRO-2/3 with pipelines;
+fsdp: no shard, SHARD_GRAD_OP or FULL_SHARD; hf: data parallel), micro-batches 1-16, any pipeline degree
+that divides the GPUs (uneven stages allowed) with at least as many micro-batches as stages. --tp, --pp,
+--cp, --ep, --micro-batch, --zero, --recompute, --virtual-stages and --overlap fix or list the values to
+search (comma-separated); a value the framework does not run is refused.
+
+Near-duplicates: layouts of the same GPUs, degrees, micro-batch and recomputation within 1% of the fastest
+step are one row, the simplest setting kept (lower ZeRO stage, fewer virtual stages, no overlap).
+
+--objective cost ranks by GPU-hours (the order of the cost at any price and of the energy) among runs of at
+most --deadline days (90 when not given: the cheapest run is otherwise the one on the fewest GPUs, for years);
+--price adds the cost column, in --currency; --budget keeps the runs that cost at most that.
 
 JSON output (--json), SI units:
-  model, system, tokens, global_batch, seq_len [tokens], objective, attention_kernel (the library of the
-  flash-attention kernels the layouts were timed with), candidates (layouts enumerated),
-  feasible (those that fit in memory), search_s [s], gpu_counts (the GPU counts searched),
-  rows: one object per ranked layout: num_gpus, dp, tp, pp, cp, zero, checkpointing, micro_batch,
-  virtual_stages, gradient_accumulation_steps, seconds (one step [s]), mfu, days, gpu_hours,
-  energy_kwh [kWh], cost (null without --price), peak_bytes [B], headroom_bytes [B] (free per GPU),
-  bound, and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s,
-  communication_s, pipeline_bubble_s.
+  inputs: every option as given; model, system, gpu, tokens, global_batch, seq_len [tokens], objective,
+  framework, precision, optimizer, attention_kernel, price_per_gpu_hour, currency, max_days, budget,
+  gpu_counts (the GPU counts searched), searched (the values of each dimension), source (where the GPU's
+  kernel numbers come from: calibrated, transferred, datasheet), source_detail, expected_error (of the best
+  step [1]), candidates (layouts priced), feasible (those that fit in memory and meet the deadline and the
+  budget), collapsed (near-duplicates folded), search_s [s], notes,
+  rows (--top of them): num_gpus, dp, tp, pp, cp, ep, zero, checkpointing, micro_batch, virtual_stages,
+  gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
+  [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
+  headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), bound, collapsed (the folded
+  settings), and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
+  pipeline_bubble_s.
 """
+
+
+def _counts(text: str) -> list[int]:
+    """``N``, ``A,B,C`` or ``START:STOP:STEP`` (every STEP GPUs from START to STOP, both included)."""
+    if ":" in text:
+        parts = [count_type(1)(t) for t in text.split(":")]
+        if len(parts) != 3 or parts[1] < parts[0]:
+            raise gm.ArgumentError(f"--gpus {text!r}: give START:STOP:STEP with START <= STOP, e.g. 64:4096:8",
+                                   argument="--gpus", value=text, allowed="N, A,B,C or START:STOP:STEP")
+        return list(range(parts[0], parts[1] + 1, parts[2]))
+    return _ints(text)
+
+
+def _ints(text: str) -> list[int]:
+    return [count_type(1)(t) for t in text.split(",") if t.strip()]
+
+
+def _zeros(text: str) -> list[int]:
+    return [count_type(0)(t) for t in text.split(",") if t.strip()]
+
+
+def _words(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("model", help="model preset, e.g. llama-3-70b (see `gpumodel memory --list`)")
     p.add_argument("--system", default="dgx-h100", help="system or GPU (see `gpumodel systems`)")
-    p.add_argument("--gpus", type=count_type(1), help="exactly this many GPUs")
+    p.add_argument("--gpus", type=_counts, metavar="N", help="exactly this many GPUs (or A,B,C, or START:STOP:STEP: "
+                                                              "e.g. 64:4096:8, every node count)")
     p.add_argument("--max-gpus", type=count_type(1),
                    help="search 1, 2, 4, ... up to this many GPUs (default: one node of --system)")
     p.add_argument("--tokens", default="1T", help="tokens to train on, e.g. 1T, 300B")
@@ -71,8 +101,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the library whose flash kernels run the attention: sdpa (PyTorch's own dispatch), cudnn, fa2 "
                         "(flash-attn 2), fa3 (FlashAttention-3, Hopper only), flashinfer, triton")
     p.add_argument("--objective", default="time", choices=["time", "cost"],
-                   help="rank by the run's time, or by its cost (GPU-hours)")
-    p.add_argument("--price", type=float, help="price per GPU-hour (adds a cost column)")
+                   help="rank by the run's time, or by its cost (GPU-hours) within --deadline")
+    p.add_argument("--deadline", type=lambda t: parse_number(t, "--deadline"), metavar="DAYS",
+                   help="only runs of at most this many days (--objective cost: 90 unless given)")
+    p.add_argument("--price", type=lambda t: parse_number(t, "--price"), help="price per GPU-hour (adds a cost column)")
+    p.add_argument("--currency", default="USD", help="the currency of --price and --budget")
+    p.add_argument("--budget", type=lambda t: parse_number(t, "--budget"),
+                   help="only runs that cost at most this (needs --price)")
+    for name, kind, text in (("tp", _ints, "tensor-parallel degrees"), ("pp", _ints, "pipeline-parallel degrees"),
+                             ("cp", _ints, "context-parallel degrees"), ("ep", _ints, "expert-parallel degrees"),
+                             ("micro-batch", _ints, "micro-batches [sequences]"), ("zero", _zeros, "ZeRO stages"),
+                             ("recompute", _words, "recomputation: none, selective, full"),
+                             ("virtual-stages", _ints, "virtual pipeline stages"),
+                             ("overlap", _words, "communication overlap: on, off")):
+        p.add_argument(f"--{name}", type=kind, metavar="A,B", help=f"{text} to search (default: all the framework runs)")
     p.add_argument("--top", type=count_type(1), default=10, help="layouts to print")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_plan)
@@ -81,70 +123,66 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _progress(done: int, total: int) -> None:
     width = 30
     filled = int(width * done / total)
-    sys.stderr.write(f"\rshard shapes [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    sys.stderr.write(f"\rshard kernels [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
     if done == total:
         sys.stderr.write("\r" + " " * (width + 30) + "\r")
     sys.stderr.flush()
 
 
-def _gpu_counts(args: argparse.Namespace) -> list[int]:
-    """The GPU counts the layout search tries (as ``gm.plan_training`` chooses them from --gpus/--max-gpus):
-    exactly --gpus, else the powers of two up to --max-gpus or one node, and that count itself."""
-    sysm = resolve_system(args.system, "--system")
-    if args.gpus is not None:
-        counts = [args.gpus]
-    else:
-        cap = args.max_gpus if args.max_gpus is not None else sysm.gpus_per_node
-        counts = sorted({2 ** k for k in range(0, 20) if 2 ** k <= cap} | {cap})
-    if sysm.inter_node is None:
-        counts = [n for n in counts if n <= sysm.gpus_per_node]
-    return counts
-
-
-def _unused_gpus(n: int, args: argparse.Namespace, used: int) -> str:
-    """Why no layout uses all ``n`` GPUs (the largest count searched); the best layouts use ``used``."""
-    odd = n // (n & -n)                      # the odd factor of n: 72 = 9 x 8
-    if odd > 1 and args.global_batch % odd:
-        near = odd * 2 ** max(round(math.log2(args.global_batch / odd)), 0)
-        return (f"no layout uses all {n} GPUs: tensor-, pipeline- and context-parallel degrees are powers of two, "
-                f"so {n} GPUs need a data-parallel degree that is a multiple of {odd}, which does not divide "
-                f"--global-batch {args.global_batch} (a multiple of {odd} such as {near} would); the layouts below "
-                f"use {used}")
-    return (f"no layout of all {n} GPUs divides the model and the batch and fits in memory; the layouts below use "
-            f"{used}")
+def _overlap(values: list[str] | None) -> list[bool] | None:
+    if values is None:
+        return None
+    table = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+    bad = [v for v in values if v.lower() not in table]
+    if bad:
+        raise gm.ArgumentError(f"--overlap {bad[0]!r} is not one of on, off", argument="--overlap", value=bad[0],
+                               allowed="on, off")
+    return [table[v.lower()] for v in values]
 
 
 def _plan(args: argparse.Namespace) -> int:
-    counts = _gpu_counts(args)
-    progress(f"planning {args.model} on {'/'.join(map(str, counts))} GPUs of {args.system}: every parallel layout...")
+    sysm = resolve_system(args.system, "--system")
+    where = (f"{'/'.join(map(str, args.gpus[:4]))}{'/...' if len(args.gpus) > 4 else ''} GPUs" if args.gpus
+             else f"up to {args.max_gpus or sysm.gpus_per_node} GPUs")
+    progress(f"planning {args.model} on {where} of {sysm.name}: every layout {args.framework} runs...")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gm.DoesNotFitWarning)
-        plan = gm.plan_training(args.model, args.system, tokens=args.tokens, global_batch=args.global_batch,
+        plan = gm.plan_training(args.model, sysm, tokens=args.tokens, global_batch=args.global_batch,
                                 seq_len=args.seq, num_gpus=args.gpus, max_gpus=args.max_gpus, objective=args.objective,
                                 precision=args.precision, optimizer=args.optimizer, framework=args.framework,
-                                price_per_gpu_hour=args.price, top=None, attention_kernel=args.attention_kernel,
+                                price_per_gpu_hour=args.price, currency=args.currency, max_days=args.deadline,
+                                budget=args.budget, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
+                                micro_batches=args.micro_batch, zero_stages=args.zero, checkpointing=args.recompute,
+                                virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap), top=args.top,
+                                attention_kernel=args.attention_kernel,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
-    used = {r["num_gpus"] for r in plan.rows}      # over every layout that fits, not only the printed ones
     if args.json:
-        print_json({**plan.to_dict(), "gpu_counts": counts, "rows": plan.rows[:args.top]})
+        inputs = {k: v for k, v in vars(args).items() if k not in ("func", "command", "json")}
+        print_json({"inputs": inputs, **plan.to_dict()})
         return 0
-    if args.objective == "cost" and args.price is None:
-        ranked = "Ranked by GPU-hours (the order of the cost at any price; --price adds a cost column)"
+    if args.objective == "cost":
+        ranked = "Ranked by cost (GPU-hours" + (f" x {args.price:g} {args.currency}" if args.price else
+                                                 "; --price adds a cost column") + ")"
     else:
         ranked = f"Ranked by {plan.objective}"
-    print(f"{plan.model} on {plan.system}: {format_count(plan.tokens)} tokens, global batch {plan.global_batch} x "
-          f"{plan.seq_len} tokens, {plan.attention_kernel} attention; {plan.feasible:,} of {plan.candidates:,} "
-          f"layouts fit in memory "
-          f"({plan.search_s:.1f} s). {ranked}; times are modelled, not measured.")
-    if len(counts) > 1:
+    print(textwrap.fill(f"{plan.model} on {plan.system} ({plan.framework}): {format_count(plan.tokens)} tokens, global "
+                        f"batch {plan.global_batch} x {plan.seq_len} tokens, {plan.attention_kernel} attention; "
+                        f"{plan.feasible:,} of {plan.candidates:,} layouts fit ({plan.search_s:.1f} s). {ranked}; times "
+                        "are modelled, not measured.", 110, subsequent_indent="  "))
+    err = "unknown (nothing measured backs it)" if plan.expected_error is None else f"about {plan.expected_error:.0%}"
+    print(textwrap.fill(f"GPU numbers: {plan.source_detail}; expected error of a step {err}.", 110,
+                        subsequent_indent="  "))
+    if len(plan.gpu_counts) > 1:
+        counts = plan.gpu_counts
         print(f"GPU counts searched: {', '.join(map(str, counts))} (powers of two"
-              + (f" and {counts[-1]}" if counts[-1] & (counts[-1] - 1) else "") + "; --gpus N plans exactly N).")
+              + (f" and {counts[-1]}" if counts[-1] & (counts[-1] - 1) else "") + "; --gpus N plans exactly N)."
+              if args.gpus is None else f"GPU counts searched: {len(counts)}, {counts[0]} to {counts[-1]}.")
+    for note in plan.notes:
+        print(textwrap.fill(f"Note: {note}.", 110, subsequent_indent="  "))
     if not plan.rows:
-        print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq")
+        print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq, a later --deadline")
         return 0  # an answer, as the JSON output's empty rows (exit 1 means an internal error)
-    if counts[-1] not in used:
-        print(_unused_gpus(counts[-1], args, max(used)) + ".")
-    print_table(plan.HEADERS, plan._lines(args.top))
+    print_table(plan.headers(), plan.table(args.top))
     print()
-    print(LEGEND, end="")
+    print("\n".join(plan.legend(104)))
     return 0

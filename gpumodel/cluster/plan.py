@@ -1,183 +1,50 @@
 """Search the parallel layouts of a training job and rank them: ``plan_training``.
 
-Every layout ``dp x tp x pp x cp x ZeRO x recomputation x micro-batch (x virtual stages)`` that divides
-the model, the GPUs and the global batch is enumerated as arrays, its memory per GPU checked with
-:func:`gpumodel.training_memory` (broadcast over the candidates) and its step composed by
-:func:`gpumodel.cluster.step.compose`, the function behind the single-layout step time. The kernel
-model is not run per candidate: the shard's kernel times are evaluated once per distinct
-``(tp, cp)`` at micro-batches 1 and 8 and interpolated linearly in the micro-batch (a shard's kernels
-scale with its tokens plus a fixed part); ``tests/cluster/test_plan.py`` checks the planner against
-the full composition. Multi-GPU times are modelled, not measured here.
+Every layout its engine runs (:mod:`gpumodel.cluster.plansearch`: data, tensor, pipeline, context and
+expert parallelism, ZeRO, recomputation, micro-batch, virtual stages, communication overlap) that divides
+the model, the GPUs and the global batch is enumerated as arrays and priced at once
+(:mod:`gpumodel.cluster.planprice`) with the functions behind the single-layout step time: the shard's
+kernel times, exact for each (tensor, context parallel degree, micro-batch), the composed step
+(:func:`gpumodel.cluster.step.compose`) and the memory per GPU (:func:`gpumodel.training_memory`).
+``tests/test_cluster_plan.py`` checks the planner against the full composition. Multi-GPU times are
+modelled, not measured here; ``python bench/plan_speed.py`` times the search, ``python
+bench/plan_published.py`` ranks published layouts in it.
 """
 
 from __future__ import annotations
 
-import html
-import math
 import time
-import warnings
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
 from ..base.arguments import keyword_only_after
-from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
-from ..base.readable import format_count
-from ..base.reprs import text_table
-from ..core.memory import training_memory
-from ..vocabulary.parallel_rules import splits_model
-from ..calibration.estimate import resolve_calibration
+from ..base.errors import ArgumentError, ArgumentTypeError
+from ..calibration.estimate import model_for, resolve_calibration
 from ..training.layer import attention_kernel_on
-from ..vocabulary import (Optimizer, bounded_int, checkpointing_mode, choice, flag, positive_int, positive_number,
-                          precision as _precision, resolve_model, resolve_system, token_count)
-from .shard import shard_config, shard_times
-from .step import PHASES, Framework, compose, model_flops_per_token
-from .parallelism import Parallelism
+from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag, positive_int,
+                          positive_number, precision as _precision, resolve_model, resolve_system, token_count)
+from .planprice import PARALLEL_MODEL_ERROR, distinct_rows, memory_per_gpu, run_metrics, shard_table, step_parts
+from .planresult import PlanRow, TrainingPlan
+from .plansearch import CHECKPOINTING, candidates
+from .step import PHASES
 
-__all__ = ["TrainingPlan", "PlanRow", "plan_training"]
+__all__ = ["TrainingPlan", "PlanRow", "plan_training", "NEAR_DUPLICATE", "COST_DAYS"]
 
-_CKPT = ("none", "selective", "full")
-_FIELDS = ("seconds", "mfu", "days", "gpu_hours", "energy_kwh", "cost", "headroom_bytes", "peak_bytes", "bound")
-
-
-class PlanRow(dict):
-    """One ranked layout of a :class:`TrainingPlan`: a plain ``dict`` of its fields.
-
-    Its former key ``step_s`` (now ``seconds``) still answers for one release, with a ``DeprecationWarning``.
-    """
-
-    _renamed = {"step_s": "seconds"}
-
-    def __missing__(self, key: str) -> Any:
-        new = self._renamed.get(key)
-        if new is None:
-            raise KeyError(key)
-        warnings.warn(f"the plan row key {key!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=2)
-        return self[new]
+#: Rows of one layout (GPUs, degrees, micro-batch, recomputation) whose step times are within this fraction of
+#: the fastest of them are near-duplicates: one row is kept, the simplest setting (lower ZeRO stage, fewer
+#: virtual stages, no overlap), and the others are listed in its ``collapsed``.
+NEAR_DUPLICATE = 0.01
+#: ``objective="cost"`` without ``max_days``: the runs ranked are those of at most this many days [days]
+#: (the cheapest run is otherwise the one on the fewest GPUs, over years).
+COST_DAYS = 90.0
+_OBJECTIVES = ("time", "cost")
 
 
-@dataclass(frozen=True)
-class TrainingPlan:
-    """Ranked layouts of one training job (best first).
-
-    Attributes
-    ----------
-    rows : list of dict
-        One per layout (a :class:`PlanRow`): ``num_gpus, dp, tp, pp, cp, zero, checkpointing, micro_batch,
-        virtual_stages, gradient_accumulation_steps, seconds`` (of one step [s]; ``step_s`` is its former key,
-        deprecated), ``mfu, days, gpu_hours, energy_kwh, cost, peak_bytes, headroom_bytes, bound`` plus the
-        breakdown [s] by phase. ``bound`` names the largest part of the step other than compute ("compute"
-        when nothing else is more than a fifth of the step).
-    candidates : int
-        Layouts enumerated; ``feasible`` those that fit in memory.
-    attention_kernel : str
-        The library whose flash kernels every layout's attention was timed with
-        (:class:`~gpumodel.core.ops.AttentionKernel`).
-    """
-
-    model: str
-    system: str
-    tokens: float
-    global_batch: int
-    seq_len: int
-    objective: str
-    rows: list = field(default_factory=list)
-    candidates: int = 0
-    feasible: int = 0
-    search_s: float = 0.0
-    attention_kernel: str = "sdpa"
-
-    @property
-    def best(self) -> dict:
-        """The first-ranked layout."""
-        if not self.rows:
-            raise UnsupportedError(f"no layout of {self.model} fits on {self.system}")
-        return self.rows[0]
-
-    def parallelism(self, rank: int = 0):
-        """The :class:`~gpumodel.cluster.parallelism.Parallelism` of a ranked layout.
-
-        Parameters
-        ----------
-        rank : int
-            Index of the layout in :attr:`rows`: ``0`` (the best) to ``len(rows) - 1``; anything else is
-            refused with an :class:`~gpumodel.base.errors.ArgumentError` naming ``rank`` and the row count.
-        """
-        n = len(self.rows)
-        allowed = f"an int from 0 to {n - 1} ({n} rows)" if n else "none: the plan has no rows"
-        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
-            raise ArgumentTypeError(f"rank must be an int (the index of a row: {allowed}), got {rank!r} "
-                                    f"({type(rank).__name__})", argument="rank", value=rank, allowed=allowed)
-        if not 0 <= rank < n:
-            raise ArgumentError(f"rank={rank} is out of range: the plan has {n} rows, so rank is 0 to {n - 1}"
-                                if n else f"rank={rank}: the plan has no rows (no layout fits)",
-                                argument="rank", value=rank, allowed=allowed)
-        r = self.rows[int(rank)]
-        return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], zero=r["zero"],
-                           sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("model", "system", "tokens", "global_batch", "seq_len", "objective",
-                                              "attention_kernel", "candidates", "feasible", "search_s", "rows")}
-
-    def to_pandas(self):
-        """The ranked layouts as a ``pandas.DataFrame`` (pandas is an optional dependency)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.rows)
-
-    def _lines(self, top: int = 10) -> list[list[str]]:
-        out = []
-        for i, r in enumerate(self.rows[:top]):
-            cost = "-" if r["cost"] is None else f"{r['cost']:,.0f}"
-            out.append([str(i + 1), str(r["num_gpus"]), f"dp{r['dp']} tp{r['tp']} pp{r['pp']} cp{r['cp']}"
-                        + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else ""),
-                        f"z{r['zero']}", r["checkpointing"], f"{r['micro_batch']}x{r['gradient_accumulation_steps']}",
-                        f"{r['seconds']:.3f}", f"{r['mfu']:.1%}", f"{r['days']:.2f}", f"{r['gpu_hours']:,.0f}",
-                        f"{r['energy_kwh'] / 1e3:,.1f}", cost, f"{r['headroom_bytes'] / 2**30:.1f}", r["bound"]])
-        return out
-
-    HEADERS = ["#", "GPUs", "layout", "ZeRO", "recompute", "mb x acc", "step s", "MFU", "days", "GPU-h", "MWh",
-               "cost", "free GiB", "bound"]
-
-    #: What the columns of :attr:`HEADERS` mean (printed under the table).
-    LEGEND = ("layout: data, tensor, pipeline and context-parallel degrees (v: virtual pipeline stages)", "ZeRO: stage",
-              "recompute: activation recomputation (none, selective, full)", "mb x acc: micro-batch x accumulation steps", "step s: one optimizer step [s]",
-              "free GiB: memory left on each GPU", "bound: the largest part of the step besides compute")
-
-    def __repr__(self) -> str:
-        kernel = f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
-        head = (f"TrainingPlan({self.model} on {self.system}, {format_count(self.tokens)} tokens, batch "
-                f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
-                f"layouts fit, ranked by {self.objective})")
-        if not self.rows:
-            return head
-        table = text_table(self.HEADERS, self._lines(5))
-        more = f"\n  ... {len(self.rows) - 5:,} more rows" if len(self.rows) > 5 else ""
-        legend = [""]
-        for entry in self.LEGEND:   # entries whole, lines of at most about 110 characters
-            if legend[-1] and len(legend[-1]) + len(entry) > 108:
-                legend.append("")
-            legend[-1] += ("; " if legend[-1] else "") + entry
-        return "\n".join([head] + ["  " + line for line in table.splitlines()]) + more + "".join(
-            "\n  " + line for line in legend)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADERS)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self._lines(10))
-        return (f"<b>{html.escape(self.model)} on {html.escape(self.system)}</b>: {self.feasible:,} of "
-                f"{self.candidates:,} layouts fit, ranked by {html.escape(self.objective)}"
-                f"<table><tr>{head}</tr>{body}</table><small>{html.escape('; '.join(self.LEGEND))}</small>")
-
-
-def _divisors_pow2(n: int, limit: int) -> list[int]:
-    return [d for d in (2 ** k for k in range(0, 12)) if d <= limit and n % d == 0]
-
-
-def _sweep(values: Any, name: str, read: Callable) -> list:
-    """The values of a searched option (one value or a non-empty list), each read by its kind's resolver."""
+def _sweep(values: Any, name: str, read: Callable) -> list | None:
+    """The values of a searched option (one value or a non-empty list, each read by its kind's resolver); None stays."""
+    if values is None:
+        return None
     if isinstance(values, (str, int, np.integer, bool)) or not hasattr(values, "__iter__"):
         values = [values]
     out = []
@@ -200,13 +67,100 @@ def _one(value: Any, name: str, read: Callable) -> Any:
     return read(value, name)
 
 
+def _shown(counts: list[int]) -> str:
+    """GPU counts in a message: all of a few, else the first and last."""
+    return "/".join(map(str, counts)) if len(counts) <= 6 else f"{counts[0]} to {counts[-1]}"
+
+
+def _gpu_counts(sysm, num_gpus, max_gpus) -> list[int]:
+    if num_gpus is not None and max_gpus is not None:
+        raise ArgumentError("give num_gpus (exactly these GPU counts) or max_gpus (search up to this many), not both",
+                            argument="num_gpus", value=num_gpus, allowed="num_gpus or max_gpus, not both")
+    if num_gpus is not None:
+        counts = sorted(set(_sweep(num_gpus, "num_gpus", positive_int)))
+    else:
+        cap = _one(max_gpus, "max_gpus", positive_int) if max_gpus is not None else sysm.gpus_per_node
+        counts = sorted({2 ** k for k in range(0, 21) if 2 ** k <= cap} | {cap})
+    if sysm.inter_node is None:
+        counts = [n for n in counts if n <= sysm.gpus_per_node]
+        if not counts:
+            which = "num_gpus" if num_gpus is not None else "max_gpus"
+            raise ArgumentError(f"{sysm.name} has no network: at most {sysm.gpus_per_node} GPUs", argument=which,
+                                value=num_gpus if num_gpus is not None else max_gpus,
+                                allowed=f"1 to {sysm.gpus_per_node}")
+    return counts
+
+
+def _ranked(grid, m: dict, ok: np.ndarray, objective: str) -> tuple[np.ndarray, dict]:
+    """Flat indices (into layouts x settings) of the feasible candidates, best first, near-duplicates folded (see
+    :data:`NEAR_DUPLICATE`), and the folded candidates of each kept one."""
+    idx = np.flatnonzero(ok)
+    if not len(idx):
+        return idx, {}
+    K = ok.shape[1]
+    si, ki = np.divmod(idx, K)
+    L, S = grid.layouts, grid.settings
+    _, shape_id = distinct_rows(*(L[k] for k in ("num_gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch")))
+    _, group = distinct_rows(shape_id[si], S["checkpointing"][ki])
+    sec = m["seconds"].ravel()[idx]
+    fastest = np.full(group.max() + 1, np.inf)
+    np.minimum.at(fastest, group, sec)
+    near = sec <= fastest[group] * (1 + NEAR_DUPLICATE)
+    # among each group's near-ties the simplest setting first (ZeRO stage, virtual stages, overlap), then the fastest
+    order = np.lexsort((sec, S["comm_overlap"][ki], L["virtual_stages"][si], S["zero"][ki], ~near, group))
+    first = np.ones(len(order), bool)
+    first[1:] = (group[order][1:] != group[order][:-1]) | ~near[order][1:]
+    kept_mask = np.zeros(len(idx), bool)
+    kept_mask[order[first]] = True
+    keeper = np.empty(group.max() + 1, np.int64)
+    heads = order[first & near[order]]
+    keeper[group[heads]] = heads
+    folded: dict[int, list[int]] = {}
+    for j in np.flatnonzero(near & ~kept_mask):
+        folded.setdefault(int(idx[keeper[group[j]]]), []).append(int(idx[j]))
+    primary, secondary = ((m["seconds"], m["gpu_hours"]) if objective == "time" else (m["gpu_hours"], m["seconds"]))
+    kept = idx[kept_mask]
+    return kept[np.lexsort((secondary.ravel()[kept], primary.ravel()[kept]))], folded
+
+
+def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error) -> PlanRow:
+    """The :class:`PlanRow` of candidate ``i`` (a flat index into layouts x settings)."""
+    K = grid.valid.shape[1]
+    si, ki = divmod(i, K)
+    L, S = grid.layouts, grid.settings
+    at = np.unravel_index(i, grid.valid.shape)
+    step = float(m["seconds"][at])
+    names = {"communication": "communication", "pipeline_bubble": "pipeline bubble", "optimizer": "optimizer",
+             "recompute": "recompute"}
+    worst = max(names, key=lambda k: parts[k][at])
+    bound = names[worst] if parts[worst][at] > 0.2 * step else "compute"
+    out = {k: int(L[k][si]) for k in ("num_gpus", "dp", "tp", "pp", "cp", "ep")}
+    out.update(zero=int(S["zero"][ki]), checkpointing=CHECKPOINTING[S["checkpointing"][ki]],
+               micro_batch=int(L["micro_batch"][si]), virtual_stages=int(L["virtual_stages"][si]),
+               gradient_accumulation_steps=int(L["micro_batches"][si]), comm_overlap=bool(S["comm_overlap"][ki]),
+               seconds=step)
+    out.update({k: (None if v is None else float(v[at])) for k, v in m.items() if k != "seconds"})
+
+    def folded_row(j):
+        sj, kj = divmod(j, K)
+        return {"zero": int(S["zero"][kj]), "checkpointing": CHECKPOINTING[S["checkpointing"][kj]],
+                "virtual_stages": int(L["virtual_stages"][sj]), "comm_overlap": bool(S["comm_overlap"][kj]),
+                "seconds": float(m["seconds"].ravel()[j]), "headroom_bytes": float(headroom.ravel()[j])}
+
+    out.update(peak_bytes=float(peak[at]), headroom_bytes=float(headroom[at]),
+               expected_error=None if np.isnan(error[si]) else float(error[si]), bound=bound,
+               collapsed=[folded_row(j) for j in folded], **{f"{k}_s": float(parts[k][at]) for k in PHASES})
+    return PlanRow(out)
+
+
 @keyword_only_after(2, "tokens", "global_batch", "seq_len")
 def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: int, seq_len: int,
                   max_gpus: int | None = None, num_gpus: int | None = None, objective: str = "time",
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
-                  price_per_gpu_hour: float | None = None, micro_batches=(1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
-                  checkpointing=_CKPT, virtual_stages=(1, 2, 4), top: int | None = 50,
-                  progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
+                  price_per_gpu_hour: float | None = None, currency: str = "USD", max_days: float | None = None,
+                  budget: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
+                  zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
+                  top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
                   calibration: Any = None, attention_kernel: str = "sdpa") -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
 
@@ -222,35 +176,39 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     seq_len : int
         Tokens per sequence.
     max_gpus, num_gpus : int, optional
-        Search GPU counts ``1, 2, 4, ..., max_gpus`` (powers of two and ``max_gpus``), or only ``num_gpus``.
-        Default: ``num_gpus`` = one node.
+        Search GPU counts ``1, 2, 4, ..., max_gpus`` (powers of two and ``max_gpus``), or only ``num_gpus`` (one
+        count or a list: ``range(64, 4097, 8)`` searches every node count from 8 to 512 nodes). Default: one node.
     objective : {"time", "cost"}
-        Rank by wall-clock time, or by GPU-hours (cost), ties broken by the other.
+        Rank by wall-clock time, or by GPU-hours (cost at any price; also the energy), ties broken by the other.
+        With "cost" and no ``max_days``, only runs of at most :data:`COST_DAYS` days are ranked.
     precision, optimizer : as in :func:`gpumodel.training_step_time`.
     framework : {"megatron", "hf", "fsdp", "deepspeed"}
-        The training engine; the search keeps to what it runs (Megatron: ZeRO-1 at most; DeepSpeed: no ZeRO-2/3
-        with pipelines; :func:`gpumodel.cluster.step.framework_rules`), and a pipeline of ``pp`` stages gets at
-        least ``pp`` micro-batches a step.
+        The training engine; the search keeps to what it runs (:data:`gpumodel.cluster.plansearch.ENGINES`:
+        Megatron ZeRO-1 at most; DeepSpeed no ZeRO-2/3 with pipelines; Hugging Face data parallel only...).
     price_per_gpu_hour : float, optional
-        Gives a cost column.
-    micro_batches, zero_stages, checkpointing, virtual_stages :
-        The values searched.
+        Gives a cost column [currency per GPU-hour].
+    currency : str
+        The currency of the price and the budget, a label shown with the cost (default "USD").
+    max_days : float, optional
+        Deadline: only runs of at most this many days [days].
+    budget : float, optional
+        Only runs costing at most this (needs ``price_per_gpu_hour``) [currency].
+    tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap : optional
+        Values to search along each dimension (one value or a list); None: everything the engine runs
+        (micro-batches 1 to 16 that divide the batch; any pipeline degree dividing the GPUs, uneven stages; virtual
+        stages that divide the layers). A value the engine does not run is refused naming the argument.
     top : int or None
         Rows kept (None: all feasible).
     progress : callable, optional
-        Called as ``progress(done, total)`` over the distinct shard shapes evaluated.
+        Called as ``progress(done, total)`` over the tensor-parallel degrees whose shards are evaluated.
     calibrated : bool
         Time the shards' kernels with the GPU's shipped calibration where there is one (default); False: the
         datasheet with default efficiencies.
     calibration : Calibration or path, optional
-        Your own calibration of the system's GPU (a :class:`~gpumodel.calibration.record.Calibration` or the path
-        of a YAML file ``gpumodel calibrate`` wrote, read once): every layout's kernels are priced with it, and
-        the cached shard times are kept apart per calibration. One measured on another GPU is refused
-        (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``). The planner composes the
-        parallel model, which has no host side: it takes no ``host``.
+        Your own calibration of the system's GPU (a record or a YAML path): every layout's kernels are priced
+        with it; one measured on another GPU is refused (naming ``calibration``).
     attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
-        The library whose flash kernels run every layout's 16-bit attention (as in
-        :func:`gpumodel.training_step_time`); the cached shard times are kept apart per kernel.
+        The library whose flash kernels run every layout's 16-bit attention.
 
     Returns
     -------
@@ -261,8 +219,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     >>> import gpumodel as gm
     >>> plan = gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=512, seq_len=4096, num_gpus=64)
     >>> r = plan.best
-    >>> r["num_gpus"], r["dp"] * r["tp"] * r["pp"] * r["cp"], plan.feasible > 0
-    (64, 64, True)
+    >>> r["num_gpus"], r["dp"] * r["tp"] * r["pp"] * r["cp"], plan.feasible > 0, plan.source
+    (64, 64, True, 'transferred')
     """
     t0 = time.perf_counter()
     cfg = resolve_model(model)
@@ -274,132 +232,76 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     kernel = attention_kernel_on(attention_kernel, g, prec.compute_dtype.value).value
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
-    if not isinstance(objective, str) or objective not in ("time", "cost"):
+    if not isinstance(objective, str) or objective not in _OBJECTIVES:
         raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'", argument="objective",
                             value=objective, allowed="'time', 'cost'")
     n_tokens = token_count(tokens)
     B = _one(global_batch, "global_batch", positive_int)
     s = _one(seq_len, "seq_len", positive_int)
-    micro_batches = _sweep(micro_batches, "micro_batches", positive_int)
-    virtual_stages = _sweep(virtual_stages, "virtual_stages", positive_int)
-    zero_stages = _sweep(zero_stages, "zero_stages", lambda x, name: bounded_int(x, name, 0, 3).item())
-    checkpointing = _sweep(checkpointing, "checkpointing", lambda x, name: checkpointing_mode(x, name).value)
+    search = dict(tp=_sweep(tp, "tp", positive_int), pp=_sweep(pp, "pp", positive_int), cp=_sweep(cp, "cp", positive_int),
+                  ep=_sweep(ep, "ep", positive_int), micro_batches=_sweep(micro_batches, "micro_batches", positive_int),
+                  virtual_stages=_sweep(virtual_stages, "virtual_stages", positive_int),
+                  zero_stages=_sweep(zero_stages, "zero_stages", lambda x, name: bounded_int(x, name, 0, 3).item()),
+                  checkpointing=_sweep(checkpointing, "checkpointing", lambda x, name: checkpointing_mode(x, name).value),
+                  comm_overlap=_sweep(comm_overlap, "comm_overlap", flag))
     if top is not None:
         top = _one(top, "top", positive_int)
     if progress is not None and not callable(progress):
         raise ArgumentTypeError(f"progress must be a function progress(done, total) or None, "
                                 f"got {type(progress).__name__}")
-    if num_gpus is not None and max_gpus is not None:
-        raise ArgumentError("give num_gpus (exactly this many GPUs) or max_gpus (search up to this many), not both",
-                            argument="num_gpus", value=num_gpus, allowed="num_gpus or max_gpus, not both")
-    if num_gpus is not None:
-        counts = [_one(num_gpus, "num_gpus", positive_int)]
-    else:
-        cap = _one(max_gpus, "max_gpus", positive_int) if max_gpus is not None else sysm.gpus_per_node
-        counts = sorted({2 ** k for k in range(0, 20) if 2 ** k <= cap} | {cap})
-    if sysm.inter_node is None:
-        counts = [n for n in counts if n <= sysm.gpus_per_node]
-        if not counts:
-            which = "num_gpus" if num_gpus is not None else "max_gpus"
-            raise ArgumentError(f"{sysm.name} has no network: at most {sysm.gpus_per_node} GPUs", argument=which,
-                                value=num_gpus if num_gpus is not None else max_gpus,
-                                allowed=f"1 to {sysm.gpus_per_node}")
-    price = (_one(price_per_gpu_hour, "price_per_gpu_hour", positive_number) if price_per_gpu_hour is not None
-             else None)
+    counts = _gpu_counts(sysm, num_gpus, max_gpus)
+    price = None if price_per_gpu_hour is None else _one(price_per_gpu_hour, "price_per_gpu_hour", positive_number)
+    days_cap = None if max_days is None else _one(max_days, "max_days", positive_number)
+    spend = None if budget is None else _one(budget, "budget", positive_number)
+    if spend is not None and price is None:
+        raise ArgumentError("budget needs price_per_gpu_hour (the budget is a cost)", argument="budget", value=budget,
+                            allowed="a budget together with price_per_gpu_hour")
+    if not isinstance(currency, str) or not currency.strip():
+        raise ArgumentError(f"currency must be a label such as 'USD', got {currency!r}", argument="currency",
+                            value=currency, allowed="a non-empty string")
+    notes = []
+    if objective == "cost" and days_cap is None:
+        days_cap = COST_DAYS
+        notes.append(f"ranked by cost among runs of at most {COST_DAYS:g} days (no deadline given; the cheapest run "
+                     "is otherwise the one on the fewest GPUs, for years): set max_days (--deadline) to change it")
 
-    # ---- enumerate candidates
-    tps = [t for t in _divisors_pow2(cfg.num_heads, sysm.gpus_per_node) if splits_model(cfg, t)]
-    cps = [c for c in _divisors_pow2(s, 64) if s // c >= 2048 or c == 1]
-    pps = [p for p in (2 ** k for k in range(0, 8)) if p <= cfg.num_layers]
-    P = np.array(np.meshgrid(counts, tps, cps, pps, list(micro_batches), list(virtual_stages), list(zero_stages),
-                             [i for i, c in enumerate(_CKPT) if c in checkpointing], indexing="ij")).reshape(8, -1)
-    n, tp, cp, pp, mb, v, z, ck = P
-    keep = (n % (tp * cp * pp) == 0)
-    dp = np.maximum(n // (tp * cp * pp), 1)
-    keep &= B % (dp * mb) == 0
-    keep &= (v == 1) | ((pp > 1) & (cfg.num_layers % (pp * v) == 0))
-    keep &= ~((z > 0) & (dp * cp == 1)) & ~((z == 3) & (pp > 1))
-    if fw == Framework.MEGATRON:           # the engines' own rules (see gpumodel.cluster.step.framework_rules)
-        keep &= z <= 1
-    elif fw == Framework.DEEPSPEED:
-        keep &= ~((z >= 2) & (pp > 1))
-    keep &= (pp == 1) | (B // np.maximum(dp * mb, 1) >= pp)   # a pipeline needs a micro-batch for each stage
-    if not keep.any():
-        raise ArgumentError(f"no layout divides {cfg.name}, {counts} GPUs and global_batch={B}",
+    grid, searched = candidates(cfg, sysm.gpus_per_node, counts, B, s, fw, **search)
+    if not grid.size:
+        raise ArgumentError(f"no layout divides {cfg.name}, {_shown(counts)} GPUs and global_batch={B}",
                             argument="global_batch", value=B, allowed="a multiple of dp x micro-batch")
-    n, tp, cp, pp, mb, v, z, ck, dp = (x[keep] for x in (n, tp, cp, pp, mb, v, z, ck, dp))
-    m = B // (dp * mb)
-    G = n
-
-    # ---- shard times: once per (tp, cp) at micro-batches 1 and 8, linear in the micro-batch
-    keys = sorted(set(zip(tp.tolist(), cp.tolist())))
-    names = ("layer_forward", "layer_backward", "attention_forward", "head_forward", "head_backward",
-             "optimizer_per_param", "layer_flops", "head_flops")
-    per = {k: {} for k in names}
-    for i, (t_, c_) in enumerate(keys):
-        shard = shard_config(cfg, t_)
-        lo = shard_times(shard, g, 1, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration,
-                         attention_kernel=kernel)
-        hi = shard_times(shard, g, 8, s // c_, c_, prec.name, opt.value, fw.value, calibrated, calibration,
-                         attention_kernel=kernel)
-        for k in names:
-            a, b8 = getattr(lo, k), getattr(hi, k)
-            per[k][(t_, c_)] = (a - (b8 - a) / 7, (b8 - a) / 7)   # value(mb) = fixed + slope * mb
-        if progress is not None:
-            progress(i + 1, len(keys))
-    idx = {key: i for i, key in enumerate(keys)}
-    which = np.array([idx[(a, b)] for a, b in zip(tp.tolist(), cp.tolist())])
-    st = SimpleNamespace(**{k: np.array([per[k][key][0] for key in keys])[which]
-                            + np.array([per[k][key][1] for key in keys])[which] * mb for k in names})
-    st.optimizer_per_param = np.array([per["optimizer_per_param"][key][0] + per["optimizer_per_param"][key][1]
-                                       for key in keys])[which]
-
-    out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=1, zero=z, sequence_parallel=tp > 1,
-                  virtual_stages=v, batch_size=mb, seq_len=s, micro_batches=m, checkpointing=ck)
-    step = sum(out[k] for k in PHASES)
-
-    # ---- memory per GPU, broadcast over the candidates sharing (pp, zero, checkpointing, accumulation)
-    total = np.full(len(G), np.inf)
-    peak = np.full(len(G), np.nan)
-    gas = np.where(pp > 1, pp, np.where(m > 1, 2, 1))  # 1F1B holds pp micro-batches (m >= pp assumed)
-    for key in sorted(set(zip(pp.tolist(), z.tolist(), ck.tolist(), gas.tolist()))):
-        sel = (pp == key[0]) & (z == key[1]) & (ck == key[2]) & (gas == key[3])
-        dps = [None] if key[1] < 3 else sorted(set((dp * cp)[sel].tolist()))
-        for d in dps:
-            sub = sel if d is None else sel & (dp * cp == d)
-            mem = training_memory(cfg, mb[sub], s // cp[sub], precision=prec.name, optimizer=opt.value,
-                                  checkpointing=_CKPT[key[2]], attention="flash", gradient_accumulation_steps=key[3],
-                                  zero=key[1], dp=(dp * cp)[sub] if d is None else d, tp=tp[sub], pp=key[0],
-                                  sequence_parallel=bool(np.any(tp[sub] > 1)))
-            total[sub] = mem.total_bytes
-            peak[sub] = mem.peak_bytes
-    ok = np.isfinite(step) & (total <= g.usable_memory_bytes)
-
-    # ---- the run
-    tokens_step = B * s
-    steps = math.ceil(n_tokens / tokens_step)
-    seconds = steps * step
-    gpu_hours = n * seconds / 3600
-    power = sysm.gpu_power_watts
-    mfu = model_flops_per_token(cfg, s) * tokens_step / step / (n * g.peak_flops(prec.compute_dtype.value))
-    order_key = (seconds, gpu_hours) if objective == "time" else (gpu_hours, seconds)
-    ranked = [i for i in np.lexsort(order_key[::-1]) if ok[i]]
-    if top is not None:
-        ranked = ranked[:top]
-    parts = {"communication": "communication", "pipeline_bubble": "pipeline bubble", "optimizer": "optimizer",
-             "recompute": "recomputation"}
-    rows = []
-    for i in ranked:
-        worst = max(parts, key=lambda k: out[k][i])
-        bound = parts[worst] if out[worst][i] > 0.2 * step[i] else "compute"
-        rows.append(PlanRow(num_gpus=int(n[i]), dp=int(dp[i]), tp=int(tp[i]), pp=int(pp[i]), cp=int(cp[i]), zero=int(z[i]),
-                         checkpointing=_CKPT[ck[i]], micro_batch=int(mb[i]), virtual_stages=int(v[i]),
-                         gradient_accumulation_steps=int(m[i]), seconds=float(step[i]), mfu=float(mfu[i]),
-                         days=float(seconds[i] / 86400), gpu_hours=float(gpu_hours[i]),
-                         energy_kwh=float(power * n[i] * seconds[i] / 3.6e6),
-                         cost=None if price is None else float(price * gpu_hours[i]), peak_bytes=float(peak[i]),
-                         headroom_bytes=float(g.usable_memory_bytes - total[i]), bound=bound,
-                         **{f"{k}_s": float(out[k][i]) for k in PHASES}))
+    L = grid.layouts
+    st, error, source = shard_table(cfg, g, L["tp"], L["cp"], L["micro_batch"], s, prec.name, opt.value, fw.value,
+                                    calibrated, calibration, kernel, progress)
+    parts = step_parts(cfg, sysm, prec, fw, st, grid, s)
+    step = sum(parts[k] for k in PHASES)
+    total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s)
+    m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price)}
+    ok = grid.valid & np.isfinite(step) & (total <= g.usable_memory_bytes)
+    if days_cap is not None:
+        ok &= m["days"] <= days_cap
+    if spend is not None:
+        ok &= m["cost"] <= spend
+    ranked, folded = _ranked(grid, m, ok, objective)
+    rows_at = ranked if top is None else ranked[:top]
+    headroom = g.usable_memory_bytes - total
+    band = np.hypot(error, PARALLEL_MODEL_ERROR)
+    rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band) for i in rows_at]
+    n_folded = sum(len(v) for v in folded.values())
+    if n_folded:
+        notes.append(f"{n_folded:,} near-duplicate layouts collapsed: same GPUs, degrees, micro-batch and "
+                     f"recomputation within {NEAR_DUPLICATE:.0%} of the fastest step, the simplest setting kept (lower "
+                     "ZeRO stage, fewer virtual stages, no overlap); each row lists them in 'collapsed'")
+    _, detail = model_for(g, calibrated=calibrated, calibration=calibration)
+    used = sorted(set(L["num_gpus"][ok.any(axis=1)].tolist()))
+    if used and counts[-1] not in used:
+        notes.append(f"no layout of all {counts[-1]} GPUs divides the model and the batch and fits"
+                     + (f" within {days_cap:g} days" if days_cap is not None else "") + f"; the largest used is {used[-1]}")
+    best_err = rows[0]["expected_error"] if rows else None
     return TrainingPlan(model=cfg.name, system=sysm.name, tokens=n_tokens, global_batch=B, seq_len=s,
-                        objective=objective, rows=rows, candidates=len(G), feasible=int(ok.sum()),
-                        search_s=time.perf_counter() - t0, attention_kernel=kernel)
+                        objective=objective, rows=rows, candidates=grid.size, feasible=int(ok.sum()),
+                        search_s=time.perf_counter() - t0, attention_kernel=kernel, gpu=g.name, framework=fw.value,
+                        precision=prec.name, optimizer=opt.value, price_per_gpu_hour=price, currency=currency,
+                        max_days=days_cap, budget=spend, source=source, source_detail=detail,
+                        expected_error=best_err, collapsed=n_folded, gpu_counts=counts, searched=searched,
+                        notes=notes)
+

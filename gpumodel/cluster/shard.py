@@ -16,14 +16,17 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core import ops
-from ..calibration.estimate import calibration_key, estimate, resolve_calibration
+from ..calibration.estimate import calibration_key, resolve_calibration
 from ..training.layer import COMPUTE_DTYPE, memory_kernel
 from ..training.stepkernels import OPTIMIZER_PASSES
 from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
+from .kernelprice import price_kernels
 
-__all__ = ["ShardTimes", "shard_config", "shard_times"]
+__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear"]
 
 _COMPUTE = {"matmul", "attention", "bmm"}
 
@@ -34,7 +37,9 @@ class ShardTimes:
 
     ``layer_*`` are per decoder layer; ``head_*`` the embedding, final norm, LM head and loss;
     ``attention_forward`` the attention kernels' part of ``layer_forward``; ``optimizer_per_param``
-    the optimizer's time per parameter of the shard.
+    the optimizer's time per parameter of the shard; ``source`` where the kernel model's numbers come from
+    ("calibrated", "transferred", "datasheet") and ``expected_error`` the kernels' expected median relative
+    error weighted by their time in a layer's forward and backward [1] (None: no kernel has one).
     """
 
     layer_forward: float
@@ -46,6 +51,8 @@ class ShardTimes:
     layer_flops: float
     head_flops: float
     calibrated: bool
+    source: str = ""
+    expected_error: float | None = None
 
 
 def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> TransformerConfig:
@@ -104,25 +111,54 @@ def _with_impl(op, impl: str, dtype: str):
             (ops.bmm(bh, s, d, s, dtype), 1), (ops.bmm(bh, d, s, s, dtype), 1)]       # dQ, dK
 
 
-def _phase_times(kernels, g, calibrated, calibration, impl="flash", dtype="bf16", memo=None):
+def fp8_linear(op, vocab: int) -> list:
+    """A decoder layer's GEMM as Transformer Engine runs it in fp8, with the cast of its input.
+
+    Parameters
+    ----------
+    op : OpCost
+        A kernel of the step; only a ``matmul`` none of whose sizes is the (sharded) vocabulary changes (the LM
+        head stays in the compute dtype, as Megatron-Core runs it).
+    vocab : int
+        The shard's vocabulary [tokens].
+
+    Returns
+    -------
+    list of (OpCost, int)
+        The fp8 GEMM (bf16 output, :func:`gpumodel.core.ops.matmul` with ``dtype="fp8"``) and one pass casting its
+        ``m x k`` input to fp8 in both layouts (read 2 bytes, write 2: the row-major copy for this GEMM and the
+        transposed one the weight gradient reads); other kernels unchanged. The casts Transformer Engine fuses
+        into the layer norm or the activation are counted too (an upper bound of the cast traffic).
+
+    Examples
+    --------
+    >>> [(o.name, str(o.dtype)) for o, _ in fp8_linear(ops.matmul(4096, 4096, 4096), 32000)]
+    [('matmul', 'fp8'), ('elementwise', 'int8')]
+    """
+    sh = op.shape
+    if op.name != "matmul" or any(np.any(np.asarray(sh[d]) == vocab) for d in ("m", "n", "k")):
+        return [(op, 1)]
+    return [(ops.matmul(sh["m"], sh["n"], sh["k"], "fp8"), 1), (memory_kernel(sh["m"] * sh["k"], 2, 2), 1)]
+
+
+def _phase_times(kernels, prices):
+    """Compute, memory-bound and attention time, FLOPs and memory-bound bytes of ``kernels``, a list of
+    ``(op, launches, is_attention)`` (:func:`_with_impl` applied); ``prices`` maps ``id(op)`` to its
+    :class:`~gpumodel.cluster.kernelprice.KernelPrice`."""
     comp = mem = attn = flops = mem_bytes = 0.0
     used = False
-    memo = {} if memo is None else memo
-    for op, n, is_attn in ((o, n * k, op.name == "attention") for op, n in kernels for o, k in _with_impl(op, impl, dtype)):
-        key = repr(op)  # the same kernel recurs across phases and layer counts
-        if key not in memo:
-            memo[key] = estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
-        est = memo[key]
-        t = n * float(est.seconds)
-        used = used or bool(est.calibrated)
-        flops += n * float(op.flops)
+    for op, n, is_attn in kernels:
+        est = prices[id(op)]
+        t = n * est.seconds
+        used = used or est.calibrated
+        flops = flops + n * op.flops
         if is_attn:
-            attn += t
+            attn = attn + t
         elif op.name in _COMPUTE:
-            comp += t
+            comp = comp + t
         else:
-            mem += t
-            mem_bytes += n * float(op.bytes)
+            mem = mem + t
+            mem_bytes = mem_bytes + n * op.bytes
     return comp, mem, attn, flops, mem_bytes, used
 
 
@@ -144,7 +180,7 @@ class _Keyed:
 
 def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
                 optimizer: str, framework: str, calibrated: bool = True, calibration=None,
-                attention: str = "flash", attention_kernel: str = "sdpa") -> ShardTimes:
+                attention: str = "flash", attention_kernel: str = "sdpa", fp8: bool = False) -> ShardTimes:
     """Kernel times of the shard ``cfg`` (from :func:`shard_config`) for one micro-batch.
 
     Evaluates the shard with one and with two layers; the difference is one layer, the rest is the
@@ -154,35 +190,48 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     :func:`gpumodel.core.ops.attention`; ``attention_kernel`` names the library of the flash kernels
     (:class:`~gpumodel.core.ops.AttentionKernel`, checked by the caller). ``calibration`` (a record, or a YAML path
     read here) prices every kernel; results are cached per shard, sizes, attention kernel and calibration (by its
-    parameters, not its identity).
+    parameters, not its identity). ``fp8``: the decoder layers' linear layers run Transformer Engine's fp8 GEMMs
+    (:func:`fp8_linear`); attention, the embedding and the LM head stay in the compute dtype.
     """
     cal = _Keyed(resolve_calibration(calibration, gpu))
+    micro_batch, seq_local, cp = (tuple(np.ravel(x).tolist()) if np.ndim(x) else x for x in (micro_batch, seq_local, cp))
     return _shard_times(cfg, gpu, micro_batch, seq_local, cp, precision, optimizer, framework, calibrated, cal,
-                        attention, str(getattr(attention_kernel, "value", attention_kernel)))
+                        attention, str(getattr(attention_kernel, "value", attention_kernel)), bool(fp8))
 
 
 @functools.lru_cache(maxsize=4096)
 def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
                  optimizer: str, framework: str, calibrated: bool, keyed: _Keyed, attention: str,
-                 attention_kernel: str) -> ShardTimes:
+                 attention_kernel: str, fp8: bool = False) -> ShardTimes:
     """:func:`shard_times` with its calibration resolved and keyed (the cached evaluation)."""
     calibration = keyed.record
-    phases, memo = {}, {}
+    mb, sl, cp = (np.asarray(x) if isinstance(x, tuple) else x for x in (micro_batch, seq_local, cp))
+    dtype = COMPUTE_DTYPE[precision]
+    expanded = {}
     for layers in (1, 2):
-        k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), micro_batch, seq_local, precision,
-                         optimizer, False, attention_kernel=attention_kernel)
-        phases[layers] = {ph: _phase_times(ks, gpu, calibrated, calibration, attention, COMPUTE_DTYPE[precision], memo)
-                          for ph, ks in k.items()}
+        k = step_kernels(cfg.model_copy(update=dict(num_layers=layers)), mb, sl, precision, optimizer, False,
+                         attention_kernel=attention_kernel)
+        if fp8:
+            k = {ph: [(o, n * j) for op, n in ks for o, j in fp8_linear(op, cfg.vocab_size)] for ph, ks in k.items()}
+        expanded[layers] = {ph: [(o, n * m, op.name == "attention") for op, n in ks for o, m in _with_impl(op, attention, dtype)]
+                            for ph, ks in k.items()}
+    every = [op for by_phase in expanded.values() for ks in by_phase.values() for op, _, _ in ks]
+    prices = dict(zip(map(id, every), price_kernels(every, gpu, calibrated=calibrated, calibration=calibration)))
+    phases = {layers: {ph: _phase_times(ks, prices) for ph, ks in by_phase.items()} for layers, by_phase in expanded.items()}
+    timed = [(np.sum(n * prices[id(op)].seconds), prices[id(op)]) for ph in ("forward", "backward")
+             for op, n, _ in expanded[1][ph]]
+    known = [(t, p.expected_error) for t, p in timed if p.expected_error is not None]
+    error = float(sum(t * e for t, e in known) / sum(t for t, _ in known)) if known else None
     fused = framework == "megatron"
 
     def layer_and_head(phase):
         one, two = phases[1][phase], phases[2][phase]
         comp_l, mem_l, attn_l, flops_l, bytes_l = (two[i] - one[i] for i in range(5))
         comp_h, mem_h, flops_h = one[0] - comp_l, one[1] - mem_l, one[3] - flops_l
-        if fused and bytes_l > 0:
+        if fused:
             c = 2 if precision != "fp32" else 4
-            scale = min(1.0, (1 if phase == "forward" else 2) * _fused_bytes(cfg, micro_batch * seq_local, c) / bytes_l)
-            mem_l *= scale
+            fused_bytes = (1 if phase == "forward" else 2) * _fused_bytes(cfg, mb * sl, c)
+            mem_l = mem_l * np.where(bytes_l > 0, np.minimum(1.0, fused_bytes / np.where(bytes_l > 0, bytes_l, 1.0)), 1.0)
         return comp_l + mem_l + attn_l * cp, comp_h + mem_h + (one[2] - attn_l), attn_l * cp, flops_l, flops_h
 
     lf, hf, attn, flf, fhf = layer_and_head("forward")
@@ -195,6 +244,8 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
         traversals = sum(r + w for r, w in OPTIMIZER_PASSES[optimizer])
         per_param *= min(1.0, 7 / traversals) if optimizer in ("adamw", "adam") else 1.0
     used = any(ph[-1] for layers in phases.values() for ph in layers.values())
-    return ShardTimes(layer_forward=lf, layer_backward=lb, attention_forward=attn, head_forward=hf,
-                      head_backward=hb, optimizer_per_param=per_param, layer_flops=flf + flb,
-                      head_flops=fhf + fhb, calibrated=used)
+    out = dict(layer_forward=lf, layer_backward=lb, attention_forward=attn, head_forward=hf, head_backward=hb,
+               optimizer_per_param=per_param, layer_flops=flf + flb, head_flops=fhf + fhb)
+    scalar = not any(np.ndim(x) for x in (mb, sl, cp))
+    return ShardTimes(**{k: float(v) if scalar else np.broadcast_to(v, np.broadcast_shapes(*map(np.shape, (mb, sl, cp))))
+                         for k, v in out.items()}, calibrated=used, source=timed[0][1].source, expected_error=error)

@@ -33,6 +33,7 @@ T = TypeVar("T", bound=BaseModel)
 
 from ..base.arguments import flag, path_argument  # noqa: E402
 from ..base.errors import ArgumentTypeError, RecordError, SpecError, UnknownNameError  # noqa: E402  (re-exported)
+from .recordlists import split_record_lists  # noqa: E402
 
 
 class UnknownGPUError(UnknownNameError):
@@ -64,6 +65,8 @@ def spec_roots() -> list[Path]:
 #: libyaml's parser under PyYAML's safe constructor where PyYAML was built with it (``yaml.safe_load``'s
 #: semantics, several times faster: the shipped calibration's thousands of points), else the pure-Python one
 _FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: files longer than this [characters] are searched for long lists of flat records to read line by line
+_FAST_LISTS_CHARS = 65536
 
 
 def read_yaml(path: Path) -> object:
@@ -71,14 +74,21 @@ def read_yaml(path: Path) -> object:
 
     The file is parsed by libyaml where PyYAML has it (``yaml.CSafeLoader``: the same safe constructor, no
     tag that runs code); a file libyaml refuses is parsed again by the pure-Python ``SafeLoader``, so that
-    what loads and each error's message are ``yaml.safe_load``'s.
+    what loads and each error's message are ``yaml.safe_load``'s. Long top-level lists of flat records (a
+    calibration's measured points) are read line by line where every line is in the plain form
+    ``yaml.safe_dump`` writes (:func:`gpumodel.records.recordlists.split_record_lists`), to the same values.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec file ({exc.strerror or exc})") from exc
+    rest, lists = split_record_lists(text) if len(text) > _FAST_LISTS_CHARS else (text, {})
     try:
-        return yaml.load(text, Loader=_FAST_SAFE_LOADER)  # a safe loader, C or Python
+        data = yaml.load(rest, Loader=_FAST_SAFE_LOADER)  # a safe loader, C or Python
+        if not lists:
+            return data
+        if isinstance(data, dict) and all(k in data and data[k] is None for k in lists):
+            return {k: lists.get(k, v) for k, v in data.items()}
     except yaml.YAMLError:
         pass
     try:

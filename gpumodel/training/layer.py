@@ -13,6 +13,8 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
+
 from ..base.errors import UnsupportedError
 from ..calibration.attention import kernel_path
 from ..core import ops
@@ -97,7 +99,8 @@ def memory_kernel(numel: float, read_bytes: float, write_bytes: float, flops: fl
     >>> memory_kernel(1024, 6, 4, strided=True, operands=3).shape["operands"]    # bf16 q * fp32 cos -> fp32
     3
     """
-    numel = max(1, math.ceil(numel))  # an even split of a tensor list may leave a fraction per launch
+    # an even split of a tensor list may leave a fraction per launch; sizes may be arrays (a sweep of shapes)
+    numel = max(1, math.ceil(numel)) if np.ndim(numel) == 0 else np.maximum(1.0, np.ceil(numel))
     op = ops.elementwise(numel, "int8", inputs=read_bytes, outputs=write_bytes, flops_per_element=flops,
                          strided=strided)
     return with_operands(op, operands, write_bytes if strided else None)

@@ -85,7 +85,7 @@ def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero: A
     The degrees are named as in :class:`gpumodel.Parallelism`; ``zero`` is the ZeRO stage (0-3, and
     ``zero_stage`` its deprecated name). ``tp`` must split the model (:func:`tensor_parallel`); ``pp`` may
     not exceed the layers; ``cp`` must be positive; ``ep`` must divide the experts; a ZeRO stage shards
-    over ``dp`` and so needs ``dp > 1``. Each may be an integer array (a sweep); scalars come back as ``int``.
+    over ``dp * cp`` ranks and so needs ``dp * cp > 1``. Each may be an integer array (a sweep); scalars come back as ``int``.
 
     >>> import gpumodel as gm
     >>> parallel_degrees(gm.model("llama-3-8b"), dp=8, tp=2, zero=3)
@@ -109,7 +109,7 @@ def parallel_degrees(cfg: Any, *, dp: Any = 1, tp: Any = 1, pp: Any = 1, zero: A
     elif np.any(np.asarray(ep) > 1):
         raise ArgumentError(f"ep={ep} needs a mixture-of-experts model; {cfg.name} has no experts", argument="ep",
                             value=ep, allowed=f"1 ({cfg.name} has no experts)")
-    if np.any((np.asarray(zero) > 0) & (np.asarray(dp) == 1)):
-        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1", argument="zero",
-                            value=zero, allowed="0 where dp == 1")
+    if np.any((np.asarray(zero) > 0) & (np.asarray(dp) * np.asarray(cp) == 1)):   # as gm.Parallelism: over dp * cp
+        raise ArgumentError("zero > 0 (a ZeRO stage) shards over data-parallel ranks and needs dp > 1 (dp * cp > 1 "
+                            "with context parallelism)", argument="zero", value=zero, allowed="0 where dp * cp == 1")
     return dp, tp, pp, zero

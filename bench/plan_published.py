@@ -1,0 +1,108 @@
+"""Where the published layouts of the development runs rank in the planner's search.
+
+For each run of ``tests/data/cluster/published_runs.csv`` (its model, system, GPU count, sequence, global
+batch, framework, precision and attention library), ``gm.plan_training`` searches every layout the framework
+runs on exactly that many GPUs; this prints where the published layout (its tensor, pipeline, context, data
+and expert degrees, micro-batch and virtual stages) ranks among the planner's rows (near-duplicates folded, as
+the planner shows them), the planner's pick and its modelled step time against the published layout's, and
+whether the pick breaks a rule the engines or the physics set: ZeRO-2/3 with a pipeline, fewer micro-batches
+than pipeline stages, a mixture of >= 8 experts on >= 64 GPUs without expert parallelism, MFU above 75%.
+
+The planner searches flash attention, no FP8 and the 1F1B schedule: where a run used something else (the
+SC21 rows' unfused attention, DeepSeek-V3's FP8 and DualPipe) the published layout is ranked under the
+planner's assumptions. Times are modelled, not measured.
+
+Run: ``python bench/plan_published.py [--json] [--role fit|check]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpumodel as gm  # noqa: E402
+from published_runs import config, load_rows  # noqa: E402
+
+DEGREES = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "virtual_stages")
+RULES = ("ZeRO-2/3 with pp", "micro-batches < pp", "MoE without ep", "MFU > 75%")
+
+
+def broken_rules(r: dict, cfg: gm.TransformerConfig) -> list[str]:
+    """The rules a plan row breaks (see the module docstring)."""
+    out = []
+    if r["zero"] >= 2 and r["pp"] > 1:
+        out.append(RULES[0])
+    if r["pp"] > 1 and r["gradient_accumulation_steps"] < r["pp"]:
+        out.append(RULES[1])
+    if cfg.num_experts >= 8 and r["num_gpus"] >= 64 and r["ep"] == 1:
+        out.append(RULES[2])
+    if r["mfu"] > 0.75:
+        out.append(RULES[3])
+    return out
+
+
+def rank_row(row: dict) -> dict:
+    cfg = config(row)
+    published = {k: row[k] or 1 for k in DEGREES}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        plan = gm.plan_training(cfg, row["system"], tokens=row["tokens"] or 1e12, global_batch=row["global_batch"],
+                                seq_len=row["seq_len"], num_gpus=row["gpus"], framework=row["framework"],
+                                precision=row["precision"], attention_kernel=row["attention_kernel"] or "sdpa",
+                                top=None)
+    rank, match = None, None
+    for i, r in enumerate(plan.rows):
+        if all(r[k] == published[k] for k in DEGREES):
+            rank, match = i + 1, r
+            break
+    pick = plan.rows[0] if plan.rows else None
+    layout = " ".join(f"{k}{published[k]}" for k in ("tp", "pp", "cp", "dp", "ep") if published[k] > 1 or k == "dp")
+    return dict(source=row["source"], role=row["role"], label=row["label"], gpus=row["gpus"],
+                published=f"{layout} mb{published['micro_batch']}" + (f" v{published['virtual_stages']}"
+                                                                      if published["virtual_stages"] > 1 else ""),
+                rank=rank, rows=len(plan.rows), candidates=plan.candidates,
+                pick=None if pick is None else gm.cluster.planresult.layout_label(pick) + f" mb{pick['micro_batch']}",
+                pick_s=None if pick is None else pick["seconds"], published_s=None if match is None else match["seconds"],
+                gap=None if match is None or pick is None else match["seconds"] / pick["seconds"] - 1,
+                pick_mfu=None if pick is None else pick["mfu"], broken=[] if pick is None else broken_rules(pick, cfg))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--role", choices=["fit", "check"])
+    args = ap.parse_args(argv)
+    rows = [r for r in load_rows() if args.role is None or r["role"] == args.role]
+    out = [rank_row(r) for r in rows]
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    head = (f"{'run':<42} {'GPUs':>6}  {'published layout':<24} {'rank':>5} {'of':>6}  {'+step':>6}  "
+            f"{'planner pick':<30} {'MFU':>5}  rules broken")
+    print(head)
+    print("-" * len(head))
+    for r in out:
+        rank = "-" if r["rank"] is None else str(r["rank"])
+        gap = "-" if r["gap"] is None else f"{r['gap']:+.1%}"
+        mfu = "-" if r["pick_mfu"] is None else f"{r['pick_mfu']:.0%}"
+        print(f"{(r['source'] + ' ' + r['label'])[:42]:<42} {r['gpus']:>6}  {r['published']:<24} {rank:>5} "
+              f"{r['rows']:>6}  {gap:>6}  {str(r['pick'])[:30]:<30} {mfu:>5}  {', '.join(r['broken']) or 'none'}")
+    ranked = [r for r in out if r["rank"] is not None]
+    top10 = sum(1 for r in ranked if r["rank"] <= 10 or (r["gap"] is not None and r["gap"] <= 0.10))
+    print()
+    print(f"runs {len(out)}; published layout found and fitting in {len(ranked)}; in the top 10 or within 10% of the "
+          f"pick's step: {top10}; median rank {statistics.median(r['rank'] for r in ranked) if ranked else '-'}; "
+          f"picks breaking a rule: {sum(1 for r in out if r['broken'])}")
+    print("(+step: the published layout's modelled step over the pick's; '-' rank: not searched, or does not fit)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Price the layouts of a search at once: shard kernel times, the composed step, memory per GPU, the run.
+
+Every candidate of :func:`gpumodel.cluster.plansearch.candidates` is priced with the functions behind the
+single-layout step time, over arrays:
+
+* the shard's kernel times (:func:`gpumodel.cluster.shard.shard_times`) once per tensor-parallel degree, over
+  arrays of every (context-parallel degree, micro-batch) the candidates use: the kernel model builds each
+  kernel once with array sizes and prices each family of kernels in one call
+  (:mod:`gpumodel.cluster.kernelprice`), exact, not interpolated;
+* the step (:func:`gpumodel.cluster.step.compose`) broadcast over the layouts (rows) times the ZeRO stages and
+  recomputation modes (columns), so that each layout's collectives are computed once; once with communication
+  overlap and once without;
+* memory per GPU (:func:`gpumodel.training_memory`) over the layouts times the ZeRO stages, once per
+  recomputation mode.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core.memory import training_memory
+from ..training.steptime import recompute_flops_per_token
+from .plansearch import CHECKPOINTING, Grid
+from .shard import shard_config, shard_times
+from .step import PHASES, compose, model_flops_per_token
+
+__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "PARALLEL_MODEL_ERROR", "run_metrics",
+           "distinct_rows"]
+
+#: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
+SHARD_FIELDS = ("layer_forward", "layer_backward", "attention_forward", "head_forward", "head_backward",
+                "optimizer_per_param", "layer_flops", "head_flops")
+#: Median relative error of the parallel step model on the independent published runs (the "check" rows of
+#: ``python bench/published_runs.py``: 27 runs of Megatron-LM, MT-NLG and MegaScale, 6.8%), combined with the
+#: kernel model's expected error into a plan row's ``expected_error``.
+PARALLEL_MODEL_ERROR = 0.068
+
+
+def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of non-negative integer columns and, per row, the index of its distinct row.
+
+    Returns ``(first, inverse)``: ``first`` the index of one row of each distinct value, ``inverse`` as
+    ``np.unique``'s. The columns are packed into one integer (mixed radix) where it fits, which is much faster
+    than ``np.unique(..., axis=1)``.
+
+    >>> first, inverse = distinct_rows(np.array([1, 2, 1]), np.array([5, 5, 5]))
+    >>> first.tolist(), inverse.tolist()
+    ([0, 1], [0, 1, 0])
+    """
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    radix = [int(c.max()) + 1 if c.size else 1 for c in cols]
+    if float(np.prod([float(r) for r in radix])) < 2.0 ** 62:
+        code = np.ravel_multi_index(cols, radix)
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(np.stack(cols), axis=1, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: str, framework: str,
+                calibrated: bool, calibration: Any, attention_kernel: str,
+                progress: Callable[[int, int], None] | None = None) -> tuple[SimpleNamespace, Any, str]:
+    """The shard times of every layout (arrays like ``tp``), its kernels' expected error, and their source.
+
+    One :func:`~gpumodel.cluster.shard.shard_times` call per tensor-parallel degree, over the distinct
+    ``(cp, micro-batch)`` pairs of the layouts with that degree.
+    """
+    first, which = distinct_rows(tp, cp, mb)
+    k_tp, k_cp, k_mb = tp[first], cp[first], mb[first]
+    table = {k: np.empty(len(first)) for k in SHARD_FIELDS}
+    error = np.full(len(first), np.nan)
+    source = ""
+    degrees = sorted(set(k_tp.tolist()))
+    for i, t in enumerate(degrees):
+        sel = k_tp == t
+        st = shard_times(shard_config(cfg, t), gpu, k_mb[sel], seq_len // k_cp[sel], k_cp[sel], precision, optimizer,
+                         framework, calibrated, calibration, attention_kernel=attention_kernel)
+        for k in SHARD_FIELDS:
+            table[k][sel] = getattr(st, k)
+        if st.expected_error is not None:
+            error[sel] = st.expected_error
+        source = st.source
+        if progress is not None:
+            progress(i + 1, len(degrees))
+    return SimpleNamespace(**{k: v[which] for k, v in table.items()}), error[which], source
+
+
+def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int) -> dict:
+    """The step's breakdown by phase [s] and ``hardware_flops`` of every (layout, setting), arrays (layouts,
+    settings): each layout's collectives are computed once and broadcast over the ZeRO stages and recomputation
+    modes; one composition with communication overlap, one without."""
+    shape = grid.valid.shape
+    out = {k: np.zeros(shape) for k in (*PHASES, "hardware_flops")}
+    col = grid.column
+    sub = SimpleNamespace(**{k: getattr(st, k)[:, None] for k in SHARD_FIELDS})
+    for overlap in (False, True):
+        sel = np.flatnonzero(grid.settings["comm_overlap"] == overlap)
+        if not len(sel):
+            continue
+        parts = compose(cfg, sysm, prec, fw, sub, tp=col("tp"), pp=col("pp"), cp=col("cp"), dp=col("dp"),
+                        ep=col("ep"), zero=col("zero")[:, sel], sequence_parallel=col("tp") > 1,
+                        virtual_stages=col("virtual_stages"), batch_size=col("micro_batch"), seq_len=seq_len,
+                        micro_batches=col("micro_batches"), checkpointing=col("checkpointing")[:, sel],
+                        comm_overlap=overlap)
+        for k in out:
+            out[k][:, sel] = np.broadcast_to(parts[k], (shape[0], len(sel)))
+    return out
+
+
+def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(reserved total, allocated peak) per GPU [B] of every (layout, setting), by :func:`gpumodel.training_memory`
+    under the framework's own memory model: one call per recomputation mode (and, for FSDP, for DDP and for the
+    sharded stages), over the layouts times the ZeRO stages (overlap does not change memory)."""
+    L, S = grid.layouts, grid.settings
+    total, peak = np.full(grid.valid.shape, np.inf), np.full(grid.valid.shape, np.nan)
+    z_all, ck_all = S["zero"], S["checkpointing"]
+    sharding = L["dp"] * L["cp"] > 1        # ZeRO needs dp x cp > 1: the other rows take ZeRO-0 alone
+    for code in np.unique(ck_all):
+        for rows, stages in ((np.flatnonzero(sharding), np.unique(z_all[ck_all == code])),
+                             (np.flatnonzero(~sharding), np.array([0]))):
+            for shard in ((False, True) if framework == "fsdp" else (None,)):
+                z = stages if shard is None else stages[(stages >= 2) == shard]
+                z = z[np.isin(z, z_all[ck_all == code])]
+                if not len(z) or not len(rows):
+                    continue
+                at = {k: L[k][rows, None] for k in ("micro_batch", "micro_batches", "dp", "tp", "pp", "cp", "ep",
+                                                     "virtual_stages")}
+                mem = training_memory(cfg, at["micro_batch"], seq_len, precision=prec.name, optimizer=optimizer,
+                                      checkpointing=CHECKPOINTING[code], attention="flash",
+                                      gradient_accumulation_steps=at["micro_batches"], zero=z[None, :], dp=at["dp"],
+                                      tp=at["tp"], pp=at["pp"], cp=at["cp"], ep=at["ep"],
+                                      virtual_stages=at["virtual_stages"], sequence_parallel=bool(np.any(at["tp"] > 1)),
+                                      framework=framework)
+                t_z = np.broadcast_to(mem.total_bytes, (len(rows), len(z)))
+                p_z = np.broadcast_to(mem.peak_bytes, (len(rows), len(z)))
+                for j, zv in enumerate(z):
+                    cols = np.flatnonzero((ck_all == code) & (z_all == zv))
+                    total[np.ix_(rows, cols)], peak[np.ix_(rows, cols)] = t_z[:, j:j + 1], p_z[:, j:j + 1]
+    return total, peak
+
+
+def run_metrics(cfg, gpu, prec, grid: Grid, step: np.ndarray, tokens: float, global_batch: int, seq_len: int,
+                power_per_gpu: float, price: float | None) -> dict:
+    """Per (layout, setting): tokens/s/GPU, TFLOP/s/GPU, MFU, HFU, days, GPU-hours, kWh and cost of the run."""
+    n = grid.column("num_gpus")
+    tokens_step = global_batch * seq_len
+    steps = np.ceil(tokens / tokens_step)
+    seconds = steps * step
+    model_flops = model_flops_per_token(cfg, seq_len) * tokens_step
+    recompute = np.array([recompute_flops_per_token(cfg, seq_len, c) for c in CHECKPOINTING])[grid.column("checkpointing")]
+    peak = gpu.peak_flops(prec.compute_dtype.value)
+    gpu_hours = n * seconds / 3600
+    return {"tokens_per_s_per_gpu": tokens_step / step / n, "tflops_per_gpu": model_flops / step / n / 1e12,
+            "mfu": model_flops / step / (n * peak), "hfu": (model_flops + recompute * tokens_step) / step / (n * peak),
+            "days": seconds / 86400, "gpu_hours": gpu_hours, "energy_kwh": power_per_gpu * n * seconds / 3.6e6,
+            "cost": None if price is None else price * gpu_hours}

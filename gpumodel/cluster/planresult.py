@@ -1,0 +1,261 @@
+"""What :func:`gpumodel.plan_training` returns: the ranked layouts (:class:`TrainingPlan`) and their table.
+
+One table and one legend serve the notebook repr, the HTML repr and ``gpumodel plan``: :data:`COLUMNS`
+names each column and says what it means (:func:`legend_lines`).
+"""
+
+from __future__ import annotations
+
+import html
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
+from ..base.readable import format_count
+from ..base.reprs import text_table
+from .parallelism import Parallelism
+
+__all__ = ["TrainingPlan", "PlanRow", "COLUMNS", "legend_lines", "layout_label", "table_rows"]
+
+#: The table's columns and what each means: (header, meaning). One text for the repr and the command line.
+COLUMNS = (
+    ("#", "rank"),
+    ("GPUs", "GPUs of the job"),
+    ("layout", "dp, tp, pp, cp, ep = data-, tensor-, pipeline-, context-, expert-parallel degrees (dp x tp x pp x cp "
+               "is the GPU count; cp and ep shown above 1); v2 = two virtual pipeline stages per GPU (interleaved "
+               "schedule); z1 shards the optimizer states over the data-parallel ranks (ZeRO-1, Megatron's "
+               "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); ov = "
+               "communication overlapped with compute (Megatron-Core's --overlap-grad-reduce, --overlap-param-gather, "
+               "--tp-comm-overlap)"),
+    ("recompute", "activation recomputation: none, sel (selective: the attention core), full (every layer's "
+                  "forward again in the backward)"),
+    ("mb x acc", "micro-batch [sequences] x accumulation steps (micro-batches per step)"),
+    ("step s", "one optimizer step [s]"),
+    ("tok/s/GPU", "tokens per second per GPU"),
+    ("TFLOP/s", "model FLOPs per second per GPU [TFLOP/s] (6N per token plus attention, no recomputation)"),
+    ("MFU", "model FLOPs utilization: TFLOP/s over the GPU's dense peak"),
+    ("HFU", "hardware FLOPs utilization: MFU plus the recomputed forward"),
+    ("days", "wall-clock days of the run"),
+    ("GPU-h", "GPU-hours of the run"),
+    ("MWh", "energy at the system's power per GPU (hosts and network included)"),
+    ("cost", "GPU-hours x the price per GPU-hour, in its currency (with a price)"),
+    ("free GiB", "memory left on each GPU under the framework's memory model"),
+    ("+-", "expected error of the step time: median relative error of the kernel model as the GPU's numbers come "
+           "(calibrated, transferred or datasheet) and of the parallel model on published runs, combined"),
+    ("bound", "the largest part of the step besides compute where over a fifth of it: comm (exposed "
+              "communication), bubble (pipeline), optimizer or recompute"),
+)
+
+HEADERS = [name for name, _ in COLUMNS]
+_BOUND = {"communication": "comm", "pipeline bubble": "bubble"}
+_CKPT = {"none": "none", "selective": "sel", "full": "full"}
+
+
+def legend_lines(width: int = 110, columns: tuple = COLUMNS, skip: tuple = ("#",)) -> list[str]:
+    """The legend of the table, ``header: meaning`` per column, wrapped to ``width`` characters."""
+    out = []
+    for name, meaning in columns:
+        if name in skip:
+            continue
+        words = f"{name}: {meaning}.".split()
+        line = ""
+        for w in words:
+            if line and len(line) + 1 + len(w) > width:
+                out.append(line)
+                line = "  "
+            line = f"{line} {w}" if line.strip() else line + w
+        out.append(line)
+    return out
+
+
+def layout_label(r: dict) -> str:
+    """``dp8 tp8 pp2 v4 z1 ov``: the degrees and settings of a row (see :data:`COLUMNS`)."""
+    parts = [f"dp{r['dp']}", f"tp{r['tp']}", f"pp{r['pp']}"]
+    parts += [f"cp{r['cp']}"] if r["cp"] > 1 else []
+    parts += [f"ep{r['ep']}"] if r.get("ep", 1) > 1 else []
+    parts += [f"v{r['virtual_stages']}"] if r["virtual_stages"] > 1 else []
+    parts += [f"z{r['zero']}"]
+    parts += ["ov"] if r.get("comm_overlap") else []
+    return " ".join(parts)
+
+
+def table_rows(rows: list, top: int | None = None) -> list[list[str]]:
+    """The table's cells for the first ``top`` rows (all when None)."""
+    out = []
+    for i, r in enumerate(rows[:top]):
+        err = r.get("expected_error")
+        out.append([str(i + 1), str(r["num_gpus"]), layout_label(r), _CKPT[r["checkpointing"]],
+                    f"{r['micro_batch']}x{r['gradient_accumulation_steps']}", f"{r['seconds']:.3f}",
+                    f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}",
+                    f"{r['hfu']:.1%}", f"{r['days']:.2f}" if r["days"] < 100 else f"{r['days']:,.0f}",
+                    f"{r['gpu_hours']:,.0f}", f"{r['energy_kwh'] / 1e3:,.1f}",
+                    "-" if r["cost"] is None else f"{r['cost']:,.0f}", f"{r['headroom_bytes'] / 2**30:.1f}",
+                    "?" if err is None else f"{err:.0%}", _BOUND.get(r["bound"], r["bound"])])
+    return out
+
+
+class PlanRow(dict):
+    """One ranked layout of a :class:`TrainingPlan`: a plain ``dict`` of its fields.
+
+    Its former key ``step_s`` (now ``seconds``) still answers for one release, with a ``DeprecationWarning``.
+    """
+
+    _renamed = {"step_s": "seconds"}
+
+    def __missing__(self, key: str) -> Any:
+        new = self._renamed.get(key)
+        if new is None:
+            raise KeyError(key)
+        warnings.warn(f"the plan row key {key!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=2)
+        return self[new]
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Ranked layouts of one training job (best first).
+
+    Attributes
+    ----------
+    rows : list of dict
+        One per layout (a :class:`PlanRow`): ``num_gpus, dp, tp, pp, cp, ep, zero, checkpointing, micro_batch,
+        virtual_stages, gradient_accumulation_steps, comm_overlap, seconds`` (of one step [s]; ``step_s`` is its
+        former key, deprecated), ``tokens_per_s_per_gpu, tflops_per_gpu`` [TFLOP/s], ``mfu, hfu, days, gpu_hours,
+        energy_kwh, cost`` (in ``currency``; None without a price), ``peak_bytes, headroom_bytes`` [B],
+        ``expected_error`` (of the step time [1], None where nothing measured backs one), ``bound``, ``collapsed``
+        (the settings of near-duplicate rows folded into this one) plus the breakdown [s] by phase.
+    candidates : int
+        Layouts priced (every one the framework runs and that divides the model, the GPUs and the batch);
+        ``feasible`` those that fit in memory (and meet ``max_days`` and ``budget``).
+    collapsed : int
+        Rows folded into another of the same layout within :data:`~gpumodel.cluster.plan.NEAR_DUPLICATE` of its
+        step time (the simplest setting kept: lower ZeRO stage, less recomputation, no overlap).
+    source : str
+        Where the GPU's kernel numbers come from: "calibrated", "transferred" or "datasheet".
+    expected_error : float or None
+        The best row's expected error of the step time [1].
+    searched : dict
+        The values searched along each dimension.
+    """
+
+    model: str
+    system: str
+    tokens: float
+    global_batch: int
+    seq_len: int
+    objective: str
+    rows: list = field(default_factory=list)
+    candidates: int = 0
+    feasible: int = 0
+    search_s: float = 0.0
+    attention_kernel: str = "sdpa"
+    gpu: str = ""
+    framework: str = "megatron"
+    precision: str = "amp_bf16"
+    optimizer: str = "adamw"
+    price_per_gpu_hour: float | None = None
+    currency: str = "USD"
+    max_days: float | None = None
+    budget: float | None = None
+    source: str = ""
+    source_detail: str = ""
+    expected_error: float | None = None
+    collapsed: int = 0
+    gpu_counts: list = field(default_factory=list)
+    searched: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    HEADERS = HEADERS
+    #: What the columns of :attr:`HEADERS` mean, ``"header: meaning"`` (printed under the table).
+    LEGEND = tuple(f"{name}: {meaning}" for name, meaning in COLUMNS[1:])
+
+    @property
+    def best(self) -> dict:
+        """The first-ranked layout."""
+        if not self.rows:
+            raise UnsupportedError(f"no layout of {self.model} fits on {self.system}")
+        return self.rows[0]
+
+    def parallelism(self, rank: int = 0):
+        """The :class:`~gpumodel.cluster.parallelism.Parallelism` of a ranked layout.
+
+        Parameters
+        ----------
+        rank : int
+            Index of the layout in :attr:`rows`: ``0`` (the best) to ``len(rows) - 1``; anything else is
+            refused with an :class:`~gpumodel.base.errors.ArgumentError` naming ``rank`` and the row count.
+        """
+        n = len(self.rows)
+        allowed = f"an int from 0 to {n - 1} ({n} rows)" if n else "none: the plan has no rows"
+        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+            raise ArgumentTypeError(f"rank must be an int (the index of a row: {allowed}), got {rank!r} "
+                                    f"({type(rank).__name__})", argument="rank", value=rank, allowed=allowed)
+        if not 0 <= rank < n:
+            raise ArgumentError(f"rank={rank} is out of range: the plan has {n} rows, so rank is 0 to {n - 1}"
+                                if n else f"rank={rank}: the plan has no rows (no layout fits)",
+                                argument="rank", value=rank, allowed=allowed)
+        r = self.rows[int(rank)]
+        return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep", 1), zero=r["zero"],
+                           sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
+
+    def to_dict(self) -> dict:
+        """Every input and result field (the rows as plain dicts), as ``--json`` prints it."""
+        keys = ("model", "system", "gpu", "tokens", "global_batch", "seq_len", "objective", "framework", "precision",
+                "optimizer", "attention_kernel", "price_per_gpu_hour", "currency", "max_days", "budget",
+                "gpu_counts", "searched", "source", "source_detail", "expected_error", "candidates", "feasible",
+                "collapsed", "search_s", "notes")
+        return {**{k: getattr(self, k) for k in keys}, "rows": [dict(r) for r in self.rows]}
+
+    def to_pandas(self):
+        """The ranked layouts as a ``pandas.DataFrame`` (pandas is an optional dependency)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def headline(self) -> str:
+        """One line: the job, how many layouts were priced and fit, what ranks them."""
+        kernel = f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
+        return (f"{self.model} on {self.system} ({self.framework}), {format_count(self.tokens)} tokens, batch "
+                f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
+                f"layouts fit, ranked by {self.objective}")
+
+    def __repr__(self) -> str:
+        head = f"TrainingPlan({self.headline()})"
+        if not self.rows:
+            return head
+        table = text_table(self.headers(), self.table(5))
+        more = f"\n  ... {len(self.rows) - 5:,} more rows" if len(self.rows) > 5 else ""
+        legend = self.legend()
+        return "\n".join([head] + ["  " + line for line in table.splitlines()]) + more + "".join(
+            "\n  " + line for line in legend)
+
+    def _columns(self) -> tuple:
+        """The columns shown: the cost only with a price (in its currency)."""
+        if self.price_per_gpu_hour is None:
+            return tuple((n, m) for n, m in COLUMNS if n != "cost")
+        price = f"{self.price_per_gpu_hour:g} {self.currency}"
+        return tuple((n, m.replace("the price per GPU-hour, in its currency (with a price)", price)) for n, m in COLUMNS)
+
+    def headers(self) -> list[str]:
+        """The table's headers (``cost <currency>`` with a price, no cost column without)."""
+        return [f"cost {self.currency}" if n == "cost" else n for n, _ in self._columns()]
+
+    def legend(self, width: int = 106) -> list[str]:
+        """What the shown columns mean, ``header: meaning`` wrapped to ``width`` (:func:`legend_lines`)."""
+        return legend_lines(width, self._columns())
+
+    def table(self, top: int | None = None) -> list[list[str]]:
+        """The cells of the first ``top`` rows (all when None), under :meth:`headers`."""
+        cost = HEADERS.index("cost")
+        rows = table_rows(self.rows, top)
+        return rows if self.price_per_gpu_hour is not None else [r[:cost] + r[cost + 1:] for r in rows]
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers())
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.table(10))
+        legend = "; ".join(f"{n}: {m}" for n, m in self._columns()[1:])
+        return (f"<b>{html.escape(self.model)} on {html.escape(self.system)}</b>: {self.feasible:,} of "
+                f"{self.candidates:,} layouts fit, ranked by {html.escape(self.objective)}"
+                f"<table><tr>{head}</tr>{body}</table><small>{html.escape(legend)}</small>")
