@@ -38,22 +38,37 @@ DATA = ROOT / "tests" / "data" / "calibration"
 BAR_OVERALL, BAR_FAMILY = (0.05, 0.15), (0.08, 0.25)
 
 
+def measured_points(points_path):
+    """The kernels of one or more point files, each timed as the median of its runs, grouped into broadcast ops
+    (a :class:`~gpumodel.calibration.points.PointSet`: ``.points`` the rows, ``.times`` the measured times [s])."""
+    from gpumodel.calibration.fit import median_of_runs, point_set
+
+    paths = [points_path] if isinstance(points_path, (str, Path)) else list(points_path)
+    return point_set([pt for path in paths for pt in median_of_runs(path)])
+
+
+def predicted(model, ps) -> np.ndarray:
+    """``model``'s time of every kernel of a point set [s], in the order of ``ps.points``."""
+    from gpumodel.calibration.model import predict
+
+    out = np.empty(len(ps.points))
+    for _, op, _, idx in ps.groups:
+        out[idx] = predict(model, op).time_s
+    return out
+
+
 def evaluate(calibration, points_path, gpu=None) -> dict:
     """Per-family accuracy of the calibrated, uncalibrated and roofline estimates on one or more point files."""
     import gpumodel as gm
-    from gpumodel.calibration.fit import median_of_runs, point_set
-    from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
+    from gpumodel.calibration.model import CalibrationModel, default_parameters
 
-    paths = [points_path] if isinstance(points_path, (str, Path)) else list(points_path)
-    points = [pt for path in paths for pt in median_of_runs(path)]
-    ps = point_set(points)
+    ps = measured_points(points_path)
     g = gm.gpu(gpu or calibration.gpu)
     models = {"calibrated": calibration.model(),
               "uncalibrated": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, gpu=g)}
-    preds = {name: np.empty(len(ps.points)) for name in (*models, "roofline")}
+    preds = {name: predicted(model, ps) for name, model in models.items()}
+    preds["roofline"] = np.empty(len(ps.points))
     for _, op, _, idx in ps.groups:
-        for name, model in models.items():
-            preds[name][idx] = predict(model, op).time_s
         preds["roofline"][idx] = gm.roofline(op, g).seconds
     fams = ps.families()
     out = {}

@@ -161,15 +161,13 @@ def measured_section(path: Path, show_rows: bool) -> None:
         group_table(f"{kind} by batch", [batch_regime(kind, r["batch"]) for r in sel], pred, meas, split)
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
-        pt, pp, mt, mp = [], [], [], []
-        for r in hf:
-            g = generation_time(hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
-                                new_tokens=r["new_tokens"], engine="hf")
-            pt.append(g.ttft_s), pp.append(g.tpot_s), mt.append(r["ttft_s"]), mp.append(r["tpot_s"])
+        pt, pp = hf_times(hf)
+        mt, mp = [r["ttft_s"] for r in hf], [r["tpot_s"] for r in hf]
+        for i, r in enumerate(hf):
             if show_rows:
                 print(f"  hf {r['shape']:13s} b={r['batch']:<3d} prompt {r['prompt_len']:<5d} TTFT measured "
-                      f"{r['ttft_s'] * 1e3:7.2f} ms model {pt[-1] / mt[-1] - 1:+7.1%}; TPOT measured "
-                      f"{r['tpot_s'] * 1e3:7.2f} ms model {pp[-1] / mp[-1] - 1:+7.1%}")
+                      f"{r['ttft_s'] * 1e3:7.2f} ms model {pt[i] / mt[i] - 1:+7.1%}; TPOT measured "
+                      f"{r['tpot_s'] * 1e3:7.2f} ms model {pp[i] / mp[i] - 1:+7.1%}")
         split = np.asarray([r["split"] for r in hf])
         for name, p_, m_ in (("hf TTFT", pt, mt), ("hf TPOT", pp, mp)):
             p_, m_ = np.asarray(p_), np.asarray(m_)
@@ -178,6 +176,16 @@ def measured_section(path: Path, show_rows: bool) -> None:
                 print(f"{name:>8} {part:>7}: model    {stats(p_[m], m_[m])}, signed median "
                       f"{summary(p_[m], m_[m])['signed']:+.1%}")
             group_table(f"{name} by model", [r["shape"] for r in hf], p_, m_, split)
+
+
+def hf_times(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Model TTFT and TPOT [s] of the eager HF ``generate`` rows (``engine == "hf"``), in order."""
+    ttft, tpot = np.zeros(len(rows)), np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        g = generation_time(hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
+                            new_tokens=r["new_tokens"], engine="hf")
+        ttft[i], tpot[i] = g.ttft_s, g.tpot_s
+    return ttft, tpot
 
 
 def fit_constants(path: Path) -> None:
@@ -281,9 +289,14 @@ def layer_time(r: dict, engine: str) -> float:
     return t[1] - t[0]
 
 
+def compiled_rows(path: Path) -> list[dict]:
+    """The paired layer timings of ``compiled.jsonl`` (``layer_s_compiled``, ``layer_s_graph`` [s])."""
+    return [r for r in load_measured(path) if r.get("status") == "ok" and r.get("engine") == "compiled"]
+
+
 def compiled_section(path: Path, show_rows: bool) -> tuple[np.ndarray, np.ndarray]:
     """One decoder layer on the H200 as a CUDA graph of PyTorch's kernels and torch.compile'd (compiled.jsonl)."""
-    rows = [r for r in load_measured(path) if r.get("status") == "ok" and r.get("engine") == "compiled"]
+    rows = compiled_rows(path)
     print(f"== one decoder layer on the H200, unfused CUDA graph and torch.compile'd ({path.name}, {len(rows)} rows) ==")
     pred, meas, pg, mg = [], [], [], []
     for r in rows:

@@ -53,17 +53,35 @@ def _errors(err: np.ndarray) -> dict:
             "bias": float(np.median(err))}
 
 
+def measured_points(paths: list[Path]):
+    """The kernels of the point files ``paths``, each the median of its runs, grouped into broadcast ops."""
+    from gpumodel.calibration.fit import median_of_runs, point_set
+
+    return point_set([pt for path in paths for pt in median_of_runs(path)])
+
+
+def transferred_times(gpu: str, paths: list[Path]) -> tuple:
+    """``(point set, transferred estimate of each kernel [s])`` of the kernels of ``paths`` measured on ``gpu``."""
+    import gpumodel as gm
+    from gpumodel.calibration.model import predict
+    from gpumodel.calibration.transfer import transfer
+
+    ps, model = measured_points(paths), transfer(gm.gpu(gpu)).model
+    pred = np.empty(len(ps.points))
+    for _, op, _, idx in ps.groups:
+        pred[idx] = predict(model, op).time_s
+    return ps, pred
+
+
 def evaluate(gpu: str, paths: list[Path]) -> dict:
     """Per-family errors of the transferred, datasheet-default and roofline estimates on ``paths``."""
     import gpumodel as gm
-    from gpumodel.calibration.fit import median_of_runs, point_set
     from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
     from gpumodel.calibration.transfer import transfer
 
     g = gm.gpu(gpu)
-    points = [pt for path in paths for pt in median_of_runs(path)]
     names = {json.loads(Path(p).read_text().splitlines()[0])["environment"]["device_name"] for p in paths}
-    ps = point_set(points)
+    ps = measured_points(paths)
     t = transfer(g)
     models = {"transferred": t.model,
               "datasheet": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, gpu=g)}

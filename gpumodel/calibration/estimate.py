@@ -36,6 +36,7 @@ from .model import CalibrationModel, Prediction, default_parameters, predict
 from .record import Calibration, calibration_for, load_calibration
 from .transfer import transfer_for
 from .points import op_family
+from .bands import error_band, kernel_regime
 
 __all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "resolve_calibration", "calibration_key"]
 
@@ -199,6 +200,10 @@ class TimeEstimate(ResultRecord):
     kernels : float or ndarray
         GPU kernels one call launches (a split-K GEMM's reduce kernel, split-KV attention's merge, a
         composite's parts); ``overhead_s`` is their launches, queued back to back.
+    band : tuple of (float or ndarray) or None
+        The 80% band ``(low, high)`` [s] of the measured time: where it lay for 80% of the measured kernels of this
+        source (``"kernel-calibrated"`` or ``"kernel-transferred"`` in ``specs/error_bands.yaml``,
+        :func:`gpumodel.calibration.bands.error_band`); ``None`` for a datasheet estimate (nothing measured backs it).
     """
 
     seconds: Any
@@ -214,6 +219,7 @@ class TimeEstimate(ResultRecord):
     detail: str = ""
     expected_error: Any = None
     kernels: Any = 1.0
+    band: Any = None
 
     @property
     def time_s(self) -> Any:
@@ -227,7 +233,8 @@ class TimeEstimate(ResultRecord):
 
     def __repr__(self) -> str:
         if np.ndim(self.seconds) == 0:
-            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.seconds)}, {self.bound}-bound; "
+            band = "" if self.band is None else f" (80%: {_fmt(self.band[0])} .. {_fmt(self.band[1])})"
+            return (f"TimeEstimate({self.op} on {self.gpu}: {_fmt(self.seconds)}{band}, {self.bound}-bound; "
                     f"compute {_fmt(self.compute_s)}, memory {_fmt(self.memory_s)}, launch {_fmt(self.overhead_s)}; "
                     f"{self.detail or self.source})")
         t = np.asarray(self.seconds)
@@ -239,6 +246,8 @@ class TimeEstimate(ResultRecord):
                 ("bound", str(self.bound)), ("source", f"{self.source}: {self.detail}" if self.detail else self.source)]
         if self.expected_error is not None:
             rows.append(("expected error", f"{self.expected_error:.0%}"))
+        rows.append(("80% band", "none: a datasheet estimate" if self.band is None else
+                     f"{_fmt(np.min(self.band[0]))} .. {_fmt(np.max(self.band[1]))}"))
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in rows)
         return f"<table><caption>{self.op} on {self.gpu}</caption>{body}</table>"
 
@@ -288,8 +297,9 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
     -------
     TimeEstimate
         ``.seconds`` (the estimated kernel time [s]), ``.bound`` (what decided it: "compute", "memory",
-        "launch" or "parallelism"), its parts ``compute_s``, ``memory_s``, ``overhead_s`` [s], ``source``
-        and ``expected_error`` [1]; arrays where the op's sizes were arrays.
+        "launch" or "parallelism"), its parts ``compute_s``, ``memory_s``, ``overhead_s`` [s], ``source``,
+        ``expected_error`` [1] and the 80% ``band`` ``(low, high)`` [s] (None for a datasheet estimate); arrays where
+        the op's sizes were arrays.
 
     Examples
     --------
@@ -311,9 +321,11 @@ def estimate(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = N
         how = ("built from its parts' fitted rates" if op.name == "fused" else
                "its rates are those the fit started from (the transfer, where a prior applies, else the datasheet defaults)")
         detail += f"; but no {op.name} {op.dtype.value} kernels were measured: {how}"
-    return TimeEstimate(_scalar(pred.time_s), _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
+    seconds = _scalar(pred.time_s)
+    return TimeEstimate(seconds, _bound(pred), _scalar(pred.compute_s), _scalar(pred.memory_s),
                         _scalar(pred.overhead_s), _scalar(pred.parallelism), covered, label,
-                        op.name, g.name, detail, _expected_error(record, op), _scalar(pred.kernels))
+                        op.name, g.name, detail, _expected_error(record, op), _scalar(pred.kernels),
+                        error_band(seconds, kernel_regime(label)))
 
 
 def estimate_time(op: Any, gpu: Any, *, calibrated: bool = True, calibration: Any = None,

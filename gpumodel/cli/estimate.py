@@ -23,8 +23,9 @@ JSON output (--json), SI units:
   results: one object per GPU: gpu, seconds, compute_s, memory_s, overhead_s, roofline_time_s [s],
       bound (what decided the time), parallelism (fraction of the GPU kept busy), calibrated
       (true/false), source ("calibrated", "transferred" or "datasheet"), detail (where the parameters came from),
-      expected_error (typical relative error of the source, or null), achieved_flops [FLOP/s],
-      achieved_bandwidth [B/s]
+      expected_error (typical relative error of the source, or null), band ([low, high] [s]: where the
+      measured time lay for 80% of the measured kernels of the source; null for a datasheet estimate),
+      achieved_flops [FLOP/s], achieved_bandwidth [B/s]
 """
 
 
@@ -63,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             "results": [{"gpu": e.gpu, "seconds": e.seconds, "bound": e.bound, "compute_s": e.compute_s,
                          "memory_s": e.memory_s, "overhead_s": e.overhead_s, "parallelism": e.parallelism,
                          "calibrated": e.calibrated, "source": e.source, "detail": e.detail,
-                         "expected_error": e.expected_error, "roofline_time_s": r,
+                         "expected_error": e.expected_error, "band": e.band, "roofline_time_s": r,
                          "achieved_flops": op.flops / e.seconds, "achieved_bandwidth": op.bytes / e.seconds}
                         for e, r in results],
         })

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..base.reprs import html_table
+from ..calibration.bands import HOST_BOUND_NOTE
 from ..vocabulary import format_seconds
 
 __all__ = ["ServingTime"]
@@ -46,7 +47,8 @@ class ServingTime:
     host_s : float or ndarray
         Host dispatch time (0 for ``engine="graph"``) [s].
     host_bound : bool or ndarray
-        Whether the host, not the GPU, sets the step time.
+        Whether the host, not the GPU, sets the step time (``engine="hf"``): it then depends on this machine's CPU
+        (``gpumodel calibrate`` measures the host's costs; pass the file as ``host=``), and the repr says so.
     kernels : int
         Kernels launched per step per GPU.
     weights_bytes : float
@@ -67,6 +69,10 @@ class ServingTime:
     peak_bytes : float or ndarray
         Peak allocated bytes per GPU the check used, from :func:`gpumodel.core.inference.inference_memory`
         [B] (nan where not checked).
+    band : tuple of (float or ndarray) or None
+        The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
+        engine (``"serving-graph"``, ``"serving-compiled"``, ``"serving-hf"`` in ``specs/error_bands.yaml``,
+        :func:`gpumodel.calibration.bands.error_band`); None where the kernels were priced from the datasheet.
     """
 
     seconds: Any
@@ -91,6 +97,7 @@ class ServingTime:
     fits: Any = None
     peak_bytes: Any = float("nan")
     attention_kernel: str = "sdpa"
+    band: Any = None
 
     def __float__(self) -> float:
         return float(self.seconds)
@@ -118,7 +125,8 @@ class ServingTime:
             v = np.asarray(x)[i]
             return v.item() if hasattr(v, "item") else v
 
-        values = {f.name: one(getattr(self, f.name)) for f in fields(self)}
+        values = {f.name: one(getattr(self, f.name)) for f in fields(self) if f.name != "band"}
+        values["band"] = None if self.band is None else tuple(float(one(b)) for b in self.band)
         values["breakdown"] = {k: float(one(v)) for k, v in self.breakdown.items()}
         values["bounds"] = {k: str(one(v)) for k, v in self.bounds.items()}
         values["host_bound"] = bool(values["host_bound"])
@@ -152,9 +160,11 @@ class ServingTime:
         what = "prompt" if self.phase == "prefill" else "context"
         host = f", host {_show(self.host_s)}{' (host-bound)' if self.host_bound else ''}" if self.engine == "hf" else ""
         tp = f" x tp={self.tp}" if self.tp > 1 else ""
+        band = "" if self.band is None else f" (80%: {_show(self.band[0])} .. {_show(self.band[1])})"
+        note = f"; {HOST_BOUND_NOTE}" if self.host_bound else ""
         return (f"ServingTime({self.phase} of {self.model} on {self.gpu}{tp}, batch {self.batch_size}, "
-                f"{what} {self.seq_len}: {_show(self.seconds)}, {float(self.tokens_per_s):,.0f} tokens/s{host}"
-                f"{self._unfit()}; {self._parts()})")
+                f"{what} {self.seq_len}: {_show(self.seconds)}{band}, {float(self.tokens_per_s):,.0f} tokens/s{host}"
+                f"{self._unfit()}; {self._parts()}{note})")
 
     def _repr_html_(self) -> str:
         rows = [("time", _show(self.seconds)), ("tokens/s", f"{float(np.max(self.tokens_per_s)):,.0f}"),
@@ -163,7 +173,9 @@ class ServingTime:
         rows += [(k, f"{_show(v)} ({self.bounds.get(k, '')})") for k, v in self.breakdown.items()
                  if np.any(np.asarray(v) > 0)]
         if self.engine == "hf":
-            rows.append(("host", _show(self.host_s)))
+            rows.append(("host", _show(self.host_s) + (f" ({HOST_BOUND_NOTE})" if np.any(self.host_bound) else "")))
+        if self.band is not None:
+            rows.append(("80% band", f"{_show(np.min(self.band[0]))} .. {_show(self.band[1])}"))
         if self.fits is not None:
             rows.append(("fits in memory", "yes" if np.all(self.fits) else self._unfit().lstrip(", ")))
         return html_table(f"ServingTime: {self.phase} of {self.model} on {self.gpu}", rows)

@@ -22,6 +22,7 @@ from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
+from ..calibration.bands import error_band, serving_regime
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
@@ -166,9 +167,10 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
     zeros = np.zeros(shape)
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
-    count, calibrated, wbytes = 0, False, 0.0
+    count, calibrated, wbytes, source = 0, False, 0.0, "datasheet"
     for fam, op, n in kerns:
         est = _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration)
+        source = est.source   # one model prices every kernel of the step
         t = np.asarray(est.seconds, dtype=float)
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
@@ -214,7 +216,8 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         kernels=count, weights_bytes=wbytes, calibrated=calibrated, batch_size=batch_size,
         seq_len=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
         kv_dtype=kv_cache_dtype(kv, dt).value,
-        engine=eng.value, model=cfg.name, gpu=g.name, attention_kernel=setup.attention_kernel)
+        engine=eng.value, model=cfg.name, gpu=g.name, attention_kernel=setup.attention_kernel,
+        band=error_band(sc(seconds), serving_regime(source, eng.value)))
 
 
 @keyword_only_after(2, "batch_size", "prompt_len", "dtype", "tp", "engine")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
+from ..calibration.bands import HOST_BOUND_NOTE, error_band, step_regime
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..core.memory import training_memory
 from .hostcost import host_costs_for, timeline
@@ -148,12 +149,19 @@ class StepTime:
     peak_bytes : float
         Peak allocated bytes per GPU from ``training_memory`` [B] (nan where not checked).
     host_bound : bool
-        Whether the GPU waits on the host's kernel launches for more than 2 % of the step.
+        Whether the GPU waits on the host's kernel launches for more than 2 % of the step: the time then depends on
+        this machine's CPU (the host's per-op costs: ``gpumodel calibrate`` measures them; pass the file as
+        ``host=``), and the repr says so.
     host_calibrated : bool
         Whether the host's per-op costs were measured on the host (else defaults).
     attention_kernel : str
         The library whose flash-attention kernels the step's 16-bit attention was timed with
         (:class:`~gpumodel.core.ops.AttentionKernel`; "sdpa", PyTorch's own dispatch, by default).
+    band : tuple of float or None
+        The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
+        regime (kernels calibrated or transferred, GPU- or host-bound: ``"step-calibrated-gpu"``... in
+        ``specs/error_bands.yaml``, :func:`gpumodel.calibration.bands.error_band`); None for datasheet kernels or
+        where no regime was measured (a parallel layout).
     """
 
     seconds: float
@@ -171,6 +179,7 @@ class StepTime:
     host_bound: bool = False
     host_calibrated: bool = False
     attention_kernel: str = "sdpa"
+    band: Any = None
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -193,6 +202,10 @@ class StepTime:
                 ("calibrated", str(self.calibrated)), ("fits", str(self.fits)),
                 ("attention kernel", self.attention_kernel)]
         rows += [(k, format_seconds(v)) for k, v in self.breakdown.items() if v]
+        if self.band is not None:
+            rows.append(("80% band", f"{format_seconds(self.band[0])} .. {format_seconds(self.band[1])}"))
+        if self.host_bound:
+            rows.append(("host", HOST_BOUND_NOTE))
         return html_table("StepTime", rows)
 
     def __repr__(self) -> str:
@@ -202,8 +215,10 @@ class StepTime:
         label += f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
         fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
         gpus = f" on {self.num_gpus} GPUs" if self.num_gpus > 1 else ""
-        return (f"StepTime({format_seconds(self.seconds)}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
-                f"MFU {self.mfu:.1%}, {label}{fit}; {parts})")
+        band = "" if self.band is None else f" (80%: {format_seconds(self.band[0])} .. {format_seconds(self.band[1])})"
+        host = f"; {HOST_BOUND_NOTE}" if self.host_bound else ""
+        return (f"StepTime({format_seconds(self.seconds)}{band}{gpus}, {self.tokens_per_s:,.0f} tokens/s, "
+                f"MFU {self.mfu:.1%}, {label}{fit}; {parts}{host})")
 
 
 def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, precision: str = "amp_bf16",
@@ -213,13 +228,15 @@ def step_kernels(model: TransformerConfig | str, batch_size: int, seq_len: int, 
 
     Phases are "forward", "backward", "recompute" and "optimizer"; parameters are those of
     :func:`single_gpu_step_time`. See :mod:`gpumodel.training.stepkernels` for what is counted.
+    ``batch_size`` and ``seq_len`` may be 1-D arrays of one shape: each kernel is then an op whose sizes are
+    arrays (one configuration an element), which one time estimate prices at once.
     """
     cfg = resolve_model(model)
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
-    if np.ndim(batch_size) or np.ndim(seq_len):
-        raise ArgumentError("batch_size and seq_len must be scalars here; loop over a sweep of step times")
+    if np.ndim(batch_size) > 1 or np.ndim(seq_len) > 1:
+        raise ArgumentError("batch_size and seq_len must be scalars or 1-D arrays of one shape")
     ckpt = checkpointing_mode(checkpointing)
     kernel = attention_kernel_on(attention_kernel, dtype=prec.compute_dtype.value)
     return training_step(cfg, batch_size, seq_len, prec.name, opt.value, ckpt == Checkpointing.FULL, kernel.value)
@@ -310,6 +327,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                        compile=compile, experts=experts.value, expert_load=expert_load,
                        attention_kernel=kernel.value)
     cache: dict[int, tuple[float, bool]] = {}
+    sources: set[str] = set()   # where the kernel times came from: "calibrated", "transferred" or "datasheet"
 
     def device_s(op) -> tuple[float, bool]:
         if op is None:
@@ -317,6 +335,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
         if id(op) not in cache:
             est = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
             cache[id(op)] = (float(est.seconds), bool(est.calibrated))
+            sources.add(est.source)
         return cache[id(op)]
 
     hosts, devices, syncs = [], [], []
@@ -339,6 +358,8 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     seconds = tl.seconds
     breakdown = dict(kernel_by_phase, host_wait=tl.host_wait_s, sync=tl.sync_s)
     tokens = batch_size * seq_len * accum
+    host_bound = bool(tl.host_wait_s > 0.02 * seconds)
+    source = "datasheet" if "datasheet" in sources or not sources else sources.pop()   # one model prices every kernel
     model_flops = model_flops_per_token(cfg, seq_len) * tokens
     recomputed = ckpt if ckpt == Checkpointing.FULL else Checkpointing.NONE   # HF has no selective recomputation
     used_flops = model_flops + recompute_flops_per_token(cfg, seq_len, recomputed) * tokens
@@ -354,5 +375,6 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / peak,
                     model_flops=model_flops, breakdown=breakdown, calibrated=kernels_calibrated and hc.calibrated,
                     kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
-                    fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=bool(tl.host_wait_s > 0.02 * seconds),
-                    host_calibrated=hc.calibrated, attention_kernel=kernel.value)
+                    fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=host_bound,
+                    host_calibrated=hc.calibrated, attention_kernel=kernel.value,
+                    band=error_band(seconds, step_regime(source, host_bound)))
