@@ -24,7 +24,7 @@ from gpumodel.base.errors import GpumodelError
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: sub-command modules, in the order ``gpumodel --help`` lists them
-COMMANDS = ("gpus", "systems", "roofline", "memory", "occupancy", "estimate", "plan", "serve", "calibrate")
+COMMANDS = ("gpus", "systems", "roofline", "memory", "occupancy", "estimate", "plan", "serve", "calibrate", "ui")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 EPILOG = """\
-Every command takes --json: strict JSON (no NaN; null where a number is undefined) in SI units
+Every command but ui (the web page) takes --json: strict JSON (no NaN; null where a number is undefined) in SI units
 (bytes, seconds, FLOP/s, bytes/s); `gpumodel COMMAND --help` lists its keys. Counts take 4096, 1e6,
 8Ki or 1T; sizes in bytes 80GiB, 48KiB or 80GB; durations 50ms or 1s.
 Exit codes: 0 done; 2 the input was refused (one line on stderr says why); 1 an internal error.
