@@ -36,63 +36,13 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError
-from ..vocabulary import nonnegative_int
+from ..core.memory_parts import stage_layers  # noqa: F401  (re-exported: the step's stages are the memory's)
 from .collectives import system_collective_time
 
 __all__ = ["SCHEDULES", "stage_layers", "slowest_stage", "pipeline_bubble", "check_schedule", "p2p_time"]
 
 #: Named pipeline schedules: 1F1B (interleaved over ``virtual_stages``), zero-bubble ZB-H1, DeepSeek's DualPipe.
 SCHEDULES = ("1f1b", "zero_bubble", "dualpipe")
-
-
-def stage_layers(num_layers: int, pp: Any, first_stage_layers: int | None = None,
-                 last_stage_layers: int | None = None) -> tuple[Any, Any, Any]:
-    """Decoder layers on the first, a middle and the last pipeline stage.
-
-    Parameters
-    ----------
-    num_layers : int
-        Decoder layers of the model.
-    pp : int or array
-        Pipeline stages.
-    first_stage_layers, last_stage_layers : int, optional
-        Layers of the first and last stage (Megatron-Core's ``--decoder-first-pipeline-num-layers`` and
-        ``--decoder-last-pipeline-num-layers``); the other layers are spread evenly over the middle stages.
-        Default: every stage ``ceil(num_layers / pp)``.
-
-    Returns
-    -------
-    tuple of (int or ndarray)
-        ``(first, middle, last)`` layers [count]; a middle stage holds ``ceil`` of its share.
-
-    Examples
-    --------
-    Llama 3 405B: 126 layers on 16 stages, one fewer on the first and the last:
-
-    >>> [int(x) for x in stage_layers(126, 16, 7, 7)]
-    [7, 8, 7]
-    >>> [int(x) for x in stage_layers(105, 35)]
-    [3, 3, 3]
-    """
-    pp = np.asarray(pp)
-    even = np.ceil(num_layers / pp)
-    if first_stage_layers is None and last_stage_layers is None:
-        return even, even, even
-    if np.ndim(pp):
-        raise ArgumentError("first_stage_layers and last_stage_layers take one pipeline degree, not an array",
-                            argument="first_stage_layers", value=first_stage_layers, allowed="one layout")
-    p = int(pp)
-    first = num_layers // p if first_stage_layers is None else nonnegative_int(first_stage_layers, "first_stage_layers")
-    last = num_layers // p if last_stage_layers is None else nonnegative_int(last_stage_layers, "last_stage_layers")
-    rest = num_layers - first - last
-    if p < 2 or first < 0 or last < 0 or rest < 0 or (p == 2 and rest) or (p > 2 and rest < p - 2):
-        raise ArgumentError(f"first_stage_layers={first_stage_layers}, last_stage_layers={last_stage_layers} do not "
-                            f"split {num_layers} layers over pp={p} stages (the middle stages need at least one "
-                            "layer each)", argument="first_stage_layers",
-                            value=(first_stage_layers, last_stage_layers),
-                            allowed=f"pp >= 2 and first + last <= {num_layers} - (pp - 2)")
-    middle = float(np.ceil(rest / (p - 2))) if p > 2 else 0.0
-    return np.asarray(float(first)), np.asarray(middle), np.asarray(float(last))
 
 
 def slowest_stage(layer_s: Any, head_s: Any, layers: tuple[Any, Any, Any], pp: Any) -> tuple[Any, Any]:

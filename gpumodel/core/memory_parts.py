@@ -102,8 +102,8 @@ def stage_layers(num_layers: int, pp, first_stage_layers: int | None = None,
     ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``), the rest then spread
     over the middle stages (a middle stage holds ``ceil`` of its share; 0 without one). Llama 3 405B runs its
     126 layers on 16 stages with one fewer on the first and the last, which hold the embedding and the LM
-    head (Dubey et al. 2024, section 3.3.2). The same rule as :func:`gpumodel.cluster.pipeline.stage_layers`
-    (the step's), which the memory model cannot import (a higher layer).
+    head (Dubey et al. 2024, section 3.3.2). The parallel step splits its stages with this same function
+    (re-exported as :func:`gpumodel.cluster.pipeline.stage_layers`).
 
     >>> [int(x) for x in stage_layers(126, 16, 7, 7)], [int(x) for x in stage_layers(61, 16)]
     ([7, 8, 7], [4, 4, 4])
