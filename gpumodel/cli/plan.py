@@ -6,6 +6,7 @@ Times are modelled (kernel model per GPU, NCCL collectives, pipeline schedule), 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import textwrap
 import warnings
@@ -13,9 +14,12 @@ import warnings
 from ..base.readable import format_count
 from ..core.ops import AttentionKernel
 from ..cluster.planresult import legend_lines
-from ._common import HelpFormatter, count_type, parse_number, print_json, print_table, progress
+from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
 from ..vocabulary import resolve_system
+
+#: Rows kept for --plot and --pareto (the first-ranked): the chart's cloud and the front are drawn from them.
+PLOT_ROWS = 20_000
 
 #: What the table's columns mean (printed under the table and in ``--help``): the text of ``TrainingPlan``'s repr.
 LEGEND = "\n".join(legend_lines(104)) + "\n"
@@ -35,6 +39,10 @@ search (comma-separated); a value the framework does not run is refused.
 Near-duplicates: layouts of the same GPUs, degrees, micro-batch and recomputation within 1% of the fastest
 step are one row, the simplest setting kept (lower ZeRO stage, fewer virtual stages, no overlap).
 
+--pareto keeps the rows no other beats on both days and cost (GPU-hours without --price), fastest first:
+the first is the fastest run, the last the cheapest (of the 20,000 first-ranked layouts). --plot FILE.png
+(or .svg) draws the days against the GPU count and the cost against the days with that front.
+
 --objective cost ranks by GPU-hours (the order of the cost at any price and of the energy) among runs of at
 most --deadline days (90 when not given: the cheapest run is otherwise the one on the fewest GPUs, for years);
 --price adds the cost column, in --currency; --budget keeps the runs that cost at most that.
@@ -51,7 +59,7 @@ JSON output (--json), SI units:
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), bound, collapsed (the folded
   settings), and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
-  pipeline_bubble_s.
+  pipeline_bubble_s; plot (the file written, with --plot).
 """
 
 
@@ -116,6 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              ("overlap", _words, "communication overlap: on, off")):
         p.add_argument(f"--{name}", type=kind, metavar="A,B", help=f"{text} to search (default: all the framework runs)")
     p.add_argument("--top", type=count_type(1), default=10, help="layouts to print")
+    p.add_argument("--pareto", action="store_true",
+                   help="only the rows no other beats on both days and cost (fastest first, cheapest last)")
+    p.add_argument("--plot", metavar="FILE.png", help="write days against GPU count and the cost/days front (.png or .svg)")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.set_defaults(func=_plan)
 
@@ -140,7 +151,29 @@ def _overlap(values: list[str] | None) -> list[bool] | None:
     return [table[v.lower()] for v in values]
 
 
+def _plot_path(path: str | None):
+    """The --plot file, checked before the search: a writable .png or .svg path (None without --plot)."""
+    if path is None:
+        return None
+    if not path.lower().endswith((".png", ".svg")):
+        raise gm.ArgumentError(f"--plot {path}: give a .png or .svg file name", argument="--plot", value=path,
+                               allowed="a .png or .svg file")
+    return output_path(path, "--plot")
+
+
+def _write_plot(plan, path) -> None:
+    from matplotlib.figure import Figure
+
+    from gpumodel.plots.plan import plot_plan
+
+    fig = Figure(figsize=(10.5, 4.2), layout="constrained")   # no pyplot: no display, no global figure
+    plot_plan(plan, axes=fig.subplots(1, 2))
+    fig.suptitle(f"{plan.model} on {plan.system}: {format_count(plan.tokens)} tokens", fontsize=11)
+    fig.savefig(path, dpi=150)
+
+
 def _plan(args: argparse.Namespace) -> int:
+    plot = _plot_path(args.plot)
     sysm = resolve_system(args.system, "--system")
     where = (f"{'/'.join(map(str, args.gpus[:4]))}{'/...' if len(args.gpus) > 4 else ''} GPUs" if args.gpus
              else f"up to {args.max_gpus or sysm.gpus_per_node} GPUs")
@@ -153,12 +186,16 @@ def _plan(args: argparse.Namespace) -> int:
                                 price_per_gpu_hour=args.price, currency=args.currency, max_days=args.deadline,
                                 budget=args.budget, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                                 micro_batches=args.micro_batch, zero_stages=args.zero, checkpointing=args.recompute,
-                                virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap), top=args.top,
+                                virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
+                                top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
+    if plot and plan.rows:
+        _write_plot(plan, plot)
+    plan = dataclasses.replace(plan, rows=(plan.pareto() if args.pareto else plan.rows)[:args.top])
     if args.json:
         inputs = {k: v for k, v in vars(args).items() if k not in ("func", "command", "json")}
-        print_json({"inputs": inputs, **plan.to_dict()})
+        print_json({"inputs": inputs, **plan.to_dict(), **({"plot": str(plot)} if plot and plan.rows else {})})
         return 0
     if args.objective == "cost":
         ranked = "Ranked by cost (GPU-hours" + (f" x {args.price:g} {args.currency}" if args.price else
@@ -182,7 +219,12 @@ def _plan(args: argparse.Namespace) -> int:
     if not plan.rows:
         print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq, a later --deadline")
         return 0  # an answer, as the JSON output's empty rows (exit 1 means an internal error)
+    if args.pareto:
+        print("Pareto front of days against " + ("cost" if args.price else "GPU-hours")
+              + ": no other layout is both faster and cheaper; fastest first, cheapest last.")
     print_table(plan.headers(), plan.table(args.top))
     print()
     print("\n".join(plan.legend(104)))
+    if plot:
+        print(f"wrote {plot}")
     return 0

@@ -18,7 +18,7 @@ from ..base.readable import format_count
 from ..base.reprs import text_table
 from .parallelism import Parallelism
 
-__all__ = ["TrainingPlan", "PlanRow", "COLUMNS", "legend_lines", "layout_label", "table_rows"]
+__all__ = ["TrainingPlan", "PlanRow", "COLUMNS", "legend_lines", "layout_label", "table_rows", "pareto_front"]
 
 #: The table's columns and what each means: (header, meaning). One text for the repr and the command line.
 COLUMNS = (
@@ -95,6 +95,33 @@ def table_rows(rows: list, top: int | None = None) -> list[list[str]]:
                     "-" if r["cost"] is None else f"{r['cost']:,.0f}", f"{r['headroom_bytes'] / 2**30:.1f}",
                     "?" if err is None else f"{err:.0%}", _BOUND.get(r["bound"], r["bound"])])
     return out
+
+
+def pareto_front(x, y) -> np.ndarray:
+    """Indices of the points that no other point beats on both ``x`` and ``y`` (smaller is better), by ``x``.
+
+    Parameters
+    ----------
+    x, y : sequence of float
+        The two objectives of each point (e.g. days and cost), of equal length.
+
+    Returns
+    -------
+    numpy.ndarray of int
+        The non-dominated points' indices, by increasing ``x`` (of points equal on both, the first).
+
+    Examples
+    --------
+    >>> pareto_front([1, 2, 3, 4], [9, 5, 7, 1]).tolist()
+    [0, 1, 3]
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep, best = [], np.inf
+    for i in np.lexsort((y, x)):
+        if y[i] < best:
+            keep.append(int(i))
+            best = y[i]
+    return np.asarray(keep, dtype=int)
 
 
 class PlanRow(dict):
@@ -199,6 +226,42 @@ class TrainingPlan:
         r = self.rows[int(rank)]
         return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep", 1), zero=r["zero"],
                            sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
+
+    def cost_key(self) -> tuple[str, str]:
+        """The row key that measures a run's cost and its label: ``("cost", "cost [USD]")`` with a price, else
+        ``("gpu_hours", "GPU-hours")`` (the same order: the cost is the GPU-hours times the price)."""
+        if self.price_per_gpu_hour is None:
+            return "gpu_hours", "GPU-hours"
+        return "cost", f"cost [{self.currency}]"
+
+    def pareto(self, cost: str | None = None) -> list:
+        """The rows no other row beats on both the days and the cost: the fastest run for its cost, by days.
+
+        Parameters
+        ----------
+        cost : {"cost", "gpu_hours", "energy_kwh"} or None
+            The row key to minimise beside ``days``; None: the cost with a price, else the GPU-hours (the same
+            order at any price).
+
+        Returns
+        -------
+        list of dict
+            The non-dominated rows of :attr:`rows` (the ranked rows the plan kept: ask ``plan_training`` for
+            more with ``top``), by increasing days, so by decreasing cost: the first is the fastest run, the
+            last the cheapest.
+        """
+        allowed = ("cost", "gpu_hours", "energy_kwh")
+        key = self.cost_key()[0] if cost is None else cost
+        if key not in allowed:
+            raise ArgumentError(f"cost={cost!r} is not one of {', '.join(allowed)}", argument="cost", value=cost,
+                                allowed=", ".join(allowed))
+        if key == "cost" and self.price_per_gpu_hour is None:
+            raise ArgumentError("cost='cost' needs a price per GPU-hour; use 'gpu_hours' (the same order)",
+                                argument="cost", value=cost, allowed="gpu_hours, energy_kwh")
+        if not self.rows:
+            return []
+        front = pareto_front([r["days"] for r in self.rows], [r[key] for r in self.rows])
+        return [self.rows[i] for i in front]
 
     def to_dict(self) -> dict:
         """Every input and result field (the rows as plain dicts), as ``--json`` prints it."""

@@ -8,18 +8,18 @@ text stays text in the SVG (``svg.fonttype: none``), which keeps it small and sh
 from __future__ import annotations
 
 import io
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..cluster.planresult import pareto_front
 from ..plots.memory import plot_memory_breakdown
+from ..plots.plan import plain_log_ticks, plot_plan
 
 __all__ = ["svg", "plan_chart", "fit_chart", "serve_chart", "pareto_front"]
 
 GiB = 2 ** 30
-#: Layouts drawn per GPU count in the plan chart's cloud (the fastest ones): the SVG stays small.
-POINTS_PER_COUNT = 60
-_BLUE, _ORANGE, _GRAY = "#1f5fbf", "#e07b00", "#9aa3b2"
+_BLUE, _ORANGE = "#1f5fbf", "#e07b00"
 
 
 def _figure(width: float, height: float, ncols: int = 1, right: float = 0.98):
@@ -30,15 +30,6 @@ def _figure(width: float, height: float, ncols: int = 1, right: float = 0.98):
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     fig.subplots_adjust(left=0.85 / width, right=right, bottom=0.55 / height, top=1 - 0.35 / height, wspace=0.3)
     return fig, list(axes)
-
-
-def _plain_log_ticks(axis) -> None:
-    """Ticks of a log axis at 1, 2, 5, 10... labelled as plain numbers, no minor ticks."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.6g}"))
-    axis.set_minor_locator(NullLocator())
 
 
 def svg(fig: Any) -> str:
@@ -52,71 +43,11 @@ def svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
-def pareto_front(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
-    """Indices of the points no other point beats on both ``x`` and ``y`` (smaller is better), by ``x``.
-
-    >>> pareto_front([1, 2, 3, 4], [9, 5, 7, 1]).tolist()
-    [0, 1, 3]
-    """
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    order = np.lexsort((y, x))
-    keep, best = [], np.inf
-    for i in order:
-        if y[i] < best:
-            keep.append(i)
-            best = y[i]
-    return np.asarray(keep, dtype=int)
-
-
-def plan_chart(rows: Sequence[dict], best: dict, cost_key: str = "gpu_hours", cost_label: str = "GPU-hours") -> str:
-    """Days against GPU count (the layouts, the fastest of each count, the cost front), and cost against days.
-
-    ``rows`` are plan rows (dicts with ``num_gpus``, ``days`` and ``cost_key``) of every GPU count, ``best`` the
-    first-ranked one (a star).
-    """
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-
-    n = np.array([r["num_gpus"] for r in rows], float)
-    days = np.array([r["days"] for r in rows], float)
-    cost = np.array([r[cost_key] for r in rows], float)
-    fig, (left, right) = _figure(10.5, 3.9, 2)
-    counts = np.unique(n)
-    cloud = np.concatenate([np.flatnonzero(n == c)[np.argsort(days[n == c])][:POINTS_PER_COUNT] for c in counts])
-    fastest = np.array([days[n == c].min() for c in counts])
-    front = pareto_front(days, cost)
-    left.scatter(n[cloud], days[cloud], s=9, color=_GRAY, alpha=0.45, lw=0, label=f"layouts (the {POINTS_PER_COUNT} fastest of each count)")
-    left.plot(counts, fastest, "-o", color=_BLUE, ms=5, label="fastest layout")
-    left.scatter(n[front], days[front], s=46, facecolors="none", edgecolors=_ORANGE, lw=1.6, zorder=4,
-                 label=f"cost front (fewest {cost_label} for the days)")
-    left.scatter([best["num_gpus"]], [best["days"]], marker="*", s=150, color="black", zorder=5, label="rank 1")
-    left.set_xscale("log", base=2)
-    if len(counts) <= 12:
-        left.set_xticks(counts, [f"{int(c)}" for c in counts])
-    else:   # every node count of a long sweep: powers of two
-        left.xaxis.set_major_locator(LogLocator(base=2))
-        left.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
-        left.xaxis.set_minor_locator(NullLocator())
-    left.set_yscale("log")
-    _plain_log_ticks(left.yaxis)
-    left.set_xlabel("GPUs")
-    left.set_ylabel("days of the run")
-    left.set_title("Time against GPU count", fontsize=11)
-    left.grid(True, alpha=0.25)
-    left.legend(fontsize=8, frameon=False, loc="upper right")
-    right.scatter(days[cloud], cost[cloud], s=9, color=_GRAY, alpha=0.45, lw=0)
-    right.plot(days[front], cost[front], "-o", color=_ORANGE, ms=4, label="cost front")
-    for i in front[:8]:
-        right.annotate(f"{int(n[i])}", (days[i], cost[i]), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                       color=_ORANGE)
-    right.scatter([best["days"]], [best[cost_key]], marker="*", s=150, color="black", zorder=5, label="rank 1")
-    right.set_xscale("log")
-    _plain_log_ticks(right.xaxis)
-    right.set_xlabel("days of the run")
-    right.set_ylabel(cost_label)
-    right.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
-    right.set_title(f"{cost_label} against days (labels: GPUs)", fontsize=11)
-    right.grid(True, alpha=0.25)
-    right.legend(fontsize=8, frameon=False, loc="best")
+def plan_chart(plan: Any) -> str:
+    """Days against GPU count (the layouts, the fastest of each count, the cost front), and cost against days,
+    of a :class:`~gpumodel.TrainingPlan`'s rows (:func:`gpumodel.plots.plan.plot_plan` draws them)."""
+    fig, axes = _figure(10.5, 3.9, 2)
+    plot_plan(plan, axes=axes)
     return svg(fig)
 
 
@@ -159,12 +90,12 @@ def serve_chart(cap: Any) -> str:
                      label=f"operating point: {cap.concurrency} in flight ({cap.limiter})")
     for ax, where in ((left, "upper left"), (right, "center left")):
         ax.set_xscale("log")
-        _plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.xaxis)
         ax.set_xlabel("requests in flight (concurrency)")
         ax.grid(True, alpha=0.25)
         ax.legend(fontsize=8, frameon=False, loc=where)
     right.set_yscale("log")
-    _plain_log_ticks(right.yaxis)
+    plain_log_ticks(right.yaxis)
     left.set_ylabel(f"output tokens/s of one replica ({cap.tp} GPU{'s' if cap.tp > 1 else ''})")
     right.set_ylabel("latency [ms]")
     left.set_title("Throughput against concurrency", fontsize=11)

@@ -2,7 +2,7 @@
 
 The table is the planner's own (:meth:`gpumodel.TrainingPlan.headers` and ``table``: the columns the command
 line prints, whatever fields the rows gain); the chart draws every feasible layout's days against its GPU count
-and the cost front (:func:`gpumodel.ui.charts.plan_chart`).
+and the cost front (:func:`gpumodel.plots.plan.plot_plan`).
 """
 
 from __future__ import annotations
@@ -73,11 +73,10 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
     else:
         parts.append(section("Ranked layouts", table(plan.headers(), plan.table(TOP), table_id="plan-table")
                              + _legend(plan), "ranked"))
-        cost_key, cost_label = ("cost", f"cost [{plan.currency}]") if price is not None else ("gpu_hours", "GPU-hours")
         drawn = (f'<p class="lead">The chart draws the {CHART_ROWS:,} first-ranked of the {plan.feasible:,} '
                  "layouts that fit.</p>" if len(rows) >= CHART_ROWS else "")
         parts.append(section("Time and cost against GPU count", '<div class="chart">'
-                             + charts.plan_chart(rows, rows[0], cost_key, cost_label) + "</div>" + drawn, "chart"))
+                             + charts.plan_chart(plan) + "</div>" + drawn, "chart"))
     parts.append(f'<p class="lead">Answered in {time.perf_counter() - t0:.2f} s (search {plan.search_s:.2f} s); '
                  "times are modelled, not measured.</p>")
     return "".join(parts), {"plan": plan, "rows": rows, "model_name": plan.model}
