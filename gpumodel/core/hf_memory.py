@@ -17,6 +17,10 @@ What ``torch.cuda.max_memory_allocated`` reports over a step, moment by moment (
     checkpointing, one layer's recomputed activations and weight copies on top of the checkpoints.
 ``backward_end``
     the backward of the first layer: all gradients exist, one layer's activations remain.
+``embedding_backward``
+    the input embedding's gradient, made after the first layer's backward (untied embeddings): every
+    gradient exists and no activation is left; with gradient accumulation the new gradient sits beside
+    the held one until it is added.
 ``optimizer_step``
     weights, gradients, optimizer states and the step's temporaries (foreach Adam/AdamW allocate
     one parameter-sized ``sqrt(v)`` buffer).
@@ -44,7 +48,7 @@ from ..records.transformer import PositionType, TransformerConfig
 from ..vocabulary import Checkpointing, Optimizer, Precision
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
-from .memory_parts import matrix_shapes, optimizer_state_bytes
+from .memory_parts import largest_layer_tensor, matrix_shapes, optimizer_state_bytes
 
 __all__ = ["hf_moments"]
 
@@ -157,20 +161,32 @@ def hf_moments(cfg: TransformerConfig, b, s, prec: Precision, opt: Optimizer, at
     else:
         transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
     transient = np.maximum(transient, 2 * a * cfg.intermediate_size / tp * T) + 2 * r * h * T
+    # gradient accumulation: a weight's new gradient exists beside the held one until AccumulateGrad adds it;
+    # the largest of a layer is the experts' fused gate-up tensor of a mixture of experts
+    transient = transient + np.where(micro_batches > 1, largest_layer_tensor(cfg) / (tp * (ep if cfg.is_moe else 1)) * wb, 0.0)
+    new_embed_grad = 0.0 if cfg.tie_word_embeddings else V * h / tp * wb
+    # a mixture of experts makes its large expert gradients while the embedding's is not yet made (checked
+    # against the allocator traces); dense runs peak at the end of backward with it (measured), so keep it there
+    embed_grad = new_embed_grad / np.where(zero >= 2, group, 1) if cfg.is_moe else 0.0
     head_grads = (V * h / tp + h) * wb
     moments["layer_backward"] = dict(
         weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
         activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0),
         autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.FULL else 0.0),
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
-    # backward of the first layer, the last to go: all other gradients exist, one layer's activations
-    # (recomputed from its checkpoint when checkpointing) and its weight copies remain
+    # backward of the first layer, the last to go: all other gradients but the input embedding's exist, one
+    # layer's activations (recomputed from its checkpoint when checkpointing) and its weight copies remain
     moments["backward_end"] = dict(
-        weights=weights, optimizer_states=states, gradients=grads, activations=head + one_layer,
-        autocast_weight_copies=head_cast + layer_casts, backward_temporaries=transient,
+        weights=weights, optimizer_states=states, gradients=grads - np.where(micro_batches > 1, 0.0, embed_grad),
+        activations=head + one_layer, autocast_weight_copies=head_cast + layer_casts,
+        backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
+    # then the embedding's backward (a dense V x h gradient): all gradients, no activations
+    moments["embedding_backward"] = dict(
+        weights=weights, optimizer_states=states, gradients=grads + z,
+        backward_temporaries=np.where(micro_batches > 1, new_embed_grad, 0.0) + z,
         gathered_weights=gathered, cublas_workspace=runtime)
     if keep_outputs:
-        for key in ("backward_start", "layer_backward", "backward_end", "optimizer_step"):
+        for key in ("backward_start", "layer_backward", "backward_end", "embedding_backward", "optimizer_step"):
             moments[key]["model_outputs"] = held_out
     steady = weights + states + gathered + runtime + z
     return moments, steady, (n_shared, n_experts, layer_here)

@@ -250,7 +250,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                                           micro_batches=m)
     for name, held in moments.items():
         held.pop("optimizer_temporaries", None)
-        held.update(static[name])
+        held.update(static.get(name, static["backward_end"]))   # the embedding's backward: all gradients
     return assemble(moments, steady + runtime, **finish)
 
 

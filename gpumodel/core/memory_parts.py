@@ -69,6 +69,28 @@ def matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
     return mats
 
 
+def largest_layer_tensor(cfg: TransformerConfig) -> int:
+    """Elements of the largest parameter tensor of a decoder layer [count].
+
+    A mixture of experts keeps its routed experts' gate and up projections in one ``E x 2I x h`` tensor
+    (``transformers`` 5); a dense layer's largest is an MLP matrix (gate and up fused where the model fuses
+    them) or the fused QKV projection.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> largest_layer_tensor(gm.model("llama-3.2-1b"))     # one 8192 x 2048 MLP matrix
+    16777216
+    """
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    gated = 2 if cfg.mlp.value == "gated" else 1
+    attn = (cfg.q_dim + 2 * cfg.kv_dim) * h if cfg.fused_qkv else max(cfg.q_dim, cfg.kv_dim) * h
+    mlp = (gated if cfg.fused_gate_up else 1) * i * h
+    if cfg.is_moe:
+        mlp = max(mlp, cfg.num_experts * gated * cfg.expert_size * h)
+    return int(max(attn, mlp))
+
+
 def optimizer_state_bytes(cfg: TransformerConfig, optimizer="adamw", state_bytes: float = 4) -> tuple[float, float]:
     """(state bytes, step temporaries bytes) of an optimizer over all parameters of ``cfg``.
 
@@ -171,7 +193,7 @@ class TrainingMemory(ResultRecord):
     steady_bytes : held between steps (weights, optimizer states; gradients are set to None).
     breakdown : component -> bytes held at the moment of the peak.
     peak_moment : the moment of the peak ("forward_loss", "backward_start", "layer_backward", "backward_end",
-        "optimizer_step").
+        "embedding_backward", "optimizer_step").
     moments : moment -> total bytes at that moment (the largest over the pipeline stages).
     reserved_bytes : estimate of ``torch.cuda.max_memory_reserved`` (``peak_bytes * reserve_factor``).
     total_bytes : reserved plus the CUDA context: what a fits-or-not question compares with the card.
