@@ -227,7 +227,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     return StepTime(seconds=seconds, tokens_per_s=tokens / seconds, mfu=model_flops / seconds / (n * peak),
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
-                    fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value)
+                    fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value,
+                    source=st.source)
 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,

@@ -38,6 +38,7 @@ from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.bands import HOST_BOUND_NOTE, error_band, step_regime
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..core.memory import training_memory
+from ..core.sizing import fits as memory_fits
 from .hostcost import host_costs_for, timeline
 from .layer import Kernels, attention_kernel_on
 from .stepplan import step_plan, training_step
@@ -157,6 +158,9 @@ class StepTime:
     attention_kernel : str
         The library whose flash-attention kernels the step's 16-bit attention was timed with
         (:class:`~gpumodel.core.ops.AttentionKernel`; "sdpa", PyTorch's own dispatch, by default).
+    source : str
+        Where the kernel times come from: ``"calibrated"``, ``"transferred"`` or ``"datasheet"`` (empty where not
+        known).
     band : tuple of float or None
         The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
         regime (kernels calibrated or transferred, GPU- or host-bound: ``"step-calibrated-gpu"``... in
@@ -180,6 +184,7 @@ class StepTime:
     host_calibrated: bool = False
     attention_kernel: str = "sdpa"
     band: Any = None
+    source: str = ""
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -210,7 +215,7 @@ class StepTime:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{k} {format_seconds(v)}" for k, v in self.breakdown.items() if v)
-        label = "calibrated" if self.calibrated else "uncalibrated"
+        label = self.source or ("calibrated" if self.calibrated else "uncalibrated")
         label += ", host-bound" if self.host_bound else ""
         label += f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
         fit = "" if self.fits is None else (", fits" if self.fits else ", DOES NOT FIT in memory")
@@ -364,10 +369,12 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     recomputed = ckpt if ckpt == Checkpointing.FULL else Checkpointing.NONE   # HF has no selective recomputation
     used_flops = model_flops + recompute_flops_per_token(cfg, seq_len, recomputed) * tokens
     peak = g.peak_flops(prec.compute_dtype.value)
-    mem = training_memory(cfg, batch_size, seq_len, precision=prec.name, optimizer=opt.value,
-                          checkpointing=checkpointing, gradient_accumulation_steps=accum, foreach=foreach,
-                          fused=fused, expandable_segments=expandable_segments)
-    fits = bool(mem.total_bytes <= g.usable_memory_bytes)
+    options = dict(precision=prec.name, optimizer=opt.value, checkpointing=checkpointing, foreach=foreach,
+                   fused=fused, expandable_segments=expandable_segments)
+    if accum != 1:
+        options["gradient_accumulation_steps"] = accum
+    mem = training_memory(cfg, batch_size, seq_len, **options)
+    fits = bool(memory_fits(cfg, g, batch_size, seq_len, **options))   # gm.fits: the allocator's replay at the edge
     if not fits:
         warnings.warn(f"{cfg.name} at batch_size={batch_size}, seq_len={seq_len} needs "
                       f"{mem.total_bytes / 2**30:.1f} GiB, more than the {g.usable_memory_bytes / 2**30:.1f} GiB "
@@ -377,4 +384,4 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                     kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
                     fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=host_bound,
                     host_calibrated=hc.calibrated, attention_kernel=kernel.value,
-                    band=error_band(seconds, step_regime(source, host_bound)))
+                    band=error_band(seconds, step_regime(source, host_bound)), source=source)
