@@ -110,6 +110,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .model import PARAMETERS, CalibrationModel, default_parameters
+from .predictors import handed_kind
 from .priors import PRIORS, ArchPrior, prior_for
 from .points import op_family
 from ..base.errors import UnsupportedError
@@ -274,8 +275,7 @@ class Transfer:
         """
         dt = op.dtype.value if hasattr(op.dtype, "value") else str(op.dtype)
         key = op_family(op)
-        handed = ("tensor_rate" if key in ("matmul", "bmm") else
-                  None if key in ("attention_fwd", "attention_bwd") else "bandwidth")
+        handed = handed_kind(op)   # the kind the model's dispatch would hand to the datasheet
         base = self.reference_error.get(key)
         if handed in self.datasheet:   # the datasheet's default efficiencies price it: their published error too
             ds = self.prior.datasheet_error_for(handed, self.gpu)
