@@ -53,6 +53,7 @@ Run: ``python bench/published_kernels.py [--json] [--rows] [--section a100 h100_
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -184,6 +185,7 @@ def bandwidth_rows() -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def prior_sources(kind: str) -> str:
     """Every source text the architecture priors cite for ``kind`` ("gemm" or "bandwidth"), joined."""
     texts = []
