@@ -47,6 +47,15 @@ import time
 import traceback
 from pathlib import Path
 
+# Qwen/Qwen1.5-MoE-A2.7B config.json (14.3B parameters, 60 routed experts of which 4 a token, one shared)
+_QWEN15_MOE = dict(model_type="qwen2_moe", hidden_size=2048, num_hidden_layers=24,
+                   num_attention_heads=16, num_key_value_heads=16, intermediate_size=5632,
+                   moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                   num_experts=60, num_experts_per_tok=4, decoder_sparse_step=1,
+                   norm_topk_prob=False, vocab_size=151936, max_position_embeddings=8192,
+                   rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   use_sliding_window=False)
+
 # Hugging Face config.json values (public model cards), by name. "set" says whether a shape may be looked
 # at while building the model ("dev") or only checks it afterwards ("heldout").
 SHAPES = {
@@ -71,21 +80,9 @@ SHAPES = {
                        max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=False,
                        rms_norm_eps=1e-6, use_sliding_window=False),
     # Qwen/Qwen1.5-MoE-A2.7B config.json (14.3B parameters, 60 routed experts of which 4 a token, one shared)
-    "qwen1.5-moe-a2.7b": dict(model_type="qwen2_moe", hidden_size=2048, num_hidden_layers=24,
-                              num_attention_heads=16, num_key_value_heads=16, intermediate_size=5632,
-                              moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
-                              num_experts=60, num_experts_per_tok=4, decoder_sparse_step=1,
-                              norm_topk_prob=False, vocab_size=151936, max_position_embeddings=8192,
-                              rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6,
-                              use_sliding_window=False),
+    "qwen1.5-moe-a2.7b": _QWEN15_MOE,
     # the same MoE layer at half the depth (7.2B parameters): a card of 80 GB holds its training state
-    "qwen-moe-12l": dict(model_type="qwen2_moe", hidden_size=2048, num_hidden_layers=12,
-                         num_attention_heads=16, num_key_value_heads=16, intermediate_size=5632,
-                         moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
-                         num_experts=60, num_experts_per_tok=4, decoder_sparse_step=1,
-                         norm_topk_prob=False, vocab_size=151936, max_position_embeddings=8192,
-                         rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6,
-                         use_sliding_window=False),
+    "qwen-moe-12l": {**_QWEN15_MOE, "num_hidden_layers": 12},
     # mistralai/Mixtral-8x7B config.json at 8 of its 32 layers (12.9B parameters)
     "mixtral-8l": dict(model_type="mixtral", hidden_size=4096, num_hidden_layers=8, num_attention_heads=32,
                        num_key_value_heads=8, intermediate_size=14336, num_local_experts=8,
