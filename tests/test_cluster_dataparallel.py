@@ -100,3 +100,30 @@ def test_public_step_takes_the_parallel_options():
         st = gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=1, seq_len=4096, fp8=True, comm_overlap=True,
                                    parallelism=gm.Parallelism(dp=8, zero=1), framework="megatron")
     assert st.num_gpus == 8 and st.seconds > 0
+
+
+def test_fp8_casts_are_transformer_engines_cast_transposes():
+    from gpumodel.cluster.shard import fp8_cast_kernels
+    k = fp8_cast_kernels(gm.model("llama-2-7b"), 4096)
+    t, h, i = 4096, 4096, 11008
+    # forward: cast_transpose of the attention output and the activation (read 2 B, write 2 x 1 B), and the
+    # transposed fp8 copies of the two normalised inputs (read 1, write 1)
+    assert sum(o.bytes for o in k["forward"]) == 4 * t * (h + i) + 2 * t * 2 * h
+    # backward: cast_transpose of every GEMM's output gradient: QKV (3h, no GQA), attention out (h), gate+up (2i), down (h)
+    assert sum(o.bytes for o in k["backward"]) == 4 * t * (3 * h + 2 * h + 2 * i)
+    gqa = fp8_cast_kernels(gm.model("llama-3-8b"), t)   # 8 key/value heads of 32: QKV width h + 2 h / 4
+    assert sum(o.bytes for o in gqa["backward"]) == 4 * t * (h + h // 2 + 2 * h + 2 * 14336)
+
+
+def test_fp8_casts_add_to_megatrons_fused_kernels():
+    """The casts are kernels of their own: the fused-kernel scaling of Megatron's memory-bound kernels must not
+    absorb them (an fp8 layer costs its GEMMs at the fp8 rate plus the casts)."""
+    from gpumodel.cluster.kernelprice import price_kernels
+    from gpumodel.cluster.shard import fp8_cast_kernels, shard_config, shard_times
+    cfg = shard_config(gm.model("llama-2-7b"))
+    bf16 = shard_times(cfg, "h100-sxm", 1, 4096, 1, "amp_bf16", "adamw", "megatron")
+    fp8 = shard_times(cfg, "h100-sxm", 1, 4096, 1, "amp_bf16", "adamw", "megatron", fp8=True)
+    casts = fp8_cast_kernels(cfg, 4096)
+    fwd_casts = sum(p.seconds for p in price_kernels(casts["forward"], "h100-sxm"))
+    assert fwd_casts > 0.02 * (bf16.layer_forward - bf16.attention_forward)
+    assert fp8.layer_forward > fwd_casts + 0.4 * (bf16.layer_forward - bf16.attention_forward)

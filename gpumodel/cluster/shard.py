@@ -26,7 +26,7 @@ from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
 from .kernelprice import price_kernels
 
-__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear"]
+__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels"]
 
 _COMPUTE = {"matmul", "attention", "bmm"}
 
@@ -112,7 +112,7 @@ def _with_impl(op, impl: str, dtype: str):
 
 
 def fp8_linear(op, vocab: int) -> list:
-    """A decoder layer's GEMM as Transformer Engine runs it in fp8, with the cast of its input.
+    """A decoder layer's GEMM as Transformer Engine runs it in fp8.
 
     Parameters
     ----------
@@ -125,20 +125,63 @@ def fp8_linear(op, vocab: int) -> list:
     Returns
     -------
     list of (OpCost, int)
-        The fp8 GEMM (bf16 output, :func:`gpumodel.core.ops.matmul` with ``dtype="fp8"``) and one pass casting its
-        ``m x k`` input to fp8 in both layouts (read 2 bytes, write 2: the row-major copy for this GEMM and the
-        transposed one the weight gradient reads); other kernels unchanged. The casts Transformer Engine fuses
-        into the layer norm or the activation are counted too (an upper bound of the cast traffic).
+        The fp8 GEMM (bf16 output, :func:`gpumodel.core.ops.matmul` with ``dtype="fp8"``); other kernels
+        unchanged. The casts feeding the fp8 GEMMs are kernels of their own (:func:`fp8_cast_kernels`).
 
     Examples
     --------
     >>> [(o.name, str(o.dtype)) for o, _ in fp8_linear(ops.matmul(4096, 4096, 4096), 32000)]
-    [('matmul', 'fp8'), ('elementwise', 'int8')]
+    [('matmul', 'fp8')]
     """
     sh = op.shape
     if op.name != "matmul" or any(np.any(np.asarray(sh[d]) == vocab) for d in ("m", "n", "k")):
         return [(op, 1)]
-    return [(ops.matmul(sh["m"], sh["n"], sh["k"], "fp8"), 1), (memory_kernel(sh["m"] * sh["k"], 2, 2), 1)]
+    return [(ops.matmul(sh["m"], sh["n"], sh["k"], "fp8"), 1)]
+
+
+def fp8_cast_kernels(cfg: TransformerConfig, tokens) -> dict:
+    """The cast kernels Transformer Engine runs around one decoder layer's fp8 GEMMs, per micro-batch.
+
+    Megatron-Core's Transformer Engine layer fuses the cast of the two normalised inputs (QKV and MLP-up
+    GEMMs) into its layer norm, which writes fp8; the attention output and the activation output are cast by
+    ``cast_transpose`` (read bf16, write fp8 in both layouts: this GEMM's and the transposed copy the weight
+    gradient reads); the normalised inputs' transposed copies are made from their fp8 (read 1 byte, write 1).
+    In the backward every GEMM's output gradient is cast by ``cast_transpose`` (the data and weight gradient
+    GEMMs read it in both layouts). These kernels are not Megatron's fused layer kernels, so they add to them.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        One tensor-parallel rank's layer (:func:`shard_config`).
+    tokens : int or array
+        Tokens of the micro-batch on the rank (micro-batch x local sequence).
+
+    Returns
+    -------
+    dict
+        ``{"forward": [OpCost, ...], "backward": [OpCost, ...]}``, memory-bound kernels
+        (:func:`gpumodel.training.layer.memory_kernel`). With ``a`` the attention width, ``q`` the QKV width,
+        ``i`` the MLP width (``u`` its up-projection's, ``2 i`` when gated) and ``h`` the hidden size:
+        forward ``4 t (a + i)`` + ``2 t (2 h)`` bytes, backward ``4 t (q + 2 h + u)`` bytes.
+
+    References
+    ----------
+    NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/layernorm_linear.py`` and ``linear.py``
+    (fp8 ``cast_transpose`` of inputs and output gradients); Megatron-Core ``transformer_engine`` layer spec.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> k = fp8_cast_kernels(gm.model("llama-2-7b"), 4096)
+    >>> round(sum(o.bytes for o in k["forward"]) / 2**20)    # 4 x 4096 x (4096 + 11008) + 2 x 4096 x 8192 B
+    300
+    """
+    d = cfg.head_dim
+    a, q = cfg.num_heads * d, (cfg.num_heads + 2 * cfg.num_kv_heads) * d
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    up = 2 * i if cfg.mlp == MLPType.GATED else i
+    return {"forward": [memory_kernel(tokens * (a + i), 2, 2), memory_kernel(tokens * 2 * h, 1, 1)],
+            "backward": [memory_kernel(tokens * (q + 2 * h + up), 2, 2)]}
 
 
 def _phase_times(kernels, prices):
@@ -215,7 +258,9 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
             k = {ph: [(o, n * j) for op, n in ks for o, j in fp8_linear(op, cfg.vocab_size)] for ph, ks in k.items()}
         expanded[layers] = {ph: [(o, n * m, op.name == "attention") for op, n in ks for o, m in _with_impl(op, attention, dtype)]
                             for ph, ks in k.items()}
+    casts = fp8_cast_kernels(cfg, mb * sl) if fp8 else {"forward": [], "backward": []}
     every = [op for by_phase in expanded.values() for ks in by_phase.values() for op, _, _ in ks]
+    every += casts["forward"] + casts["backward"]
     prices = dict(zip(map(id, every), price_kernels(every, gpu, calibrated=calibrated, calibration=calibration)))
     phases = {layers: {ph: _phase_times(ks, prices) for ph, ks in by_phase.items()} for layers, by_phase in expanded.items()}
     timed = [(np.sum(n * prices[id(op)].seconds), prices[id(op)]) for ph in ("forward", "backward")
@@ -236,6 +281,7 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
 
     lf, hf, attn, flf, fhf = layer_and_head("forward")
     lb, hb, _, flb, fhb = layer_and_head("backward")
+    lf, lb = (t + sum(prices[id(op)].seconds for op in casts[ph]) for t, ph in ((lf, "forward"), (lb, "backward")))
     opt_one = sum(phases[1]["optimizer"][:2])
     n_params = cfg.num_parameters()
     per_param = opt_one / n_params
