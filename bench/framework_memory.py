@@ -3,7 +3,8 @@
 For every layout of ``tests/data/cluster/published_runs.csv`` (Megatron-LM SC21 Tables 1 and 2, the Megatron-LM
 README's GPT-3 and H100 runs, MT-NLG 530B, MegaScale's Megatron-LM baseline, Llama 3 405B, ...), the
 mixture-of-experts layouts below and the variants of :func:`variants`, it prints the memory one GPU needs (``gm.training_memory(...).total_bytes``:
-allocated peak x allocator reserve + CUDA context) under the engine the run used (the CSV's ``framework``, with its ZeRO stage),
+allocated peak x allocator reserve + CUDA context; Megatron-Core's parameter, gradient and optimizer buffers
+take no reserve) under the engine the run used (the CSV's ``framework``, with its ZeRO stage),
 under ``framework="megatron"``, ``"fsdp"``, ``"deepspeed"`` and ``"hf"``, the stage and moment of the Megatron peak,
 and whether it fits the card. A run published at that
 layout did fit, so "megatron" should say yes for each (the memory models are not measured at these scales;
@@ -99,7 +100,14 @@ def memory(row: dict, cfg: gm.TransformerConfig, framework: str, own: bool = Fal
     first, last = (int(x) for x in split.split("/")) if split else (None, None)
     return gm.training_memory(cfg, row["micro_batch"], row["seq_len"], precision=row["precision"], checkpointing=ckpt,
                               attention=attention, gradient_accumulation_steps=m, parallelism=par, framework=framework,
-                              first_stage_layers=first, last_stage_layers=last)
+                              first_stage_layers=first, last_stage_layers=last, **megatron_options(row, framework))
+
+
+def megatron_options(row: dict, framework: str) -> dict:
+    """The row's Transformer Engine fp8 and gradient format, which only the Megatron-Core memory model takes."""
+    if framework != "megatron":
+        return {}
+    return dict(fp8=bool(row.get("fp8")), grad_reduce_dtype=row.get("grad_reduce") or None)
 
 
 def table(rows: list[dict]) -> list[dict]:
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{own:>19} {cells}  {r['megatron_peak']} ({parts})")
     fit_own = sum(r["fits"]["own"] for r in out)
     fit_meg = sum(r["fits"]["megatron"] for r in out)
-    print(f"\nGiB per GPU (total: allocated peak x {gm.core.memory.RESERVE_FACTOR} + CUDA context); '!' = above the "
+    print(f"\nGiB per GPU (total: allocated peak x {gm.core.memory.RESERVE_FACTOR} + CUDA context; under Megatron-Core "
+          "its buffers take no reserve); '!' = above the "
           f"card's usable memory. {fit_own} of {len(out)} published layouts fit under the engine they ran on, "
           f"{fit_meg} under Megatron-Core.")
     return 0

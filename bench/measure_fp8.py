@@ -95,7 +95,6 @@ def main(argv=None) -> int:
             tf = {kk[:-2]: 2 * m * n * k / v / 1e12 for kk, v in row.items() if kk.endswith("_s") and v}
             print(f"{s['layer']:16s} {s['gemm']:5s} {s['pass_']:5s} {m:6d} {n:6d} {k:6d} "
                   + " ".join(f"{kk} {v:6.0f}" for kk, v in tf.items()), flush=True)
-            del a16, w16, a4, a5, w4
     return 0
 
 

@@ -39,7 +39,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "pub
 #: Hugging Face configs of the models that are not gpumodel presets, by the name the table's ``model`` column gives
 MODELS = {k: v for k, v in json.loads((DATA.parent / "published_models.json").read_text()).items() if k != "_source"}
 TEXT = ("source", "role", "label", "system", "checkpointing", "attention", "precision", "flops", "comm_overlap", "model",
-        "framework", "attention_kernel", "stage_layers", "fp8", "schedule")
+        "framework", "attention_kernel", "stage_layers", "fp8", "schedule", "grad_reduce")
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -113,7 +113,8 @@ def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
                                            attention_kernel=row["attention_kernel"],
                                            comm_overlap=overlap(row["comm_overlap"]), first_stage_layers=first,
                                            last_stage_layers=last, fp8=bool(row["fp8"]),
-                                           pipeline_schedule=row["schedule"] or "1f1b")
+                                           pipeline_schedule=row["schedule"] or "1f1b",
+                                           grad_reduce_dtype=row["grad_reduce"] or None)
 
 
 def table(rows: list[dict]) -> list[dict]:

@@ -127,3 +127,20 @@ def test_fp8_casts_add_to_megatrons_fused_kernels():
     fwd_casts = sum(p.seconds for p in price_kernels(casts["forward"], "h100-sxm"))
     assert fwd_casts > 0.02 * (bf16.layer_forward - bf16.attention_forward)
     assert fp8.layer_forward > fwd_casts + 0.4 * (bf16.layer_forward - bf16.attention_forward)
+
+
+def test_bf16_gradient_reduction_moves_half_the_bytes():
+    par = gm.Parallelism(dp=64, tp=1, zero=1)
+    kw = dict(batch_size=1, seq_len=4096, gradient_accumulation_steps=2, parallelism=par, framework="megatron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        fp32 = gm.training_step_time("llama-3-8b", "dgx-h100", **kw)
+        bf16 = gm.training_step_time("llama-3-8b", "dgx-h100", grad_reduce_dtype="bf16", **kw)
+        with pytest.raises(gm.ArgumentError, match="grad_reduce_dtype"):
+            gm.training_step_time("llama-3-8b", "dgx-h100", 1, 4096, parallelism=par, framework="fsdp",
+                                  grad_reduce_dtype="bf16")
+    assert bf16.breakdown["communication"] < 0.75 * fp32.breakdown["communication"]
+    assert bf16.breakdown["forward"] == fp32.breakdown["forward"]
+    assert bf16.peak_bytes < fp32.peak_bytes
+    with pytest.raises(gm.ArgumentError, match="fp8"):
+        gm.training_step_time("llama-3-8b", "dgx-h100", 1, 4096, parallelism=par, framework="fsdp", fp8=True)

@@ -329,3 +329,51 @@ def test_deepseek_v3_fits_with_recomputation(bench):
     assert round(cfg.num_parameters() / 1e9) == 671 and round(cfg.active_parameters() / 1e9) == 38
     m = bench.memory(dict(row, checkpointing="full"), cfg, "megatron")
     assert m.total_bytes < 0.5 * gm.gpu("h800").usable_memory_bytes
+
+
+# ------------------------------------------------------------------ fp8, gradient format, Megatron's buffers
+def test_fp8_keeps_gemm_inputs_in_one_byte():
+    """Transformer Engine keeps the four GEMM inputs of a layer in fp8: the two norm outputs (h each), the attention
+    output (q_dim) and the activation's output (i), one byte instead of two (Llama-3-8B: h 4096, i 14336)."""
+    t = 4096
+    bf16 = megatron_layer_bytes(L8, t, t, 2)
+    fp8 = megatron_layer_bytes(L8, t, t, 2, fp8=True)
+    assert float(bf16 - fp8) == t * (2 * 4096 + 4096 + 14336)
+
+
+def test_fp8_adds_an_fp8_weight_and_its_transpose_per_decoder_parameter():
+    par = gm.Parallelism(dp=8, tp=2, pp=2, zero=1, sequence_parallel=True)
+    kw = dict(batch_size=1, seq_len=4096, gradient_accumulation_steps=8, parallelism=par, framework="megatron")
+    plain, fp8 = gm.training_memory(L8, **kw), gm.training_memory(L8, fp8=True, **kw)
+    layers = stage_layers(32, 2)[0]          # 16 a stage
+    decoder = sum(stage_parameters(L8, layers, 2, 1, embedding=False, head=False, dense_layers=layers))
+    assert fp8.breakdown["fp8_weights"] == pytest.approx(2 * decoder)
+    assert "fp8_weights" not in plain.breakdown or plain.breakdown["fp8_weights"] == 0
+    assert fp8.breakdown["activations"] < plain.breakdown["activations"]
+    with pytest.raises(gm.ArgumentError, match="fp8"):
+        gm.training_memory(L8, 1, 4096, framework="fsdp", zero=3, dp=8, fp8=True)
+
+
+def test_bf16_gradient_buffer_halves_megatrons_gradients():
+    par = gm.Parallelism(dp=8, tp=2, zero=1, sequence_parallel=True)
+    kw = dict(batch_size=1, seq_len=4096, gradient_accumulation_steps=8, parallelism=par, framework="megatron")
+    fp32, bf16 = gm.training_memory(L8, **kw), gm.training_memory(L8, grad_reduce_dtype="bf16", **kw)
+    assert bf16.breakdown["gradients"] == pytest.approx(fp32.breakdown["gradients"] / 2)   # 4 -> 2 bytes
+    assert gm.training_memory(L8, grad_reduce_dtype="fp32", **kw).breakdown["gradients"] == fp32.breakdown["gradients"]
+    with pytest.raises(gm.ArgumentError, match="grad_reduce_dtype"):
+        gm.training_memory(L8, 1, 4096, framework="hf", grad_reduce_dtype="bf16")
+    with pytest.raises(gm.ArgumentError, match="grad_reduce_dtype"):
+        gm.training_memory(L8, grad_reduce_dtype="int8", **kw)
+
+
+def test_megatron_buffers_take_no_allocator_reserve():
+    """Megatron-Core's parameter and gradient buffers and the optimizer's shards are allocated once: the
+    allocator's reserve applies to the rest (reserved = buffers + (peak - buffers) x factor)."""
+    par = gm.Parallelism(dp=8, tp=2, pp=2, zero=1, sequence_parallel=True)
+    m = gm.training_memory(L8, 1, 4096, gradient_accumulation_steps=8, parallelism=par, framework="megatron",
+                           reserve_factor=1.25)
+    b = m.breakdown
+    kept = b["weights"] + b["gradients"] + b["optimizer_states"] + b["cublas_workspace"]
+    assert m.reserved_bytes == pytest.approx(kept + (m.peak_bytes - kept) * 1.25)
+    hf = gm.training_memory(L8, 1, 4096, framework="hf", reserve_factor=1.25)
+    assert hf.reserved_bytes == pytest.approx(1.25 * hf.peak_bytes)

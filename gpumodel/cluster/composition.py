@@ -99,14 +99,15 @@ def overlaps(comm_overlap: Any) -> frozenset:
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
             micro_batches, checkpointing, comm_overlap=False, first_stage_layers=None, last_stage_layers=None,
-            pipeline_schedule="1f1b") -> dict:
+            pipeline_schedule="1f1b", grad_reduce_dtype=None) -> dict:
     """The step of a layout from its shard's kernel times: a pure function that broadcasts.
 
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
     same attributes as arrays); the degrees, ``batch_size``, ``micro_batches`` and ``checkpointing``
     (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is what :func:`overlaps` reads;
     ``first_stage_layers`` and ``last_stage_layers`` cut the pipeline unevenly (:func:`~gpumodel.cluster.pipeline.stage_layers`);
-    ``pipeline_schedule`` names the schedule (:func:`~gpumodel.cluster.pipeline.pipeline_bubble`).
+    ``pipeline_schedule`` names the schedule (:func:`~gpumodel.cluster.pipeline.pipeline_bubble`);
+    ``grad_reduce_dtype`` Megatron's gradient reduction format (:func:`~gpumodel.cluster.dataparallel.gradient_bytes`).
     Returns the breakdown by :data:`PHASES` [s],
     ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
     and ``"stage_parameters"`` (parameters per GPU before ZeRO).
@@ -144,7 +145,7 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     layer_params = cfg.layer_parameters() / tp
     if cfg.is_moe:
         layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
-    grad_bytes = gradient_bytes(fw, prec)
+    grad_bytes = gradient_bytes(fw, prec, grad_reduce_dtype)
     zero3_l = np.where((zero == 3) & (group > 1), zero3_layer_exposed(fw, sysm, layer_params, group, tp, c, grad_bytes,
                                                                       f_l, b_l + r_l, full), 0.0)
 

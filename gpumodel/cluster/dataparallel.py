@@ -49,7 +49,7 @@ DDP_BUCKET_BYTES = 25 * 2**20
 MEGATRON_BUCKET_PARAMS = 40_000_000
 
 
-def gradient_bytes(framework: Framework, prec) -> int:
+def gradient_bytes(framework: Framework, prec, reduce_dtype: str | None = None) -> int:
     """Bytes per gradient element the data-parallel reduction moves [B].
 
     Parameters
@@ -58,6 +58,9 @@ def gradient_bytes(framework: Framework, prec) -> int:
         The training engine.
     prec : Precision
         The training precision (:func:`gpumodel.vocabulary.precision`).
+    reduce_dtype : {None, "fp32", "bf16", "fp16"}
+        Megatron-LM's gradient buffer and reduction format when set (``--grad-reduce-in-bf16``, NeMo's distributed
+        Adam ``grad_sync_dtype``); None: the engine's default below.
 
     Returns
     -------
@@ -75,6 +78,8 @@ def gradient_bytes(framework: Framework, prec) -> int:
     (2, 4)
     """
     if framework == Framework.MEGATRON:
+        if reduce_dtype is not None:
+            return 4 if reduce_dtype == "fp32" else 2
         return 4 if prec.compute_dtype.value == "bf16" else prec.compute_bytes
     if framework == Framework.DEEPSPEED:
         return prec.compute_bytes

@@ -30,7 +30,8 @@ from ..records.system import SYSTEM_CATALOG, SystemSpec
 from ..records.transformer import TransformerConfig
 from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
-from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag, positive_int,
+from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
+                          grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, resolve_model, resolve_system)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
@@ -83,7 +84,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 calibration: Any = None, comm_overlap: Any = False,
                                 expandable_segments: bool = False, attention_kernel: str = "sdpa",
                                 first_stage_layers: int | None = None, last_stage_layers: int | None = None,
-                                fp8: bool = False, pipeline_schedule: str = "1f1b") -> StepTime:
+                                fp8: bool = False, pipeline_schedule: str = "1f1b",
+                                grad_reduce_dtype: str | None = None) -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -129,7 +131,11 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         Transformer Engine's fp8 training (delayed or current scaling alike here): the decoder layers' linear
         layers run fp8 GEMMs (forward, input and weight gradients) with a cast of each GEMM's input; attention,
         the embedding and the LM head stay in the compute dtype (:func:`gpumodel.cluster.shard.fp8_linear`).
-        Refused on a GPU without an fp8 tensor-core rate.
+        Its memory: :func:`gpumodel.training_memory` with ``fp8=True``. Refused on a GPU without an fp8
+        tensor-core rate, and with a framework other than "megatron".
+    grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
+        Megatron-LM's gradient buffer and data-parallel reduction format (``framework="megatron"`` only; None: its
+        default, fp32 for bf16 training): "bf16" halves the reduction's bytes and the gradients' memory.
     pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"}
         The pipeline schedule: 1F1B (interleaved with ``virtual_stages > 1``), zero-bubble (ZB-H1) or DeepSeek's
         DualPipe (:func:`gpumodel.cluster.pipeline.pipeline_bubble`); DualPipe hides the expert-parallel
@@ -172,6 +178,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     ckpt = checkpointing_mode(checkpointing)
     calibrated = flag(calibrated, "calibrated")
     fp8 = flag(fp8, "fp8")
+    reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
     check_schedule(pipeline_schedule, par.pp, par.virtual_stages)
@@ -187,6 +194,10 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if fp8 and not g.supports("fp8"):
         raise ArgumentError(f"fp8=True needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
                             allowed="False on this GPU")
+    if fp8 and fw != Framework.MEGATRON:
+        raise ArgumentError(f"fp8=True is Transformer Engine's fp8 recipe as Megatron-Core runs it; framework="
+                            f"{fw.value!r} is not modelled with it", argument="fp8", value=fp8,
+                            allowed="framework='megatron'")
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
         raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")
@@ -206,7 +217,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
                   micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
-                  last_stage_layers=last_stage_layers, pipeline_schedule=pipeline_schedule)
+                  last_stage_layers=last_stage_layers, pipeline_schedule=pipeline_schedule,
+                  grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
@@ -218,7 +230,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     mem = training_memory(cfg, b, s, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
                           gradient_accumulation_steps=m, parallelism=par, framework=fw.value,
                           attention="flash" if attention == "flash" else "eager", first_stage_layers=first_stage_layers,
-                          last_stage_layers=last_stage_layers, expandable_segments=expandable_segments)
+                          last_stage_layers=last_stage_layers, expandable_segments=expandable_segments, fp8=fp8,
+                          grad_reduce_dtype=reduce_fmt)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
@@ -240,7 +253,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False,
                        attention_kernel: str = "sdpa", comm_overlap: Any = False, fp8: bool = False,
                        pipeline_schedule: str = "1f1b", first_stage_layers: int | None = None,
-                       last_stage_layers: int | None = None) -> StepTime:
+                       last_stage_layers: int | None = None, grad_reduce_dtype: str | None = None) -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -301,9 +314,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         The library whose flash kernels run the 16-bit attention forward and backward
         (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
         (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
-    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers :
+    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype :
         Options of the parallel model (:func:`parallel_training_step_time`): communication hidden under compute,
-        fp8 GEMMs, the pipeline schedule and an uneven cut of the pipeline's stages. Giving one selects it.
+        fp8 GEMMs, the pipeline schedule, an uneven cut of the pipeline's stages and Megatron's gradient reduction
+        format. Giving one selects it.
 
     Returns
     -------
@@ -333,9 +347,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     if isinstance(gpu, str) and gpu not in SYSTEM_CATALOG and gpu not in GPU_CATALOG:
         resolve_system(gpu, "gpu")   # neither: the error suggests close system and GPU names
     layout = {"comm_overlap": comm_overlap, "fp8": fp8, "pipeline_schedule": pipeline_schedule,
-              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers}
+              "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
+              "grad_reduce_dtype": grad_reduce_dtype}
     defaults = {"comm_overlap": False, "fp8": False, "pipeline_schedule": "1f1b", "first_stage_layers": None,
-                "last_stage_layers": None}
+                "last_stage_layers": None, "grad_reduce_dtype": None}
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
             or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)
             or any(layout[k] is not defaults[k] and layout[k] != defaults[k] for k in layout)):

@@ -68,9 +68,12 @@ from ..records.transformer import MLPType, TransformerConfig
 from ..vocabulary import Checkpointing, Precision
 from .memory_parts import optimizer_state_bytes, stage_layers, stage_parameters
 
-__all__ = ["megatron_layer_bytes", "megatron_moments", "fsdp_static", "deepspeed_static",
+__all__ = ["MEGATRON_BUFFERS", "megatron_layer_bytes", "megatron_moments", "fsdp_static", "deepspeed_static",
            "DEEPSPEED_REDUCE_BUCKET", "DEEPSPEED_ALLGATHER_BUCKET", "DEEPSPEED_PREFETCH_BUCKET"]
 
+#: What Megatron-Core allocates once and keeps: its contiguous parameter and gradient buffers, the distributed
+#: optimizer's shards, Transformer Engine's fp8 weight copies, cuBLAS's workspace (no allocator reserve on them).
+MEGATRON_BUFFERS = ("weights", "fp8_weights", "gradients", "optimizer_states", "cublas_workspace")
 #: DeepSpeed's ``reduce_bucket_size`` (and ``allreduce_bucket_size``) default [elements].
 DEEPSPEED_REDUCE_BUCKET = 5e8
 #: DeepSpeed's ``allgather_bucket_size`` default [elements].
@@ -81,7 +84,7 @@ DEEPSPEED_PREFETCH_BUCKET = 5e7
 
 def megatron_layer_bytes(cfg: TransformerConfig, tokens, seq_len, compute_bytes: int = 2, *, tp=1,
                          sequence_parallel=False, moe: bool | None = None, scores: bool = False,
-                         checkpointing: Checkpointing = Checkpointing.NONE):
+                         checkpointing: Checkpointing = Checkpointing.NONE, fp8: bool = False):
     """Bytes one decoder layer keeps for its backward in Megatron-Core, per GPU [B].
 
     Parameters
@@ -103,6 +106,10 @@ def megatron_layer_bytes(cfg: TransformerConfig, tokens, seq_len, compute_bytes:
         Unfused attention: the softmax output (and its dropout) are kept, ``S x S`` per head.
     checkpointing : Checkpointing
         "selective" drops the scores, "full" keeps the layer's input alone.
+    fp8 : bool
+        Transformer Engine's fp8 linear layers: the inputs of the four GEMMs (the two norms' outputs, the
+        attention output, the activation's output; an expert's too) are kept for the weight gradient in fp8,
+        1 byte an element instead of ``compute_bytes``.
 
     Returns
     -------
@@ -130,21 +137,22 @@ def megatron_layer_bytes(cfg: TransformerConfig, tokens, seq_len, compute_bytes:
     if checkpointing == Checkpointing.FULL:
         return tokens * c * h / sp
     drop = 2 * h if cfg.resid_dropout > 0 else 0
-    replicated = 2 * c * h + 2 * c * h + drop       # norm inputs; QKV and fc1 inputs (the norms' outputs)
+    g = 1 if fp8 else c                              # bytes of a kept GEMM input
+    replicated = 2 * c * h + 2 * g * h + drop       # norm inputs; QKV and fc1 inputs (the norms' outputs)
     heads = cfg.num_heads / tp
     if cfg.is_mla:
         v = cfg.v_head_dim or cfg.head_dim
-        attn = c * heads * (2 * cfg.head_dim + 2 * v)    # q, k (nope + rope), v, output
+        attn = c * heads * (2 * cfg.head_dim + v) + g * heads * v    # q, k (nope + rope), v, output
         replicated += c * (2 * cfg.q_lora_rank + 2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)
     else:
         kv = np.maximum(cfg.num_kv_heads / tp, 1) * cfg.head_dim
-        attn = c * (2 * cfg.q_dim / tp + 2 * kv)           # q, k, v, output (the projection's input)
+        attn = (c + g) * cfg.q_dim / tp + 2 * c * kv       # q, k, v, output (the projection's input)
     attn = attn + np.where(scores, 0.0, 4 * heads)       # the flash kernel's fp32 log-sum-exp
     if scores and checkpointing != Checkpointing.SELECTIVE:
         dropout = (1 + c) if cfg.attn_dropout > 0 else 0
         attn = attn + heads * np.asarray(seq_len, float) * (c + dropout)
     gated = cfg.mlp == MLPType.GATED
-    act = 3 * c if gated else 2 * c                      # activation input (gate and up) and output
+    act = (2 * c if gated else c) + g                    # activation input (gate and up) and output
     if moe:
         k, e = cfg.experts_per_token, cfg.num_experts
         replicated += 9 * e + k * (2 * c * h + 4)         # fp32 logits, probabilities, routing map; routed copies
@@ -167,13 +175,19 @@ def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
 
 def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, ckpt: Checkpointing, scores: bool, *,
                      micro_batches, dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages,
-                     cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None):
+                     cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None, fp8: bool = False,
+                     grad_reduce_dtype=None):
     """``(moments, steady)`` of a Megatron-Core step: moment@stage -> component -> bytes, for the first, a middle
-    and the last pipeline stage (see the module notes)."""
+    and the last pipeline stage (see the module notes). ``fp8``: Transformer Engine's fp8 linear layers keep their
+    GEMM inputs in fp8 (:func:`megatron_layer_bytes`) and an fp8 copy of each decoder weight and its transpose,
+    cast on a step's first micro-batch and kept for the others (``fp8_weights``, 2 bytes a decoder parameter).
+    ``grad_reduce_dtype``: the gradient buffer's format ("fp32", "bf16", "fp16"; None: Megatron-LM's default)."""
     c = prec.compute_bytes
     h, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
     wb = 2 if c == 2 else 4
     gb = 4 if (c == 4 or prec.compute_dtype.value == "bf16") else 2
+    if grad_reduce_dtype is not None:     # --grad-reduce-in-bf16, or fp32 asked for explicitly
+        gb = 4 if grad_reduce_dtype == "fp32" else 2
     master = 4 if wb == 2 else 0
     states_total, _ = optimizer_state_bytes(cfg, optimizer, 4)
     per_param = states_total / cfg.num_parameters() + master
@@ -188,9 +202,10 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
     z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, cp, ep, zero, m, v, sp))))
     moments, steady = {}, []
     one_dense = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=False,
-                                     scores=scores)
-    one_moe = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=True, scores=scores)
-    kept = dict(tp=tp, sequence_parallel=sequence_parallel, scores=scores, checkpointing=ckpt)
+                                     scores=scores, fp8=fp8)
+    one_moe = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=True, scores=scores,
+                                   fp8=fp8)
+    kept = dict(tp=tp, sequence_parallel=sequence_parallel, scores=scores, checkpointing=ckpt, fp8=fp8)
     kept_dense = megatron_layer_bytes(cfg, T, s, c, moe=False, **kept)
     kept_moe = megatron_layer_bytes(cfg, T, s, c, moe=cfg.is_moe, **kept)
     # Megatron-FSDP (zero 2, 3): one layer's gradients unsharded before their reduce-scatter; at 3 also two
@@ -220,8 +235,10 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
         recompute = np.where(ckpt == Checkpointing.FULL, np.where(layers > dense, one_moe, one_dense), 0.0)
         transient = np.maximum(_layer_transient(cfg, T, c, tp, sp, False),
                                _layer_transient(cfg, T, c, tp, sp, cfg.is_moe) * (layers > dense))
-        static = dict(weights=weights, gradients=grads, optimizer_states=states, gathered_weights=gathered,
-                      cublas_workspace=runtime)
+        decoder = sum(stage_parameters(cfg, layers, tp, ep, embedding=False, head=False, dense_layers=dense))
+        cache = np.where(fp8, 2.0, 0.0) * decoder
+        static = dict(weights=weights, fp8_weights=cache, gradients=grads, optimizer_states=states,
+                      gathered_weights=gathered, cublas_workspace=runtime)
         moments[f"layer_backward@{name}"] = dict(static, activations=acts + recompute + z,
                                                  backward_temporaries=transient + unsharded_grads)
         logits = T * V / tp * c
@@ -230,7 +247,7 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
         moments[f"backward_start@{name}"] = dict(static, activations=acts + z,
                                                  logits_and_loss=np.where(head, 2 * logits, 0.0))
         moments[f"optimizer_step@{name}"] = dict(static, gathered_weights=0.0, optimizer_temporaries=temps + z)
-        steady.append(weights + grads + states + runtime + z)
+        steady.append(weights + cache + grads + states + runtime + z)
     return moments, np.max(np.stack(steady), axis=0)
 
 

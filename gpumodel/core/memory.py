@@ -29,11 +29,11 @@ import numpy as np
 from ..base.errors import ArgumentError
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
 from ..vocabulary import (Checkpointing, Framework, Optimizer, broadcastable, checkpointing_mode, choice,
-                          deprecated_alias, divides, flag, nonnegative_number, positive_int, positive_number,
+                          deprecated_alias, divides, flag, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
                           precision as _precision, resolve_model, within_positions)
 from ..vocabulary.parallel_rules import parallel_degrees
 from .activations import Attention, resolve_attention
-from .framework_memory import deepspeed_static, fsdp_static, megatron_moments
+from .framework_memory import MEGATRON_BUFFERS, deepspeed_static, fsdp_static, megatron_moments
 from .hf_memory import hf_moments
 from .memory_parts import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR, MemoryArgumentError,
                            TrainingMemory, assemble, optimizer_state_bytes)
@@ -55,7 +55,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     reserve_factor: float | None = None, expandable_segments: bool = False,
                     framework: str = "hf", parallelism: Any = None, cp: int = 1, ep: int = 1,
                     virtual_stages: int = 1, shard_group: int | None = None, first_stage_layers: int | None = None,
-                    last_stage_layers: int | None = None) -> TrainingMemory:
+                    last_stage_layers: int | None = None, fp8: bool = False,
+                    grad_reduce_dtype: str | None = None) -> TrainingMemory:
     """Peak memory of one training step on one GPU of a (possibly parallel) training job.
 
     Parameters
@@ -130,6 +131,15 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     shard_group : int, optional
         FSDP's sharding group [GPUs] ("fsdp", ``zero`` 2 or 3): ``dp * cp`` (the default) or, for HSDP, the
         ranks that shard one replica (a divisor of ``dp * cp``).
+    fp8 : bool
+        Transformer Engine's fp8 training under Megatron-Core (``framework="megatron"`` only; refused with the
+        others, naming ``fp8``): each linear layer keeps its GEMM input for the backward in fp8, and an fp8 copy
+        of every decoder weight with its transpose is kept from a step's first micro-batch (``fp8_weights``,
+        2 bytes a parameter).
+    grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
+        Megatron-LM's gradient buffer format (``framework="megatron"`` only): None is Megatron-LM's default (fp32
+        for bf16 training, ``--accumulate-allreduce-grads-in-fp32``), "bf16" its ``--grad-reduce-in-bf16`` and NeMo's
+        distributed Adam with ``grad_sync_dtype: bf16``.
 
     Returns
     -------
@@ -170,7 +180,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     ...     m = gm.training_memory("llama-3-70b", 1, 4096, gradient_accumulation_steps=16, parallelism=par,
     ...                            framework=fw)
     ...     print(fw, m.peak_moment, m.peak_stage, round(m.total_bytes / 2**30, 1))
-    megatron layer_backward first 46.4
+    megatron layer_backward first 43.3
     hf forward_loss None 73.0
     """
     cfg = resolve_model(model)
@@ -216,13 +226,19 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                   checkpointing=ckpt.value, attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
     finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
 
+    fp8 = flag(fp8, "fp8")
+    reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
+    if fp8 and fw != Framework.MEGATRON:
+        raise ArgumentError(f"fp8 memory is modelled for Transformer Engine under Megatron-Core; framework="
+                            f"{fw.value!r} is not", argument="fp8", value=fp8, allowed="framework='megatron'")
     if fw == Framework.MEGATRON:
         scores = resolve_attention(cfg, prec, attn) in (Attention.MATH, Attention.EAGER)
         moments, steady = megatron_moments(cfg, b, s, prec, opt, ckpt, scores, micro_batches=m, dp=dp, tp=tp, pp=pp,
                                            cp=cp, ep=ep, zero=zero, sequence_parallel=sequence_parallel,
                                            virtual_stages=v, cublas_workspace_bytes=runtime,
-                                           first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
-        return assemble(moments, steady, **finish)
+                                           first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                                           fp8=fp8, grad_reduce_dtype=reduce_fmt)
+        return assemble(moments, steady, contiguous=MEGATRON_BUFFERS, **finish)
     sharding = fw != Framework.HF and not (fw == Framework.FSDP and np.all(np.asarray(zero) < 2))
     if sharding and np.any(np.asarray(zero) < 2) and fw == Framework.FSDP:
         raise ArgumentError("framework='fsdp' takes zero 0 or 1 (DDP) and zero 2 or 3 (FSDP) in separate calls",

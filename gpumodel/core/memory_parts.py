@@ -46,7 +46,7 @@ RESERVE_FACTOR = 1.10
 MemoryArgumentError = ArgumentError
 
 #: The components of a breakdown, in the order they are shown.
-COMPONENTS = ["weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
+COMPONENTS = ["weights", "fp8_weights", "gathered_weights", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
               "autocast_weight_copies", "kv_cache", "logits_and_loss", "model_outputs", "backward_temporaries",
               "communication_buffers", "cublas_workspace"]
 
@@ -224,11 +224,14 @@ class TrainingMemory(ResultRecord):
 
 
 def assemble(moments: Mapping[str, Mapping[str, object]], steady, *, reserve_factor, cuda_context_bytes,
-             inputs: Mapping[str, object]) -> TrainingMemory:
+             inputs: Mapping[str, object], contiguous: tuple[str, ...] = ()) -> TrainingMemory:
     """The :class:`TrainingMemory` of a step from the bytes held at each of its moments.
 
     ``moments`` maps a moment (``"layer_backward"``, or ``"layer_backward@first"`` for one pipeline stage) to its
     components [bytes] (scalars or arrays of one broadcast shape); the peak is the largest moment, elementwise.
+    ``contiguous`` names components the engine allocates once, as buffers it keeps for the whole run (Megatron-Core's
+    parameter and gradient buffers, its optimizer's shards): the caching allocator's reserve over the allocated
+    bytes (``reserve_factor``) applies to the rest, the blocks freed and allocated again step after step.
     """
     shape = np.broadcast_shapes(*(np.shape(v) for m in moments.values() for v in m.values()), np.shape(steady))
     z = np.zeros(shape)
@@ -244,7 +247,8 @@ def assemble(moments: Mapping[str, Mapping[str, object]], steady, *, reserve_fac
     stage = [n.split("@")[1] if "@" in n else "" for n in names]
     scalar = not shape
     out = (lambda x: float(x)) if scalar else (lambda x: x)
-    reserved = peak * reserve_factor
+    kept = sum((breakdown[c] for c in contiguous if c in breakdown), z)
+    reserved = kept + (peak - kept) * reserve_factor
     return TrainingMemory(
         peak_bytes=out(peak), steady_bytes=out(np.asarray(steady, float) + z),
         breakdown={k: out(v) for k, v in breakdown.items()},

@@ -243,6 +243,31 @@ class Framework(StrEnum):
     DEEPSPEED = "deepspeed"
 
 
+class GradReduce(StrEnum):
+    """The format of Megatron-LM's gradient buffer and data-parallel reduction: fp32 (``--accumulate-allreduce-grads-in-fp32``,
+    forced with ``--bf16``) or 16-bit (``--grad-reduce-in-bf16``; NeMo's distributed Adam ``grad_sync_dtype``)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+def grad_reduce_dtype(value: Any, framework: Any, name: str = "grad_reduce_dtype") -> GradReduce | None:
+    """``None`` (the engine's default) or a :class:`GradReduce` name, for ``framework="megatron"`` alone.
+
+    >>> grad_reduce_dtype("bf16", Framework.MEGATRON), grad_reduce_dtype(None, Framework.FSDP)
+    (<GradReduce.BF16: 'bf16'>, None)
+    """
+    if value is None:
+        return None
+    fmt = choice(GradReduce, value, name)
+    if framework != Framework.MEGATRON:
+        raise ArgumentError(f"{name}={fmt.value!r} sets Megatron-LM's gradient reduction; framework="
+                            f"{getattr(framework, 'value', framework)!r} reduces in its own format",
+                            argument=name, value=value, allowed="None, or framework='megatron'")
+    return fmt
+
+
 class ExpertsImplementation(StrEnum):
     """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
 
