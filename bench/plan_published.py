@@ -3,14 +3,16 @@
 For each run of ``tests/data/cluster/published_runs.csv`` (its model, system, GPU count, sequence, global
 batch, framework, precision and attention library), ``gm.plan_training`` searches every layout the framework
 runs on exactly that many GPUs; this prints where the published layout (its tensor, pipeline, context, data
-and expert degrees, micro-batch and virtual stages) ranks among the planner's rows (near-duplicates folded, as
-the planner shows them), the planner's pick and its modelled step time against the published layout's, and
+and expert degrees, and its micro-batch and virtual stages where the source publishes them: elsewhere the CSV's
+values are assumptions, and the best row of the published degrees stands for it) ranks among the planner's rows
+(near-duplicates folded, as the planner shows them), the planner's pick and its modelled step time against the published layout's, and
 whether the pick breaks a rule the engines or the physics set: ZeRO-2/3 with a pipeline, fewer micro-batches
 than pipeline stages, a mixture of >= 8 experts on >= 64 GPUs without expert parallelism, MFU above 75%.
 
-The planner searches flash attention, no FP8 and the 1F1B schedule: where a run used something else (the
-SC21 rows' unfused attention, DeepSeek-V3's FP8 and DualPipe) the published layout is ranked under the
-planner's assumptions. Times are modelled, not measured.
+The planner searches flash attention and the 1F1B schedule, with the run's fp8 GEMMs and gradient format where
+the CSV gives them (the NeMo fp8 rows, DeepSeek-V3's fp8): where a run used something else (the SC21 rows'
+unfused attention, DeepSeek-V3's DualPipe) the published layout is ranked under the planner's assumptions. Times
+are modelled, not measured.
 
 Run: ``python bench/plan_published.py [--json] [--role fit|check]``.
 """
@@ -31,6 +33,19 @@ import gpumodel as gm  # noqa: E402
 from published_runs import config, load_rows  # noqa: E402
 
 DEGREES = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "virtual_stages")
+#: Sources that publish their micro-batch, and their virtual pipeline stages (tests/data/cluster/published_runs.csv
+#: says which values are assumed): elsewhere the published layout is its parallel degrees, matched with any
+#: micro-batch and virtual stages.
+MICRO_BATCH_PUBLISHED = {"megatron-sc21-t2", "megatron-readme-gpt3", "megatron-sc21-zero3", "megatron-moe-mixtral",
+                         "nemo-24.07"}
+VIRTUAL_STAGES_PUBLISHED = {"nemo-24.07"}
+
+
+def published_keys(source: str) -> tuple:
+    """The fields a plan row must share with the published layout: the degrees, and the micro-batch and virtual
+    stages where the source gives them."""
+    return tuple(k for k in DEGREES if (k != "micro_batch" or source in MICRO_BATCH_PUBLISHED)
+                 and (k != "virtual_stages" or source in VIRTUAL_STAGES_PUBLISHED))
 RULES = ("ZeRO-2/3 with pp", "micro-batches < pp", "MoE without ep", "MFU > 75%")
 
 
@@ -56,11 +71,16 @@ def rank_row(row: dict) -> dict:
         plan = gm.plan_training(cfg, row["system"], tokens=row["tokens"] or 1e12, global_batch=row["global_batch"],
                                 seq_len=row["seq_len"], num_gpus=row["gpus"], framework=row["framework"],
                                 precision=row["precision"], attention_kernel=row["attention_kernel"] or "sdpa",
-                                top=None)
+                                fp8=bool(row["fp8"]), grad_reduce_dtype=row["grad_reduce"] or None, top=None)
     rank, match = None, None
+    keys = published_keys(row["source"])
     for i, r in enumerate(plan.rows):
-        if all(r[k] == published[k] for k in DEGREES):
-            rank, match = i + 1, r
+        # a row stands for the near-duplicates folded into it (same degrees and micro-batch, other virtual stages,
+        # ZeRO stage or overlap within 1% of its step): the published layout may be one of those
+        variants = [r] + [{**r, **c} for c in r.get("collapsed", [])]
+        hit = next((v for v in variants if all(v[k] == published[k] for k in keys)), None)
+        if hit is not None:
+            rank, match = i + 1, hit
             break
     pick = plan.rows[0] if plan.rows else None
     layout = " ".join(f"{k}{published[k]}" for k in ("tp", "pp", "cp", "dp", "ep") if published[k] > 1 or k == "dp")

@@ -137,3 +137,40 @@ def test_a_step_the_engine_does_not_run_is_refused(framework, par, words):
         gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=1, seq_len=4096, framework=framework,
                               parallelism=gm.Parallelism(**par), gradient_accumulation_steps=8)
     assert info.value.argument == "parallelism"
+
+
+def test_fp8_and_attention_kernels_are_searched():
+    """fp8=[False, True] and several attention libraries search each: the rows say which they run, every fp8 row
+    is priced as the single-layout step prices it (fp8 GEMMs and memory, MFU against the fp8 peak), and a
+    searched plan is at least as fast as either alone."""
+    kw = dict(KW, num_gpus=16, top=None)
+    both = gm.plan_training("llama-3-8b", "dgx-h100", fp8=[False, True], attention_kernel=["cudnn", "fa2"], **kw)
+    assert {(r["fp8"], r["attention_kernel"]) for r in both.rows} == {(f, k) for f in (False, True)
+                                                                      for k in ("cudnn", "fa2")}
+    assert both.searched["fp8"] == [False, True] and both.searched["attention_kernel"] == ["cudnn", "fa2"]
+    bf16 = gm.plan_training("llama-3-8b", "dgx-h100", attention_kernel="cudnn", **kw)
+    assert both.rows[0]["seconds"] <= bf16.rows[0]["seconds"]
+    assert both.candidates == 4 * bf16.candidates
+    r = next(r for r in both.rows if r["fp8"] and r["attention_kernel"] == "cudnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        st = parallel_training_step_time("llama-3-8b", "dgx-h100", r["micro_batch"], 4096,
+                                         checkpointing=r["checkpointing"], attention_kernel="cudnn", fp8=True,
+                                         gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                         parallelism=gm.Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"],
+                                                                    zero=r["zero"], sequence_parallel=r["tp"] > 1,
+                                                                    virtual_stages=r["virtual_stages"]),
+                                         framework="megatron", comm_overlap=r["comm_overlap"])
+    assert r["seconds"] == pytest.approx(st.seconds, rel=0.02)
+    assert r["mfu"] == pytest.approx(st.mfu, rel=0.02)
+    assert st.mfu < st.model_flops / st.seconds / (16 * gm.gpu("h100-sxm").peak_flops("bf16"))   # fp8 peak
+    assert "fp8" in gm.cluster.planresult.layout_label(r) and "cudnn" in str(both)
+
+
+def test_fp8_refused_where_it_does_not_run():
+    with pytest.raises(gm.ArgumentError, match="fp8"):
+        gm.plan_training("llama-3-8b", "dgx-a100-80gb", fp8=True, num_gpus=8, **KW)
+    with pytest.raises(gm.ArgumentError, match="fp8"):
+        gm.plan_training("llama-3-8b", "dgx-h100", fp8=True, framework="fsdp", num_gpus=8, **KW)
+    with pytest.raises(gm.ArgumentError, match="attention_kernel"):
+        gm.plan_training("llama-3-8b", "dgx-h100", attention_kernel=["cudnn", "nope"], num_gpus=8, **KW)

@@ -12,7 +12,6 @@ import textwrap
 import warnings
 
 from ..base.readable import format_count
-from ..core.ops import AttentionKernel
 from ..cluster.planresult import legend_lines
 from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
@@ -49,7 +48,8 @@ most --deadline days (90 when not given: the cheapest run is otherwise the one o
 
 JSON output (--json), SI units:
   inputs: every option as given; model, system, gpu, tokens, global_batch, seq_len [tokens], objective,
-  framework, precision, optimizer, attention_kernel, price_per_gpu_hour, currency, max_days, budget,
+  framework, precision, optimizer, attention_kernel (comma-separated where several), fp8 (true, false or
+  "False,True"), price_per_gpu_hour, currency, max_days, budget,
   gpu_counts (the GPU counts searched), searched (the values of each dimension), source (where the GPU's
   kernel numbers come from: calibrated, transferred, datasheet), source_detail, expected_error (of the best
   step [1]), candidates (layouts priced), feasible (those that fit in memory and meet the deadline and the
@@ -58,7 +58,7 @@ JSON output (--json), SI units:
   gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), bound, collapsed (the folded
-  settings), and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
+  settings), attention_kernel, fp8, and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
   pipeline_bubble_s; plot (the file written, with --plot).
 """
 
@@ -105,9 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--framework", default="megatron", choices=["megatron", "hf", "fsdp", "deepspeed"],
                    help="megatron: fused kernels, gradients reduced after the pipeline flush; the others: eager "
                         "PyTorch kernels, the gradient reduction bucketed under the backward")
-    p.add_argument("--attention-kernel", default="sdpa", choices=[k.value for k in AttentionKernel],
-                   help="the library whose flash kernels run the attention: sdpa (PyTorch's own dispatch), cudnn, fa2 "
-                        "(flash-attn 2), fa3 (FlashAttention-3, Hopper only), flashinfer, triton")
+    p.add_argument("--attention-kernel", default="sdpa", type=_words, metavar="K[,K]",
+                   help="the library (or libraries, comma-separated, to search) whose flash kernels run the attention: "
+                        "sdpa (PyTorch's own dispatch), cudnn, fa2 (flash-attn 2), fa3 (FlashAttention-3, Hopper "
+                        "only), flashinfer, triton")
+    p.add_argument("--fp8", default="off", choices=["off", "on", "both"],
+                   help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on, or both searched")
     p.add_argument("--objective", default="time", choices=["time", "cost"],
                    help="rank by the run's time, or by its cost (GPU-hours) within --deadline")
     p.add_argument("--deadline", type=lambda t: parse_number(t, "--deadline"), metavar="DAYS",
@@ -189,6 +192,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
+                                fp8={"off": False, "on": True, "both": [False, True]}[args.fp8],
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     if plot and plan.rows:
         _write_plot(plan, plot)
@@ -203,7 +207,9 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         ranked = f"Ranked by {plan.objective}"
     print(textwrap.fill(f"{plan.model} on {plan.system} ({plan.framework}): {format_count(plan.tokens)} tokens, global "
-                        f"batch {plan.global_batch} x {plan.seq_len} tokens, {plan.attention_kernel} attention; "
+                        f"batch {plan.global_batch} x {plan.seq_len} tokens, "
+                        f"{plan.attention_kernel.replace(',', ' or ')} attention"
+                        f"{ {True: ', fp8 GEMMs', False: ''}.get(plan.fp8, ', with and without fp8 GEMMs')}; "
                         f"{plan.feasible:,} of {plan.candidates:,} layouts fit ({plan.search_s:.1f} s). {ranked}; times "
                         "are modelled, not measured.", 110, subsequent_indent="  "))
     err = "unknown (nothing measured backs it)" if plan.expected_error is None else f"about {plan.expected_error:.0%}"

@@ -22,7 +22,8 @@ from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError
 from ..calibration.estimate import model_for, resolve_calibration
 from ..training.layer import attention_kernel_on
-from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag, positive_int,
+from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag,
+                          grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           positive_number, precision as _precision, resolve_model, resolve_system, token_count)
 from .planprice import PARALLEL_MODEL_ERROR, distinct_rows, memory_per_gpu, run_metrics, shard_table, step_parts
 from .planresult import PlanRow, TrainingPlan
@@ -153,6 +154,34 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
     return PlanRow(out)
 
 
+def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, price, days_cap, spend, objective: str,
+            top, calibrated: bool, calibration, kernel: str, fp8: bool, progress, grad_reduce: str | None) -> dict:
+    """Price every candidate of ``grid`` with one attention library and fp8 setting, and rank the feasible ones:
+    ``rows`` (the first ``top``, each naming its ``attention_kernel`` and ``fp8``), the counts of feasible and
+    folded candidates, the GPU counts used and the kernel model's source."""
+    g, L = sysm.gpu, grid.layouts
+    st, error, source = shard_table(cfg, g, L["tp"], L["cp"], L["micro_batch"], s, prec.name, opt.value, fw.value,
+                                    calibrated, calibration, kernel, progress, fp8=fp8)
+    parts = step_parts(cfg, sysm, prec, fw, st, grid, s, grad_reduce)
+    step = sum(parts[k] for k in PHASES)
+    total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s, fp8=fp8, grad_reduce_dtype=grad_reduce)
+    m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price, fp8)}
+    ok = grid.valid & np.isfinite(step) & (total <= g.usable_memory_bytes)
+    if days_cap is not None:
+        ok &= m["days"] <= days_cap
+    if spend is not None:
+        ok &= m["cost"] <= spend
+    ranked, folded = _ranked(grid, m, ok, objective)
+    headroom = g.usable_memory_bytes - total
+    band = np.hypot(error, PARALLEL_MODEL_ERROR)
+    rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band)
+            for i in (ranked if top is None else ranked[:top])]
+    for r in rows:
+        r.update(attention_kernel=kernel, fp8=fp8)
+    return {"rows": rows, "feasible": int(ok.sum()), "folded": sum(len(v) for v in folded.values()),
+            "used": set(L["num_gpus"][ok.any(axis=1)].tolist()), "source": source}
+
+
 @keyword_only_after(2, "tokens", "global_batch", "seq_len")
 def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: int, seq_len: int,
                   max_gpus: int | None = None, num_gpus: int | None = None, objective: str = "time",
@@ -161,7 +190,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   budget: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
                   zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
                   top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
-                  calibration: Any = None, attention_kernel: str = "sdpa") -> TrainingPlan:
+                  calibration: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
+                  grad_reduce_dtype: str | None = None) -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
 
     Parameters
@@ -207,8 +237,16 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     calibration : Calibration or path, optional
         Your own calibration of the system's GPU (a record or a YAML path): every layout's kernels are priced
         with it; one measured on another GPU is refused (naming ``calibration``).
-    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"}
-        The library whose flash kernels run every layout's 16-bit attention.
+    attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"} or list of them
+        The library whose flash kernels run every layout's 16-bit attention; a list searches each (the rows name
+        theirs in ``attention_kernel``).
+    fp8 : bool or list of bool
+        Transformer Engine's fp8 GEMMs (``framework="megatron"`` on a GPU with fp8 tensor cores; see
+        :func:`gpumodel.training_step_time`): True plans fp8 runs, ``[False, True]`` searches both (the rows say
+        which in ``fp8``). An fp8 row's MFU is against the fp8 peak.
+    grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
+        Megatron-LM's gradient buffer and reduction format (``framework="megatron"``; None: its default), as
+        :func:`gpumodel.training_step_time` takes it.
 
     Returns
     -------
@@ -229,9 +267,19 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     calibrated = flag(calibrated, "calibrated")
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     prec = _precision(precision)
-    kernel = attention_kernel_on(attention_kernel, g, prec.compute_dtype.value).value
+    kernels = list(dict.fromkeys(_sweep(attention_kernel, "attention_kernel",
+                                        lambda v, name: attention_kernel_on(v, g, prec.compute_dtype.value, name).value)))
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
+    fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", flag)))
+    reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
+    reduce_fmt = None if reduce_fmt is None else reduce_fmt.value
+    if any(fp8s) and fw != Framework.MEGATRON:
+        raise ArgumentError(f"fp8 is Transformer Engine's recipe as Megatron-Core runs it; framework={fw.value!r} is "
+                            "not planned with it", argument="fp8", value=fp8, allowed="False, or framework='megatron'")
+    if any(fp8s) and not g.supports("fp8"):
+        raise ArgumentError(f"fp8 needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
+                            allowed="False on this GPU")
     if not isinstance(objective, str) or objective not in _OBJECTIVES:
         raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'", argument="objective",
                             value=objective, allowed="'time', 'cost'")
@@ -269,37 +317,36 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     if not grid.size:
         raise ArgumentError(f"no layout divides {cfg.name}, {_shown(counts)} GPUs and global_batch={B}",
                             argument="global_batch", value=B, allowed="a multiple of dp x micro-batch")
-    L = grid.layouts
-    st, error, source = shard_table(cfg, g, L["tp"], L["cp"], L["micro_batch"], s, prec.name, opt.value, fw.value,
-                                    calibrated, calibration, kernel, progress)
-    parts = step_parts(cfg, sysm, prec, fw, st, grid, s)
-    step = sum(parts[k] for k in PHASES)
-    total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s)
-    m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price)}
-    ok = grid.valid & np.isfinite(step) & (total <= g.usable_memory_bytes)
-    if days_cap is not None:
-        ok &= m["days"] <= days_cap
-    if spend is not None:
-        ok &= m["cost"] <= spend
-    ranked, folded = _ranked(grid, m, ok, objective)
-    rows_at = ranked if top is None else ranked[:top]
-    headroom = g.usable_memory_bytes - total
-    band = np.hypot(error, PARALLEL_MODEL_ERROR)
-    rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band) for i in rows_at]
-    n_folded = sum(len(v) for v in folded.values())
+    if len(kernels) > 1:
+        searched["attention_kernel"] = kernels
+    if len(fp8s) > 1:
+        searched["fp8"] = fp8s
+    rows, feasible, n_folded, used, source = [], 0, 0, set(), ""
+    for kernel in kernels:
+        for f8 in fp8s:
+            found = _search(cfg, sysm, prec, opt, fw, grid, s, B, n_tokens, price, days_cap, spend, objective, top,
+                            calibrated, calibration, kernel, f8, progress, reduce_fmt)
+            rows += found["rows"]
+            feasible, n_folded = feasible + found["feasible"], n_folded + found["folded"]
+            used |= found["used"]
+            source = source or found["source"]
+    primary, secondary = ("seconds", "gpu_hours") if objective == "time" else ("gpu_hours", "seconds")
+    rows.sort(key=lambda r: (r[primary], r[secondary]))
+    rows = rows if top is None else rows[:top]
     if n_folded:
         notes.append(f"{n_folded:,} near-duplicate layouts collapsed: same GPUs, degrees, micro-batch and "
                      f"recomputation within {NEAR_DUPLICATE:.0%} of the fastest step, the simplest setting kept (lower "
                      "ZeRO stage, fewer virtual stages, no overlap); each row lists them in 'collapsed'")
     _, detail = model_for(g, calibrated=calibrated, calibration=calibration)
-    used = sorted(set(L["num_gpus"][ok.any(axis=1)].tolist()))
+    used = sorted(used)
     if used and counts[-1] not in used:
         notes.append(f"no layout of all {counts[-1]} GPUs divides the model and the batch and fits"
                      + (f" within {days_cap:g} days" if days_cap is not None else "") + f"; the largest used is {used[-1]}")
     best_err = rows[0]["expected_error"] if rows else None
     return TrainingPlan(model=cfg.name, system=sysm.name, tokens=n_tokens, global_batch=B, seq_len=s,
-                        objective=objective, rows=rows, candidates=grid.size, feasible=int(ok.sum()),
-                        search_s=time.perf_counter() - t0, attention_kernel=kernel, gpu=g.name, framework=fw.value,
+                        objective=objective, rows=rows, candidates=grid.size * len(kernels) * len(fp8s),
+                        feasible=feasible, search_s=time.perf_counter() - t0, attention_kernel=",".join(kernels),
+                        fp8=",".join(map(str, fp8s)) if len(fp8s) > 1 else fp8s[0], gpu=g.name, framework=fw.value,
                         precision=prec.name, optimizer=opt.value, price_per_gpu_hour=price, currency=currency,
                         max_days=days_cap, budget=spend, source=source, source_detail=detail,
                         expected_error=best_err, collapsed=n_folded, gpu_counts=counts, searched=searched,

@@ -62,7 +62,7 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: str, framework: str,
                 calibrated: bool, calibration: Any, attention_kernel: str,
-                progress: Callable[[int, int], None] | None = None) -> tuple[SimpleNamespace, Any, str]:
+                progress: Callable[[int, int], None] | None = None, fp8: bool = False) -> tuple[SimpleNamespace, Any, str]:
     """The shard times of every layout (arrays like ``tp``), its kernels' expected error, and their source.
 
     One :func:`~gpumodel.cluster.shard.shard_times` call per tensor-parallel degree, over the distinct
@@ -77,7 +77,7 @@ def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: s
     for i, t in enumerate(degrees):
         sel = k_tp == t
         st = shard_times(shard_config(cfg, t), gpu, k_mb[sel], seq_len // k_cp[sel], k_cp[sel], precision, optimizer,
-                         framework, calibrated, calibration, attention_kernel=attention_kernel)
+                         framework, calibrated, calibration, attention_kernel=attention_kernel, fp8=fp8)
         for k in SHARD_FIELDS:
             table[k][sel] = getattr(st, k)
         if st.expected_error is not None:
@@ -88,7 +88,7 @@ def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: s
     return SimpleNamespace(**{k: v[which] for k, v in table.items()}), error[which], source
 
 
-def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int) -> dict:
+def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int, grad_reduce_dtype: str | None = None) -> dict:
     """The step's breakdown by phase [s] and ``hardware_flops`` of every (layout, setting), arrays (layouts,
     settings): each layout's collectives are computed once and broadcast over the ZeRO stages and recomputation
     modes; one composition with communication overlap, one without."""
@@ -104,13 +104,14 @@ def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int) -> dict:
                         ep=col("ep"), zero=col("zero")[:, sel], sequence_parallel=col("tp") > 1,
                         virtual_stages=col("virtual_stages"), batch_size=col("micro_batch"), seq_len=seq_len,
                         micro_batches=col("micro_batches"), checkpointing=col("checkpointing")[:, sel],
-                        comm_overlap=overlap)
+                        comm_overlap=overlap, grad_reduce_dtype=grad_reduce_dtype)
         for k in out:
             out[k][:, sel] = np.broadcast_to(parts[k], (shape[0], len(sel)))
     return out
 
 
-def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_len: int,
+                   fp8: bool = False, grad_reduce_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reserved total, allocated peak) per GPU [B] of every (layout, setting), by :func:`gpumodel.training_memory`
     under the framework's own memory model: one call per recomputation mode (and, for FSDP, for DDP and for the
     sharded stages), over the layouts times the ZeRO stages (overlap does not change memory)."""
@@ -133,7 +134,7 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
                                       gradient_accumulation_steps=at["micro_batches"], zero=z[None, :], dp=at["dp"],
                                       tp=at["tp"], pp=at["pp"], cp=at["cp"], ep=at["ep"],
                                       virtual_stages=at["virtual_stages"], sequence_parallel=bool(np.any(at["tp"] > 1)),
-                                      framework=framework)
+                                      framework=framework, fp8=fp8, grad_reduce_dtype=grad_reduce_dtype)
                 t_z = np.broadcast_to(mem.total_bytes, (len(rows), len(z)))
                 p_z = np.broadcast_to(mem.peak_bytes, (len(rows), len(z)))
                 for j, zv in enumerate(z):
@@ -143,15 +144,16 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
 
 
 def run_metrics(cfg, gpu, prec, grid: Grid, step: np.ndarray, tokens: float, global_batch: int, seq_len: int,
-                power_per_gpu: float, price: float | None) -> dict:
-    """Per (layout, setting): tokens/s/GPU, TFLOP/s/GPU, MFU, HFU, days, GPU-hours, kWh and cost of the run."""
+                power_per_gpu: float, price: float | None, fp8: bool = False) -> dict:
+    """Per (layout, setting): tokens/s/GPU, TFLOP/s/GPU, MFU, HFU, days, GPU-hours, kWh and cost of the run (MFU and
+    HFU of an fp8 run against the GPU's dense fp8 peak, its GEMMs' rate)."""
     n = grid.column("num_gpus")
     tokens_step = global_batch * seq_len
     steps = np.ceil(tokens / tokens_step)
     seconds = steps * step
     model_flops = model_flops_per_token(cfg, seq_len) * tokens_step
     recompute = np.array([recompute_flops_per_token(cfg, seq_len, c) for c in CHECKPOINTING])[grid.column("checkpointing")]
-    peak = gpu.peak_flops(prec.compute_dtype.value)
+    peak = gpu.peak_flops("fp8" if fp8 else prec.compute_dtype.value)
     gpu_hours = n * seconds / 3600
     return {"tokens_per_s_per_gpu": tokens_step / step / n, "tflops_per_gpu": model_flops / step / n / 1e12,
             "mfu": model_flops / step / (n * peak), "hfu": (model_flops + recompute * tokens_step) / step / (n * peak),

@@ -29,7 +29,8 @@ COLUMNS = (
                "schedule); z1 shards the optimizer states over the data-parallel ranks (ZeRO-1, Megatron's "
                "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); ov = "
                "communication overlapped with compute (Megatron-Core's --overlap-grad-reduce, --overlap-param-gather, "
-               "--tp-comm-overlap)"),
+               "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs; a library name (fa3, cudnn, ...) = the "
+               "attention kernel, where the plan searched several"),
     ("recompute", "activation recomputation: none, sel (selective: the attention core), full (every layer's "
                   "forward again in the backward)"),
     ("mb x acc", "micro-batch [sequences] x accumulation steps (micro-batches per step)"),
@@ -71,23 +72,27 @@ def legend_lines(width: int = 110, columns: tuple = COLUMNS, skip: tuple = ("#",
     return out
 
 
-def layout_label(r: dict) -> str:
-    """``dp8 tp8 pp2 v4 z1 ov``: the degrees and settings of a row (see :data:`COLUMNS`)."""
+def layout_label(r: dict, kernel: bool = False) -> str:
+    """``dp8 tp8 pp2 v4 z1 ov fp8``: the degrees and settings of a row (see :data:`COLUMNS`); ``kernel``: with its
+    attention library."""
     parts = [f"dp{r['dp']}", f"tp{r['tp']}", f"pp{r['pp']}"]
     parts += [f"cp{r['cp']}"] if r["cp"] > 1 else []
     parts += [f"ep{r['ep']}"] if r.get("ep", 1) > 1 else []
     parts += [f"v{r['virtual_stages']}"] if r["virtual_stages"] > 1 else []
     parts += [f"z{r['zero']}"]
     parts += ["ov"] if r.get("comm_overlap") else []
+    parts += ["fp8"] if r.get("fp8") else []
+    parts += [str(r["attention_kernel"])] if kernel and r.get("attention_kernel") else []
     return " ".join(parts)
 
 
-def table_rows(rows: list, top: int | None = None) -> list[list[str]]:
-    """The table's cells for the first ``top`` rows (all when None)."""
+def table_rows(rows: list, top: int | None = None, kernel: bool = False) -> list[list[str]]:
+    """The table's cells for the first ``top`` rows (all when None); ``kernel``: the layout names its attention
+    library (a plan that searched several)."""
     out = []
     for i, r in enumerate(rows[:top]):
         err = r.get("expected_error")
-        out.append([str(i + 1), str(r["num_gpus"]), layout_label(r), _CKPT[r["checkpointing"]],
+        out.append([str(i + 1), str(r["num_gpus"]), layout_label(r, kernel), _CKPT[r["checkpointing"]],
                     f"{r['micro_batch']}x{r['gradient_accumulation_steps']}", f"{r['seconds']:.3f}",
                     f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tflops_per_gpu']:.0f}", f"{r['mfu']:.1%}",
                     f"{r['hfu']:.1%}", f"{r['days']:.2f}" if r["days"] < 100 else f"{r['days']:,.0f}",
@@ -152,7 +157,10 @@ class TrainingPlan:
         former key, deprecated), ``tokens_per_s_per_gpu, tflops_per_gpu`` [TFLOP/s], ``mfu, hfu, days, gpu_hours,
         energy_kwh, cost`` (in ``currency``; None without a price), ``peak_bytes, headroom_bytes`` [B],
         ``expected_error`` (of the step time [1], None where nothing measured backs one), ``bound``, ``collapsed``
-        (the settings of near-duplicate rows folded into this one) plus the breakdown [s] by phase.
+        (the settings of near-duplicate rows folded into this one), ``attention_kernel`` and ``fp8`` (the
+        attention library and fp8 setting the row runs) plus the breakdown [s] by phase.
+    attention_kernel, fp8 :
+        What the plan searched: a library name (or several, comma-separated), and True, False or "False,True".
     candidates : int
         Layouts priced (every one the framework runs and that divides the model, the GPUs and the batch);
         ``feasible`` those that fit in memory (and meet ``max_days`` and ``budget``).
@@ -178,6 +186,7 @@ class TrainingPlan:
     feasible: int = 0
     search_s: float = 0.0
     attention_kernel: str = "sdpa"
+    fp8: Any = False
     gpu: str = ""
     framework: str = "megatron"
     precision: str = "amp_bf16"
@@ -266,7 +275,7 @@ class TrainingPlan:
     def to_dict(self) -> dict:
         """Every input and result field (the rows as plain dicts), as ``--json`` prints it."""
         keys = ("model", "system", "gpu", "tokens", "global_batch", "seq_len", "objective", "framework", "precision",
-                "optimizer", "attention_kernel", "price_per_gpu_hour", "currency", "max_days", "budget",
+                "optimizer", "attention_kernel", "fp8", "price_per_gpu_hour", "currency", "max_days", "budget",
                 "gpu_counts", "searched", "source", "source_detail", "expected_error", "candidates", "feasible",
                 "collapsed", "search_s", "notes")
         return {**{k: getattr(self, k) for k in keys}, "rows": [dict(r) for r in self.rows]}
@@ -279,7 +288,8 @@ class TrainingPlan:
 
     def headline(self) -> str:
         """One line: the job, how many layouts were priced and fit, what ranks them."""
-        kernel = f", attention {self.attention_kernel}" if self.attention_kernel != "sdpa" else ""
+        kernel = f", attention {self.attention_kernel.replace(',', ' or ')}" if self.attention_kernel != "sdpa" else ""
+        kernel += {True: ", fp8 GEMMs", False: ""}.get(self.fp8, ", with and without fp8 GEMMs")
         return (f"{self.model} on {self.system} ({self.framework}), {format_count(self.tokens)} tokens, batch "
                 f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
                 f"layouts fit, ranked by {self.objective}")
@@ -312,7 +322,7 @@ class TrainingPlan:
     def table(self, top: int | None = None) -> list[list[str]]:
         """The cells of the first ``top`` rows (all when None), under :meth:`headers`."""
         cost = HEADERS.index("cost")
-        rows = table_rows(self.rows, top)
+        rows = table_rows(self.rows, top, kernel="," in self.attention_kernel)
         return rows if self.price_per_gpu_hour is not None else [r[:cost] + r[cost + 1:] for r in rows]
 
     def _repr_html_(self) -> str:

@@ -155,6 +155,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s]. MFU and HFU in the
         convention of :class:`~gpumodel.training.steptime.StepTime`: HFU adds the recomputed forward work
         (full: each layer's forward; selective: the attention core), so it equals MFU without recomputation.
+        With ``fp8`` both are against the GPU's dense fp8 peak, the rate of the run's GEMMs.
 
     Examples
     --------
@@ -225,7 +226,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     model_flops = model_flops_per_token(cfg, s) * tokens
     used_flops = model_flops + recompute_flops_per_token(cfg, s, ckpt) * tokens   # HFU: MFU's convention
     hardware_flops = float(out["hardware_flops"])
-    peak = g.peak_flops(prec.compute_dtype.value)
+    peak = g.peak_flops("fp8" if fp8 else prec.compute_dtype.value)   # an fp8 run: its GEMMs' dense peak
     n = par.num_gpus
     mem = training_memory(cfg, b, s, precision=prec.name, optimizer=opt.value, checkpointing=ckpt.value,
                           gradient_accumulation_steps=m, parallelism=par, framework=fw.value,
