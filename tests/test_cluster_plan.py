@@ -174,3 +174,19 @@ def test_fp8_refused_where_it_does_not_run():
         gm.plan_training("llama-3-8b", "dgx-h100", fp8=True, framework="fsdp", num_gpus=8, **KW)
     with pytest.raises(gm.ArgumentError, match="attention_kernel"):
         gm.plan_training("llama-3-8b", "dgx-h100", attention_kernel=["cudnn", "nope"], num_gpus=8, **KW)
+
+
+def test_energy_objective_and_power_cap():
+    """objective="energy" ranks by the run's energy (GPUs x the system's power per GPU x time); max_power_kw keeps
+    the jobs that draw at most that (a DGX H100 draws 10.2 kW for 8 GPUs: 1.275 kW a GPU)."""
+    kw = dict(KW, max_gpus=256, top=None)
+    energy = gm.plan_training("llama-3-8b", "dgx-h100", objective="energy", **kw)
+    e = [r["energy_kwh"] for r in energy.rows]
+    assert e == sorted(e) and energy.max_days == pytest.approx(90)
+    capped = gm.plan_training("llama-3-8b", "dgx-h100", max_power_kw=100, **kw)
+    per_gpu = gm.system("dgx-h100").gpu_power_watts / 1e3
+    assert capped.rows and all(r["power_kw"] <= 100 for r in capped.rows)
+    assert max(r["num_gpus"] for r in capped.rows) == max(n for n in capped.gpu_counts if n * per_gpu <= 100)
+    assert capped.to_dict()["max_power_kw"] == 100
+    with pytest.raises(gm.ArgumentError, match="objective"):
+        gm.plan_training("llama-3-8b", "dgx-h100", objective="carbon", **kw)

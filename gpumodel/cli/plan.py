@@ -42,14 +42,15 @@ step are one row, the simplest setting kept (lower ZeRO stage, fewer virtual sta
 the first is the fastest run, the last the cheapest (of the 20,000 first-ranked layouts). --plot FILE.png
 (or .svg) draws the days against the GPU count and the cost against the days with that front.
 
---objective cost ranks by GPU-hours (the order of the cost at any price and of the energy) among runs of at
-most --deadline days (90 when not given: the cheapest run is otherwise the one on the fewest GPUs, for years);
---price adds the cost column, in --currency; --budget keeps the runs that cost at most that.
+--objective cost ranks by GPU-hours (the order of the cost at any price), --objective energy by the run's
+energy (MWh), among runs of at most --deadline days (90 when not given: the cheapest run is otherwise the one
+on the fewest GPUs, for years); --price adds the cost column, in --currency; --budget keeps the runs that cost at
+most that; --power keeps the jobs that draw at most that many kW.
 
 JSON output (--json), SI units:
   inputs: every option as given; model, system, gpu, tokens, global_batch, seq_len [tokens], objective,
   framework, precision, optimizer, attention_kernel (comma-separated where several), fp8 (true, false or
-  "False,True"), price_per_gpu_hour, currency, max_days, budget,
+  "False,True"), price_per_gpu_hour, currency, max_days, budget, max_power_kw [kW],
   gpu_counts (the GPU counts searched), searched (the values of each dimension), source (where the GPU's
   kernel numbers come from: calibrated, transferred, datasheet), source_detail, expected_error (of the best
   step [1]), candidates (layouts priced), feasible (those that fit in memory and meet the deadline and the
@@ -58,7 +59,7 @@ JSON output (--json), SI units:
   gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), bound, collapsed (the folded
-  settings), attention_kernel, fp8, and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
+  settings), attention_kernel, fp8, power_kw [kW], and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
   pipeline_bubble_s; plot (the file written, with --plot).
 """
 
@@ -111,14 +112,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "only), flashinfer, triton")
     p.add_argument("--fp8", default="off", choices=["off", "on", "both"],
                    help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on, or both searched")
-    p.add_argument("--objective", default="time", choices=["time", "cost"],
-                   help="rank by the run's time, or by its cost (GPU-hours) within --deadline")
+    p.add_argument("--objective", default="time", choices=["time", "cost", "energy"],
+                   help="rank by the run's time, its cost (GPU-hours) or its energy, within --deadline")
     p.add_argument("--deadline", type=lambda t: parse_number(t, "--deadline"), metavar="DAYS",
                    help="only runs of at most this many days (--objective cost: 90 unless given)")
     p.add_argument("--price", type=lambda t: parse_number(t, "--price"), help="price per GPU-hour (adds a cost column)")
     p.add_argument("--currency", default="USD", help="the currency of --price and --budget")
     p.add_argument("--budget", type=lambda t: parse_number(t, "--budget"),
                    help="only runs that cost at most this (needs --price)")
+    p.add_argument("--power", type=lambda t: parse_number(t, "--power"), metavar="KW",
+                   help="only jobs drawing at most this many kW (GPUs x the system's power per GPU)")
     for name, kind, text in (("tp", _ints, "tensor-parallel degrees"), ("pp", _ints, "pipeline-parallel degrees"),
                              ("cp", _ints, "context-parallel degrees"), ("ep", _ints, "expert-parallel degrees"),
                              ("micro-batch", _ints, "micro-batches [sequences]"), ("zero", _zeros, "ZeRO stages"),
@@ -187,7 +190,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 seq_len=args.seq, num_gpus=args.gpus, max_gpus=args.max_gpus, objective=args.objective,
                                 precision=args.precision, optimizer=args.optimizer, framework=args.framework,
                                 price_per_gpu_hour=args.price, currency=args.currency, max_days=args.deadline,
-                                budget=args.budget, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
+                                budget=args.budget, max_power_kw=args.power, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                                 micro_batches=args.micro_batch, zero_stages=args.zero, checkpointing=args.recompute,
                                 virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
@@ -223,7 +226,9 @@ def _plan(args: argparse.Namespace) -> int:
     for note in plan.notes:
         print(textwrap.fill(f"Note: {note}.", 110, subsequent_indent="  "))
     if not plan.rows:
-        print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq, a later --deadline")
+        print("no layout fits: more GPUs (--gpus/--max-gpus), a smaller --global-batch or --seq, a later --deadline"
+              + (", a higher --power" if args.power is not None else "")
+              + (", a larger --budget" if args.budget is not None else ""))
         return 0  # an answer, as the JSON output's empty rows (exit 1 means an internal error)
     if args.pareto:
         print("Pareto front of days against " + ("cost" if args.price else "GPU-hours")

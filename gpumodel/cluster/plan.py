@@ -36,10 +36,12 @@ __all__ = ["TrainingPlan", "PlanRow", "plan_training", "NEAR_DUPLICATE", "COST_D
 #: the fastest of them are near-duplicates: one row is kept, the simplest setting (lower ZeRO stage, fewer
 #: virtual stages, no overlap), and the others are listed in its ``collapsed``.
 NEAR_DUPLICATE = 0.01
-#: ``objective="cost"`` without ``max_days``: the runs ranked are those of at most this many days [days]
+#: ``objective="cost"`` (or ``"energy"``) without ``max_days``: the runs ranked are those of at most this many days [days]
 #: (the cheapest run is otherwise the one on the fewest GPUs, over years).
 COST_DAYS = 90.0
-_OBJECTIVES = ("time", "cost")
+_OBJECTIVES = ("time", "cost", "energy")
+#: What each objective ranks by, then what breaks its ties (keys of a plan row).
+_RANK_KEYS = {"time": ("seconds", "gpu_hours"), "cost": ("gpu_hours", "seconds"), "energy": ("energy_kwh", "seconds")}
 
 
 def _sweep(values: Any, name: str, read: Callable) -> list | None:
@@ -119,7 +121,7 @@ def _ranked(grid, m: dict, ok: np.ndarray, objective: str) -> tuple[np.ndarray, 
     folded: dict[int, list[int]] = {}
     for j in np.flatnonzero(near & ~kept_mask):
         folded.setdefault(int(idx[keeper[group[j]]]), []).append(int(idx[j]))
-    primary, secondary = ((m["seconds"], m["gpu_hours"]) if objective == "time" else (m["gpu_hours"], m["seconds"]))
+    primary, secondary = (m[k] for k in _RANK_KEYS[objective])
     kept = idx[kept_mask]
     return kept[np.lexsort((secondary.ravel()[kept], primary.ravel()[kept]))], folded
 
@@ -154,7 +156,8 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
     return PlanRow(out)
 
 
-def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, price, days_cap, spend, objective: str,
+def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, price, days_cap, spend, power_cap,
+            objective: str,
             top, calibrated: bool, calibration, kernel: str, fp8: bool, progress, grad_reduce: str | None) -> dict:
     """Price every candidate of ``grid`` with one attention library and fp8 setting, and rank the feasible ones:
     ``rows`` (the first ``top``, each naming its ``attention_kernel`` and ``fp8``), the counts of feasible and
@@ -171,13 +174,15 @@ def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, pri
         ok &= m["days"] <= days_cap
     if spend is not None:
         ok &= m["cost"] <= spend
+    if power_cap is not None:
+        ok &= grid.column("num_gpus") * sysm.gpu_power_watts / 1e3 <= power_cap
     ranked, folded = _ranked(grid, m, ok, objective)
     headroom = g.usable_memory_bytes - total
     band = np.hypot(error, PARALLEL_MODEL_ERROR)
     rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band)
             for i in (ranked if top is None else ranked[:top])]
     for r in rows:
-        r.update(attention_kernel=kernel, fp8=fp8)
+        r.update(attention_kernel=kernel, fp8=fp8, power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3)
     return {"rows": rows, "feasible": int(ok.sum()), "folded": sum(len(v) for v in folded.values()),
             "used": set(L["num_gpus"][ok.any(axis=1)].tolist()), "source": source}
 
@@ -187,7 +192,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   max_gpus: int | None = None, num_gpus: int | None = None, objective: str = "time",
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
                   price_per_gpu_hour: float | None = None, currency: str = "USD", max_days: float | None = None,
-                  budget: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
+                  budget: float | None = None, max_power_kw: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
                   zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
                   top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
                   calibration: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
@@ -208,9 +213,10 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     max_gpus, num_gpus : int, optional
         Search GPU counts ``1, 2, 4, ..., max_gpus`` (powers of two and ``max_gpus``), or only ``num_gpus`` (one
         count or a list: ``range(64, 4097, 8)`` searches every node count from 8 to 512 nodes). Default: one node.
-    objective : {"time", "cost"}
-        Rank by wall-clock time, or by GPU-hours (cost at any price; also the energy), ties broken by the other.
-        With "cost" and no ``max_days``, only runs of at most :data:`COST_DAYS` days are ranked.
+    objective : {"time", "cost", "energy"}
+        Rank by wall-clock time, by GPU-hours (the cost at any price), or by the run's energy (the system's power
+        per GPU times GPU-hours: the cost's order where every GPU draws the same), ties broken by the time. With
+        "cost" or "energy" and no ``max_days``, only runs of at most :data:`COST_DAYS` days are ranked.
     precision, optimizer : as in :func:`gpumodel.training_step_time`.
     framework : {"megatron", "hf", "fsdp", "deepspeed"}
         The training engine; the search keeps to what it runs (:data:`gpumodel.cluster.plansearch.ENGINES`:
@@ -223,6 +229,9 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         Deadline: only runs of at most this many days [days].
     budget : float, optional
         Only runs costing at most this (needs ``price_per_gpu_hour``) [currency].
+    max_power_kw : float, optional
+        A facility's power cap: only jobs drawing at most this (GPUs x the system's power per GPU, hosts and network
+        included) [kW]; each row gives its ``power_kw``.
     tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap : optional
         Values to search along each dimension (one value or a list); None: everything the engine runs
         (micro-batches 1 to 16 that divide the batch; any pipeline degree dividing the GPUs, uneven stages; virtual
@@ -281,8 +290,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         raise ArgumentError(f"fp8 needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
                             allowed="False on this GPU")
     if not isinstance(objective, str) or objective not in _OBJECTIVES:
-        raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost'", argument="objective",
-                            value=objective, allowed="'time', 'cost'")
+        raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost', 'energy'", argument="objective",
+                            value=objective, allowed="'time', 'cost', 'energy'")
     n_tokens = token_count(tokens)
     B = _one(global_batch, "global_batch", positive_int)
     s = _one(seq_len, "seq_len", positive_int)
@@ -301,6 +310,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     price = None if price_per_gpu_hour is None else _one(price_per_gpu_hour, "price_per_gpu_hour", positive_number)
     days_cap = None if max_days is None else _one(max_days, "max_days", positive_number)
     spend = None if budget is None else _one(budget, "budget", positive_number)
+    power_cap = None if max_power_kw is None else _one(max_power_kw, "max_power_kw", positive_number)
     if spend is not None and price is None:
         raise ArgumentError("budget needs price_per_gpu_hour (the budget is a cost)", argument="budget", value=budget,
                             allowed="a budget together with price_per_gpu_hour")
@@ -308,9 +318,9 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         raise ArgumentError(f"currency must be a label such as 'USD', got {currency!r}", argument="currency",
                             value=currency, allowed="a non-empty string")
     notes = []
-    if objective == "cost" and days_cap is None:
+    if objective != "time" and days_cap is None:
         days_cap = COST_DAYS
-        notes.append(f"ranked by cost among runs of at most {COST_DAYS:g} days (no deadline given; the cheapest run "
+        notes.append(f"ranked by {objective} among runs of at most {COST_DAYS:g} days (no deadline given; the cheapest run "
                      "is otherwise the one on the fewest GPUs, for years): set max_days (--deadline) to change it")
 
     grid, searched = candidates(cfg, sysm.gpus_per_node, counts, B, s, fw, **search)
@@ -324,13 +334,13 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     rows, feasible, n_folded, used, source = [], 0, 0, set(), ""
     for kernel in kernels:
         for f8 in fp8s:
-            found = _search(cfg, sysm, prec, opt, fw, grid, s, B, n_tokens, price, days_cap, spend, objective, top,
-                            calibrated, calibration, kernel, f8, progress, reduce_fmt)
+            found = _search(cfg, sysm, prec, opt, fw, grid, s, B, n_tokens, price, days_cap, spend, power_cap,
+                            objective, top, calibrated, calibration, kernel, f8, progress, reduce_fmt)
             rows += found["rows"]
             feasible, n_folded = feasible + found["feasible"], n_folded + found["folded"]
             used |= found["used"]
             source = source or found["source"]
-    primary, secondary = ("seconds", "gpu_hours") if objective == "time" else ("gpu_hours", "seconds")
+    primary, secondary = _RANK_KEYS[objective]
     rows.sort(key=lambda r: (r[primary], r[secondary]))
     rows = rows if top is None else rows[:top]
     if n_folded:
@@ -341,14 +351,15 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     used = sorted(used)
     if used and counts[-1] not in used:
         notes.append(f"no layout of all {counts[-1]} GPUs divides the model and the batch and fits"
-                     + (f" within {days_cap:g} days" if days_cap is not None else "") + f"; the largest used is {used[-1]}")
+                     + (f" within {days_cap:g} days" if days_cap is not None else "")
+                     + (f" under {power_cap:g} kW" if power_cap is not None else "") + f"; the largest used is {used[-1]}")
     best_err = rows[0]["expected_error"] if rows else None
     return TrainingPlan(model=cfg.name, system=sysm.name, tokens=n_tokens, global_batch=B, seq_len=s,
                         objective=objective, rows=rows, candidates=grid.size * len(kernels) * len(fp8s),
                         feasible=feasible, search_s=time.perf_counter() - t0, attention_kernel=",".join(kernels),
                         fp8=",".join(map(str, fp8s)) if len(fp8s) > 1 else fp8s[0], gpu=g.name, framework=fw.value,
                         precision=prec.name, optimizer=opt.value, price_per_gpu_hour=price, currency=currency,
-                        max_days=days_cap, budget=spend, source=source, source_detail=detail,
+                        max_days=days_cap, budget=spend, max_power_kw=power_cap, source=source, source_detail=detail,
                         expected_error=best_err, collapsed=n_folded, gpu_counts=counts, searched=searched,
                         notes=notes)
 

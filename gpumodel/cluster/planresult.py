@@ -155,7 +155,8 @@ class TrainingPlan:
         One per layout (a :class:`PlanRow`): ``num_gpus, dp, tp, pp, cp, ep, zero, checkpointing, micro_batch,
         virtual_stages, gradient_accumulation_steps, comm_overlap, seconds`` (of one step [s]; ``step_s`` is its
         former key, deprecated), ``tokens_per_s_per_gpu, tflops_per_gpu`` [TFLOP/s], ``mfu, hfu, days, gpu_hours,
-        energy_kwh, cost`` (in ``currency``; None without a price), ``peak_bytes, headroom_bytes`` [B],
+        energy_kwh, cost`` (in ``currency``; None without a price), ``power_kw`` (the job's draw [kW]),
+        ``peak_bytes, headroom_bytes`` [B],
         ``expected_error`` (of the step time [1], None where nothing measured backs one), ``bound``, ``collapsed``
         (the settings of near-duplicate rows folded into this one), ``attention_kernel`` and ``fp8`` (the
         attention library and fp8 setting the row runs) plus the breakdown [s] by phase.
@@ -195,6 +196,7 @@ class TrainingPlan:
     currency: str = "USD"
     max_days: float | None = None
     budget: float | None = None
+    max_power_kw: float | None = None
     source: str = ""
     source_detail: str = ""
     expected_error: float | None = None
@@ -276,7 +278,7 @@ class TrainingPlan:
         """Every input and result field (the rows as plain dicts), as ``--json`` prints it."""
         keys = ("model", "system", "gpu", "tokens", "global_batch", "seq_len", "objective", "framework", "precision",
                 "optimizer", "attention_kernel", "fp8", "price_per_gpu_hour", "currency", "max_days", "budget",
-                "gpu_counts", "searched", "source", "source_detail", "expected_error", "candidates", "feasible",
+                "max_power_kw", "gpu_counts", "searched", "source", "source_detail", "expected_error", "candidates", "feasible",
                 "collapsed", "search_s", "notes")
         return {**{k: getattr(self, k) for k in keys}, "rows": [dict(r) for r in self.rows]}
 
