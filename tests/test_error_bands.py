@@ -13,7 +13,8 @@ from benchscript import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 REGIMES = ("kernel-calibrated", "kernel-transferred", "step-calibrated-gpu", "step-calibrated-host",
-           "step-transferred-gpu", "step-transferred-host", "serving-graph", "serving-compiled", "serving-hf")
+           "step-transferred-gpu", "step-transferred-host", "serving-graph", "serving-compiled", "serving-hf",
+           "step-parallel")
 #: regimes whose held-out coverage misses 70-90% on the committed data (the bench script prints why: about twenty
 #: distinct steps a half, and the coverage moves from 95% to 67% when the halves swap roles)
 KNOWN_MISSES = {"step-calibrated-host"}
@@ -97,6 +98,23 @@ def test_a_host_bound_step_says_it_depends_on_the_cpu():
     assert moved.band == pytest.approx(error_band(moved.seconds, "step-transferred-gpu"))
     assert gm.training_step_time("gpt2", "h100", batch_size=4, seq_len=512, calibrated=False).band is None
     assert small.to_dict()["band"] == small.band
+
+
+def test_parallel_steps_and_plan_rows_carry_the_published_runs_band():
+    import warnings
+    par = gm.Parallelism(dp=8, tp=2, zero=1, sequence_parallel=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        st = gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=1, seq_len=4096, parallelism=par,
+                                   framework="megatron")
+    assert st.band == pytest.approx(error_band(st.seconds, "step-parallel"))
+    plan = gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=256, seq_len=4096, num_gpus=16, top=3)
+    r = plan.rows[0]
+    assert r["band_s"] == pytest.approx(error_band(r["seconds"], "step-parallel"))
+    shipped = load_error_bands().regimes["step-parallel"]
+    from gpumodel.cluster.planprice import parallel_model_error
+    assert parallel_model_error() == shipped.median_abs and 0 < shipped.median_abs < 0.2
+    assert r["expected_error"] >= shipped.median_abs          # combined with the kernels' own error
 
 
 def test_a_training_run_carries_its_steps_band():

@@ -31,11 +31,14 @@ from ..base.errors import ArgumentError, SpecError
 from ..base.numeric import nonnegative_number
 from ..records.specs import describe_errors, read_yaml, shipped_root
 
-__all__ = ["ErrorBand", "ErrorBands", "BANDS_FILE", "HOST_BOUND_NOTE", "load_error_bands", "error_band", "fit_band",
+__all__ = ["ErrorBand", "ErrorBands", "BANDS_FILE", "HOST_BOUND_NOTE", "PARALLEL_STEP_REGIME", "load_error_bands", "error_band", "fit_band",
            "kernel_regime", "step_regime", "serving_regime"]
 
 #: the shipped file of the bands, in the spec folder (``specs/`` of a checkout, ``gpumodel/specs`` of a wheel)
 BANDS_FILE = "error_bands.yaml"
+
+#: the regime of a multi-GPU training step (a parallel layout, a planner's row): published runs' time per iteration
+PARALLEL_STEP_REGIME = "step-parallel"
 
 #: what a host-bound answer says: its time is the host's dispatch, so it depends on the CPU it runs on
 HOST_BOUND_NOTE = ("host-bound: the time is set by the host's per-op dispatch, so it depends on this machine's CPU; "
@@ -53,6 +56,8 @@ class ErrorBand(BaseModel):
     held_out: int = Field(default=0, ge=0, description="measurements of the held-out half")
     coverage: float | None = Field(default=None, ge=0, le=1,
                                    description="share of the held-out half inside the band when it was written [1]")
+    median_abs: float | None = Field(default=None, ge=0,
+                                     description="median absolute relative error of the fit half, |e| [1]")
     data: tuple[str, ...] = Field(min_length=1, description="the committed measurement files (repository paths)")
     description: str = Field(default="", description="what the regime's answers are, in words")
 

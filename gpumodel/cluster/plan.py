@@ -20,12 +20,13 @@ import numpy as np
 
 from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError
+from ..calibration.bands import PARALLEL_STEP_REGIME, error_band
 from ..calibration.estimate import model_for, resolve_calibration
 from ..training.layer import attention_kernel_on
 from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag,
                           grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           positive_number, precision as _precision, resolve_model, resolve_system, token_count)
-from .planprice import PARALLEL_MODEL_ERROR, distinct_rows, memory_per_gpu, run_metrics, shard_table, step_parts
+from .planprice import distinct_rows, parallel_model_error, memory_per_gpu, run_metrics, shard_table, step_parts
 from .planresult import PlanRow, TrainingPlan
 from .plansearch import CHECKPOINTING, candidates
 from .step import PHASES
@@ -178,11 +179,12 @@ def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, pri
         ok &= grid.column("num_gpus") * sysm.gpu_power_watts / 1e3 <= power_cap
     ranked, folded = _ranked(grid, m, ok, objective)
     headroom = g.usable_memory_bytes - total
-    band = np.hypot(error, PARALLEL_MODEL_ERROR)
+    band = np.hypot(error, parallel_model_error())
     rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band)
             for i in (ranked if top is None else ranked[:top])]
     for r in rows:
-        r.update(attention_kernel=kernel, fp8=fp8, power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3)
+        r.update(attention_kernel=kernel, fp8=fp8, power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3,
+                 band_s=error_band(r["seconds"], PARALLEL_STEP_REGIME))
     return {"rows": rows, "feasible": int(ok.sum()), "folded": sum(len(v) for v in folded.values()),
             "used": set(L["num_gpus"][ok.any(axis=1)].tolist()), "source": source}
 

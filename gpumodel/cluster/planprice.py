@@ -21,22 +21,25 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..calibration.bands import PARALLEL_STEP_REGIME, load_error_bands
 from ..core.memory import training_memory
 from ..training.steptime import recompute_flops_per_token
 from .plansearch import CHECKPOINTING, Grid
 from .shard import shard_config, shard_times
 from .step import PHASES, compose, model_flops_per_token
 
-__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "PARALLEL_MODEL_ERROR", "run_metrics",
+__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error",
+           "run_metrics",
            "distinct_rows"]
 
 #: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
 SHARD_FIELDS = ("layer_forward", "layer_backward", "attention_forward", "head_forward", "head_backward",
                 "optimizer_per_param", "layer_flops", "head_flops")
-#: Median relative error of the parallel step model on the independent published runs (the "check" rows of
-#: ``python bench/published_runs.py``: 27 runs of Megatron-LM, MT-NLG and MegaScale, 6.8%), combined with the
-#: kernel model's expected error into a plan row's ``expected_error``.
-PARALLEL_MODEL_ERROR = 0.068
+def parallel_model_error() -> float:
+    """Median relative error of the parallel step model on published runs [1]: the ``step-parallel`` regime's
+    ``median_abs`` (the fit half of ``bench/published_runs.py``'s rows), combined with the kernel model's expected
+    error into a plan row's ``expected_error``."""
+    return float(load_error_bands().regimes[PARALLEL_STEP_REGIME].median_abs)
 
 
 def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -157,7 +157,8 @@ class TrainingPlan:
         former key, deprecated), ``tokens_per_s_per_gpu, tflops_per_gpu`` [TFLOP/s], ``mfu, hfu, days, gpu_hours,
         energy_kwh, cost`` (in ``currency``; None without a price), ``power_kw`` (the job's draw [kW]),
         ``peak_bytes, headroom_bytes`` [B],
-        ``expected_error`` (of the step time [1], None where nothing measured backs one), ``bound``, ``collapsed``
+        ``expected_error`` (of the step time [1], None where nothing measured backs one), ``band_s`` (the step's
+        80% band ``(low, high)`` [s] from the ``step-parallel`` regime of published runs), ``bound``, ``collapsed``
         (the settings of near-duplicate rows folded into this one), ``attention_kernel`` and ``fp8`` (the
         attention library and fp8 setting the row runs) plus the breakdown [s] by phase.
     attention_kernel, fp8 :

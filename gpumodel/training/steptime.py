@@ -164,8 +164,8 @@ class StepTime:
     band : tuple of float or None
         The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
         regime (kernels calibrated or transferred, GPU- or host-bound: ``"step-calibrated-gpu"``... in
-        ``specs/error_bands.yaml``, :func:`gpumodel.calibration.bands.error_band`); None for datasheet kernels or
-        where no regime was measured (a parallel layout).
+        ``specs/error_bands.yaml``, :func:`gpumodel.calibration.bands.error_band`; a parallel layout's is
+        ``"step-parallel"``, measured on published runs); None for datasheet kernels.
     """
 
     seconds: float
