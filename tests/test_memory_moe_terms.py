@@ -1,8 +1,15 @@
 """The mixture-of-experts terms of the Hugging Face step, by hand arithmetic."""
 
-from gpumodel.core.activations import Attention
+import json
+from pathlib import Path
+
+import gpumodel as gm
+from gpumodel.core.activations import Attention, layer_activation_bytes
+from gpumodel.core.autograd_tape import Graph, Tape
 from gpumodel.core.hf_memory import hf_moments
+from gpumodel.core.memory import CUBLAS_WORKSPACE_BYTES
 from gpumodel.core.memory_parts import largest_layer_tensor
+from gpumodel.core.step_graph import ModelTensors, StepGraph, StepShape
 from gpumodel.records.transformer import TransformerConfig
 from gpumodel.vocabulary import Checkpointing, Optimizer, precision
 
@@ -37,3 +44,73 @@ def test_accumulation_adds_the_new_expert_gradient_and_embedding_comes_last():
     # with accumulation it is held, and the embedding's new gradient sits beside it
     assert float(acc["embedding_backward"]["gradients"] - acc["backward_end"]["gradients"]) == 0
     assert float(acc["embedding_backward"]["backward_temporaries"]) == embed
+
+
+# ---- under autocast the routed experts run in fp32: torch._grouped_mm has no autocast rule, and transformers
+# casts the routed tokens to the expert weights' dtype (fp32 master weights) before calling it
+TINY_MIXTRAL = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                    num_key_value_heads=4, intermediate_size=96, vocab_size=256, num_local_experts=4,
+                    num_experts_per_tok=2, tie_word_embeddings=False)
+
+
+def _tiny(k=2):
+    return TransformerConfig.from_hf({**TINY_MIXTRAL, "num_experts_per_tok": k})
+
+
+def test_autocast_copies_no_routed_expert_weight():
+    cfg = _tiny()
+    h, E, V = 64, 4, 256
+    moments, _, _ = hf_moments(cfg, 1, 32, precision("amp_bf16"), Optimizer.ADAMW, Attention.SDPA,
+                               Checkpointing.NONE, use_cache=False, keep_outputs=False, micro_batches=1,
+                               state_bytes=4, foreach=True, fused=False, zero=0, dp=1, tp=1, pp=1)
+    attention = 4 * h * h                      # q, k, v, o (64 x 64 each)
+    router = E * h
+    # bf16 copies of the attention, router and LM-head weights; none of the experts' 4 x (2 x 96) x 64 and 4 x 64 x 96
+    assert float(moments["forward_loss"]["autocast_weight_copies"]) == 2 * (attention + router) + 2 * V * h
+
+
+def test_each_routed_copy_saves_fp32_expert_tensors_under_autocast():
+    h, i, T = 64, 96, 32
+    per_copy = {p: (float(layer_activation_bytes(_tiny(3), T, T, p)) - float(layer_activation_bytes(_tiny(2), T, T, p))) / T
+                for p in ("bf16", "amp_bf16")}
+    # gathered input, gate-up (2I), SiLU out (I), product (I), down out (h); three int64 indices
+    assert per_copy["amp_bf16"] == 4 * h + 4 * 2 * i + 4 * i + 4 * i + 4 * h + 24     # fp32
+    assert per_copy["bf16"] == 2 * h + 2 * 2 * i + 2 * i + 2 * i + 2 * h + 24
+
+
+def _held_after_forward(cfg, b, s, prec):
+    """Bytes the tensor-by-tensor step holds after its forward (loss kept, outputs dropped) over those before."""
+    shape = StepShape(cfg, b, s, prec)
+    tape = Tape()
+    model = ModelTensors(tape, shape)
+    start = len(tape.events)
+    StepGraph(Graph(tape, tokens=shape.T), model, shape).forward()
+    sizes, held = {}, 0
+    for key, n in tape.events[start:]:
+        if n:
+            sizes[key] = n
+            held += n
+        else:
+            held -= sizes.pop(key, 0)
+    return held
+
+
+def test_graph_routed_copy_is_fp32_under_autocast():
+    h, i, T = 64, 96, 32
+    per_copy = {p: (_held_after_forward(_tiny(3), 1, T, p) - _held_after_forward(_tiny(2), 1, T, p)) / T
+                for p in ("bf16", "amp_bf16")}
+    # gathered input, gate-up, SiLU out, product, down out, one int64 index
+    assert per_copy["amp_bf16"] == 4 * (h + 2 * i + i + i + h) + 8
+    assert per_copy["bf16"] == 2 * (h + 2 * i + i + i + h) + 8
+
+
+def test_measured_mixtral_under_autocast():
+    """The amp_bf16 Mixtral run of tests/data/memory (H200): held after the forward and the step's peak."""
+    data = Path(__file__).parent / "data" / "memory"
+    cfg = TransformerConfig.from_hf(json.loads((data / "families_shapes.json").read_text())["mixtral-100m"]["hf_config"])
+    row = next(r for r in map(json.loads, (data / "families_runs.jsonl").read_text().splitlines())
+               if r["shape"] == "mixtral-100m" and r["kind"] == "train" and r["precision"] == "amp_bf16")
+    held = _held_after_forward(cfg, row["batch"], row["seq"], "amp_bf16")
+    assert abs(held / (row["alloc_after_fwd"] - row["alloc_steady"]) - 1) < 0.005
+    peak = gm.training_memory(cfg, row["batch"], row["seq"], precision="amp_bf16", optimizer="adamw").peak_bytes
+    assert abs((peak - CUBLAS_WORKSPACE_BYTES) / row["peak_bytes"] - 1) < 0.005

@@ -58,7 +58,8 @@ JSON output (--json), SI units:
   rows (--top of them): num_gpus, dp, tp, pp, cp, ep, zero, checkpointing, micro_batch, virtual_stages,
   gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
-  headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), bound, collapsed (the folded
+  headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), band_s (the step's 80% band [low, high]
+  [s] from published runs), bound, collapsed (the folded
   settings), attention_kernel, fp8, power_kw [kW], and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
   pipeline_bubble_s; plot (the file written, with --plot).
 """

@@ -7,7 +7,10 @@ real dtypes of each precision mode:
 
 * ``amp`` (fp32 weights under ``torch.autocast``): the residual stream and norms stay fp32, every
   matmul input gets its own bf16 copy (autocast caches only leaf weights, so ``q``, ``k`` and ``v``
-  projections each save a separate cast of the normed input), matmul outputs are bf16.
+  projections each save a separate cast of the normed input), matmul outputs are bf16. The routed
+  experts of a mixture of experts are the exception: ``torch._grouped_mm`` has no autocast rule and
+  ``transformers`` casts the routed tokens to the expert weights' dtype, so they run in fp32
+  (:func:`expert_bytes`).
 * ``bf16``/``fp16``: everything in 2 bytes except RMSNorm's fp32 upcast and norm statistics.
 * ``fp32``: everything in 4 bytes.
 
@@ -34,7 +37,7 @@ from ..vocabulary import Precision, choice, precision as _precision
 from ..records.transformer import MLPType, NormType, PositionType, TransformerConfig
 
 __all__ = ["Precision", "Attention", "layer_activation_bytes", "checkpoint_bytes", "head_activation_bytes",
-           "resolve_attention", "precision_bytes"]
+           "resolve_attention", "precision_bytes", "expert_bytes"]
 
 
 class Attention(str, enum.Enum):
@@ -70,13 +73,31 @@ def resolve_attention(cfg: TransformerConfig, precision: Precision, attention: A
     return Attention.FLASH
 
 
+def expert_bytes(precision: Precision) -> int:
+    """Bytes of an element of the routed experts' computation [B]: their weights' dtype.
+
+    ``transformers`` 5 runs the routed experts through ``torch._grouped_mm``, which has no autocast rule
+    (pytorch/pytorch#174763), after casting the routed tokens to the weights' dtype
+    (``transformers/integrations/moe.py``, ``_grouped_mm``: ``input.to(weight.dtype)``). With fp32 weights under
+    autocast the experts therefore run in fp32: autocast makes no 16-bit copy of their weights, and the gate-up
+    output, the SiLU output, the product and the down output are fp32.
+
+    >>> from gpumodel.vocabulary import precision
+    >>> expert_bytes(precision("amp_bf16")), expert_bytes(precision("bf16"))
+    (4, 2)
+    """
+    return precision.param_bytes
+
+
 def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
     if not cfg.is_moe:
         return _ffn_bytes(cfg, precision, a, cfg.intermediate_size)
-    k, e = cfg.experts_per_token, cfg.num_experts
-    # per routed copy: gathered input, expert activations, expert output (saved for the routing-weight
-    # multiply) and int64 indices; per token: fp32 router softmax, top-k indices and weights
-    n = k * (_ffn_bytes(cfg, precision, a, cfg.expert_size) + 2 * a * cfg.hidden_size + 24) + 4 * e + 36
+    k, e, r, ew = cfg.experts_per_token, cfg.num_experts, precision.residual_bytes, expert_bytes(precision)
+    # per routed copy: the gathered normed input (its cast to the experts' dtype where that differs), the
+    # expert activations and the expert output (saved for the routing-weight multiply) in the experts' dtype,
+    # and int64 indices; per token: fp32 router softmax, top-k indices and weights
+    gathered = r * cfg.hidden_size + (ew * cfg.hidden_size if ew != r else 0)
+    n = k * (_ffn_bytes(cfg, precision, ew, cfg.expert_size) + gathered + ew * cfg.hidden_size + 24) + 4 * e + 36
     if cfg.shared_expert_intermediate_size:  # the shared expert (qwen2_moe, deepseek_v3) and its sigmoid gate
         n += _ffn_bytes(cfg, precision, a, cfg.shared_expert_intermediate_size) + a * cfg.hidden_size + 2 * a
     return n
@@ -170,6 +191,8 @@ def layer_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="a
     norm = _norm_bytes(cfg, r)
     norm2 = 8.0 if cfg.parallel_residual else norm  # parallel residual: both norms read the same input
     n_mlp_in = 1 if (cfg.mlp == MLPType.PLAIN or cfg.fused_gate_up) else 2
+    if cfg.is_moe:  # the router, and the shared expert's gate-up and sigmoid gate; the routed experts cast nothing
+        n_mlp_in = 1 + (n_mlp_in if cfg.shared_expert_intermediate_size else 0) + int(cfg.shared_expert_gate)
     n_qkv_in = 1 if cfg.fused_qkv else 3
     if prec.is_amp:  # every matmul casts its activation input separately
         lin_in = 2 * h * (n_qkv_in + n_mlp_in)

@@ -3,7 +3,8 @@
 What ``torch.cuda.max_memory_allocated`` reports over a step, moment by moment (the peak is the largest):
 
 ``forward_loss``
-    weights, optimizer states, saved activations, autocast's bf16 weight copies, and the loss:
+    weights, optimizer states, saved activations, autocast's bf16 weight copies (none of a mixture of experts'
+    routed experts, which run in fp32 under autocast: ``torch._grouped_mm`` has no autocast rule), and the loss:
     the logits in the model dtype, their fp32 upcast (Hugging Face's ``ForCausalLMLoss`` calls
     ``logits.float()``) and ``log_softmax``'s fp32 output; under amp with ``use_cache`` also the
     fp32 KV cache the forward builds.
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..records.transformer import PositionType, TransformerConfig
+from ..records.transformer import MLPType, PositionType, TransformerConfig
 from ..vocabulary import Checkpointing, Optimizer, Precision
 from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
                           precision_bytes, resolve_attention)
@@ -125,7 +126,10 @@ def hf_moments(cfg: TransformerConfig, b, s, prec: Precision, opt: Optimizer, at
     head = head_activation_bytes(cfg, T, s, prec)
     one_layer = layer_activation_bytes(cfg, T, s, prec, attn, use_cache, tp, sequence_parallel)
     cast_shard = np.where(zero >= 3, group, 1)  # FSDP casts its own shard (mixed-precision policy)
-    layer_casts = cfg.layer_matmul_parameters() / tp / cast_shard * 2 if prec.is_amp else 0.0
+    # autocast's bf16 copy of each weight a matmul reads; not the routed experts', which run in their weights'
+    # dtype (torch._grouped_mm has no autocast rule: activations.expert_bytes)
+    routed_mm = cfg.num_experts * (3 if cfg.mlp == MLPType.GATED else 2) * h * cfg.expert_size if cfg.is_moe else 0
+    layer_casts = (cfg.layer_matmul_parameters() - routed_mm) / tp / cast_shard * 2 if prec.is_amp else 0.0
     head_cast = V * h / tp / cast_shard * 2 if prec.is_amp else 0.0
     casts_saved = head_cast + (0.0 if ckpt == Checkpointing.FULL else layers * layer_casts)
     casts_forward = head_cast + layers * layer_casts

@@ -6,6 +6,11 @@ model's dtype), the ``T x k`` routed copies of the hidden states gathered, the g
 experts (each written to a second buffer), SiLU and the product of the two halves, the weighted outputs scattered
 back and summed over the k copies. qwen2_moe adds a shared expert (a gated MLP) scaled by a sigmoid gate.
 
+``torch._grouped_mm`` has no autocast rule (pytorch/pytorch#174763), and ``transformers`` casts the routed tokens to
+the expert weights' dtype before it (``_grouped_mm`` in ``transformers/integrations/moe.py``): under autocast with
+fp32 weights the experts run in fp32, with no 16-bit copy of their weights and every routed tensor in fp32 (the
+router and the shared expert are ``nn.Linear`` and go through autocast as the rest of the model).
+
 Examples
 --------
 >>> import gpumodel as gm
@@ -20,7 +25,7 @@ Examples
 
 from __future__ import annotations
 
-from .autograd_tape import Tensor, cast, mul, new_grad, op, pointwise, share_grad, view
+from .autograd_tape import Tensor, add, cast, mul, new_grad, op, pointwise, share_grad, view
 
 __all__ = ["experts_block", "routed_bytes"]
 
@@ -104,21 +109,24 @@ def experts_block(st, sc, xn, i):
     keep += _small(g, Tk * 4, d.E * 4, d.E * 4)        # counts and offsets of the groups
     _free(g, _small(g, 1023))
     keep += _small(g, Tk)
-    gu_raw = _grouped_mm(g, sc, xs, p[f"{i}.gu"], Tk * 2 * d.Ie, a)
+    ew = p[f"{i}.gu"].nb    # the experts' dtype: their weights' (fp32 under autocast, see above)
+    xw = cast(g, sc, xs, ew)
     sc.drop(xs)
-    gu = op(g, sc, [gu_raw], gu_raw.el, a, lambda g, gr: [new_grad(g, gu_raw.n)])
+    gu_raw = _grouped_mm(g, sc, xw, p[f"{i}.gu"], Tk * 2 * d.Ie, ew)
+    sc.drop(xw)
+    gu = op(g, sc, [gu_raw], gu_raw.el, ew, lambda g, gr: [new_grad(g, gu_raw.n)])
     sc.drop(gu_raw)
     g.begin()           # chunk(2): two views of one node, whose backward concatenates both gradients
     fn = g.node([gu], lambda g, gr: [new_grad(g, gu.n)], []) if g.wants(gu) else None
-    gate = sc.hold(Tensor(g.tape.inc(gu.h), Tk * d.Ie, a, fn, 0))
-    up = sc.hold(Tensor(g.tape.inc(gu.h), Tk * d.Ie, a, fn, 1))
-    act = pointwise(g, sc, gate, gate.el, a, save="in")
-    m = mul(g, sc, act, up, act.el, a)
+    gate = sc.hold(Tensor(g.tape.inc(gu.h), Tk * d.Ie, ew, fn, 0))
+    up = sc.hold(Tensor(g.tape.inc(gu.h), Tk * d.Ie, ew, fn, 1))
+    act = pointwise(g, sc, gate, gate.el, ew, save="in")
+    m = mul(g, sc, act, up, act.el, ew)
     sc.drop(act, gate, up, gu)
-    dn_raw = _grouped_mm(g, sc, m, p[f"{i}.dn"], Tk * d.h, a)
-    dn = op(g, sc, [dn_raw], dn_raw.el, a, lambda g, gr: [new_grad(g, dn_raw.n)])
+    dn_raw = _grouped_mm(g, sc, m, p[f"{i}.dn"], Tk * d.h, ew)
+    dn = op(g, sc, [dn_raw], dn_raw.el, ew, lambda g, gr: [new_grad(g, dn_raw.n)])
     sc.drop(dn_raw, m)
-    wd = mul(g, sc, dn, sw, Tk * d.h, max(a, d.routing_nb), reduce_b=False)
+    wd = mul(g, sc, dn, sw, Tk * d.h, max(ew, d.routing_nb), reduce_b=False)
     sc.drop(dn)
     inv = _small(g, Tk * 8, Tk * 8)
     g.tape.dec(inv.pop())
@@ -126,8 +134,8 @@ def experts_block(st, sc, xn, i):
     sc.drop(wd)
     out = op(g, sc, [un], T * d.h, un.nb, lambda g, gr: [share_grad(g, gr[0], view=True, n=un.n)])   # sum over k
     _free(g, inv)
-    if out.nb != a:
-        cast_out = cast(g, sc, out, a)
+    if out.nb != xn.nb:     # .to(hidden_states.dtype)
+        cast_out = cast(g, sc, out, xn.nb)
         sc.drop(un, out)
         out = cast_out
     else:
@@ -137,7 +145,7 @@ def experts_block(st, sc, xn, i):
         sig = pointwise(g, sc, gate_logit, T, a, save="out")
         sc.drop(gate_logit)
         scaled = mul(g, sc, sig, shared, T * d.h, a, reduce_a=False)
-        total_out = op(g, sc, [out, scaled], T * d.h, a, lambda g, gr: [share_grad(g, gr[0]), share_grad(g, gr[0])])
+        total_out = add(g, sc, out, scaled, T * d.h, max(out.nb, scaled.nb))
         sc.drop(out, scaled, shared, sig)
         out = total_out
     _free(g, keep + [idx])
