@@ -13,6 +13,7 @@ import warnings
 
 from ..base.readable import format_count
 from ..cluster.planresult import legend_lines
+from ..core.ops import AttentionKernel
 from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
 from ..vocabulary import resolve_system
@@ -88,6 +89,16 @@ def _words(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _kernels(text: str) -> list[str]:
+    """``--attention-kernel``: one library or a comma-separated list, each one of :class:`AttentionKernel`."""
+    names = _words(text)
+    allowed = [k.value for k in AttentionKernel]
+    bad = [n for n in names if n not in allowed] or ([] if names else [text])
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (or a comma-separated list)")
+    return names
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="rank the parallel layouts of a training run (time, MFU, days, cost, memory)",
                        epilog=EPILOG, formatter_class=HelpFormatter)
@@ -107,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--framework", default="megatron", choices=["megatron", "hf", "fsdp", "deepspeed"],
                    help="megatron: fused kernels, gradients reduced after the pipeline flush; the others: eager "
                         "PyTorch kernels, the gradient reduction bucketed under the backward")
-    p.add_argument("--attention-kernel", default="sdpa", type=_words, metavar="K[,K]",
+    p.add_argument("--attention-kernel", default="sdpa", type=_kernels, metavar="K[,K]",
                    help="the library (or libraries, comma-separated, to search) whose flash kernels run the attention: "
                         "sdpa (PyTorch's own dispatch), cudnn, fa2 (flash-attn 2), fa3 (FlashAttention-3, Hopper "
                         "only), flashinfer, triton")
