@@ -19,7 +19,8 @@ Usage (on the GPU)::
     python bench/measure_kernels.py --set widened --fit-out fit_widened.jsonl --out validation_widened.jsonl \
         --budget-s 290 --kernel-names      # composite and serving ops: FIT then VALIDATION
     python bench/measure_kernels.py --cases-from validation.jsonl --out validation_ahead.jsonl  # again
-    python bench/measure_kernels.py --out /tmp/v.jsonl --dry-run     # tiny, CPU, tests the code
+    python bench/measure_kernels.py --set fresh --round 9 --sample 300 --out fresh.jsonl   # every family, ~50 s
+    python bench/measure_kernels.py --out v.jsonl --dry-run          # tiny, CPU, tests the code
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.bench import run_benchmarks  # noqa: E402
+from gpumodel.calibration.budget import sample_cases  # noqa: E402
 from gpumodel.calibration.plan import (STRIDED_KERNELS, case_key, fit_cases, gaps_cases, make_case,  # noqa: E402
                                       strided_case, strided_cases, tiles_cases, widened_cases)
 
@@ -327,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="record the kernels PyTorch launches for composite/serving cases (torch.profiler)")
     p.add_argument("--profile-all", action="store_true",
                    help="with --kernel-names, record the kernels and the GPU's own time of every case")
+    p.add_argument("--sample", type=int, default=None, metavar="COUNT",
+                   help="measure about COUNT of the set's VALIDATION cases, every family sampled at one rate with a few "
+                        "kernels at least, the families interleaved (gpumodel.calibration.budget.sample_cases)")
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     args = p.parse_args(argv)
@@ -354,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     val_mode, val_cases, fit_mode, fit_cases = plans[args.set]
     if args.cases_from:
         val_mode, val_cases, fit_cases = f"again: {Path(args.cases_from).name}", lambda: cases_from(args.cases_from), None
-    runs = [(val_mode, val_cases(), args.out)]
+    runs = [(val_mode, val_cases() if args.sample is None else sample_cases(val_cases(), args.sample), args.out)]
     if args.fit_out and fit_cases is not None:
         runs.insert(0, (fit_mode, fit_cases(), args.fit_out))
     total = sum(len(cases) for _, cases, _ in runs)

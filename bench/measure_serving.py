@@ -27,7 +27,8 @@ is compared.
 Usage::
 
     python bench/measure_serving.py --out measured.jsonl --budget-s 330   # on a CUDA machine (~6 min)
-    python bench/measure_serving.py --out /tmp/x.jsonl --dry-run          # tiny shapes on the CPU
+    python bench/measure_serving.py --out steps.jsonl --budget-s 70 --no-hf   # CUDA-graph steps only (~80 s)
+    python bench/measure_serving.py --out x.jsonl --dry-run               # tiny shapes on the CPU
 """
 
 from __future__ import annotations
@@ -359,12 +360,15 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-reps", type=int, default=3)
     ap.add_argument("--compiled", action="store_true",
                     help="only the paired one-layer cases: unfused CUDA graph against torch.compile (compiled_plan)")
+    ap.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face generate cases (graph engine only)")
     args = ap.parse_args(argv)
     import torch
 
     device = "cpu" if args.dry_run else "cuda"
     t0 = time.perf_counter()
     cases = compiled_plan(tiny=args.dry_run) if args.compiled else plan(tiny=args.dry_run)
+    if args.no_hf:
+        cases = [c for c in cases if c["engine"] != "hf"]
     weights, weights_key = None, None
     with open(args.out, "w") as out:
         out.write(json.dumps(environment(torch, device)) + "\n")

@@ -42,6 +42,7 @@ Usage::
     python bench/measure_step_time.py --out step_times_v3.jsonl --budget-s 290 --exclude compile
         # microbenchmarks, tiny models (eager experts, compiled) and every step but the two compiled ones
     python bench/measure_step_time.py --list-runs                                 # the runs and their indices
+    python bench/measure_step_time.py --out big.jsonl --skip-micro --runs 54-59 --budget-s 100   # 1-8B, one card
 """
 
 from __future__ import annotations
@@ -124,6 +125,15 @@ SHAPES = {
                                              num_experts_per_tok=4, n_shared_experts=1, first_k_dense_replace=1,
                                              n_group=1, topk_group=1, vocab_size=32000, max_position_embeddings=8192,
                                              tie_word_embeddings=False)),
+    # 7-8B models trained whole on one card (bf16 parameters; SGD, or fused AdamW with checkpointing)
+    "llama-3-8b": ("llama", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                 intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False, **_LLAMA)),
+    "mistral-7b": ("mistral", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                   num_key_value_heads=8, intermediate_size=14336, vocab_size=32768,
+                                   sliding_window=None, **_LLAMA)),
+    "qwen2.5-7b": ("qwen2", dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                                 intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
+                                 rms_norm_eps=1e-6, max_position_embeddings=8192, sliding_window=None)),
 }
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
             vocab_size=256, moe_intermediate_size=32, shared_expert_intermediate_size=64, q_lora_rank=32,
@@ -192,6 +202,13 @@ RUNS = [
     # 5. extra families, least sure to run
     ("deepseek-v3-400m", 8, 1024, "amp_bf16", "adamw", {}),
     ("qwen3-moe-400m", 8, 1024, "amp_bf16", "adamw", {"experts": "eager"}),
+    # 6. one card's worth: 7-8B models trained whole (GPU-bound; on an 80 GB card); indices 54-59 (--list-runs)
+    ("llama-3-8b", 1, 2048, "bf16", "sgd", {}),
+    ("llama-3-8b", 1, 4096, "bf16", "adamw", {"fused": True, "checkpointing": True}),
+    ("mistral-7b", 2, 2048, "bf16", "sgd", {}),
+    ("mistral-7b", 1, 4096, "bf16", "adamw", {"fused": True, "checkpointing": True}),
+    ("qwen2.5-7b", 2, 2048, "bf16", "sgd", {"checkpointing": True}),
+    ("llama-3.2-1b", 16, 2048, "amp_bf16", "adamw", {"fused": True, "checkpointing": True}),
 ]
 TINY_SHAPES = ("llama-160m", "gpt2-30m", "mixtral-500m", "qwen2-moe-400m")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")

@@ -16,9 +16,14 @@ Both engines fuse their memory-bound kernels (gpt-fast runs ``torch.compile(mode
 inductor's fused kernels replayed as CUDA graphs; TensorRT-LLM builds fused kernels), so they are modelled
 with ``engine="compiled"``; the unfused ``engine="graph"`` figure is printed beside for comparison.
 
+``--gpu NAME --measured FILE`` scores steps measured on another GPU (the measured section only), and
+``--calibration FILE --host FILE`` prices them with a user's own calibration and host costs (what ``gpumodel
+calibrate`` writes) instead of the shipped ones.
+
 Usage::
 
     python bench/serving_accuracy.py [--measured PATH] [--rows] [--fit]
+    python bench/serving_accuracy.py --gpu h100-sxm --measured serving.jsonl [--calibration FILE --host FILE]
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's gpumodel
 
-import gpumodel as gm
-from gpumodel.serving import decode_step_time, generation_time, prefill_time, serving_capacity
+import gpumodel as gm  # noqa: E402
+from gpumodel.serving import decode_step_time, generation_time, prefill_time, serving_capacity  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "serving"
 MODELS = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "llama-3.1-8b": "llama-3-8b",
@@ -112,12 +118,13 @@ def shortcut(cfg: gm.TransformerConfig, r: dict, gpu) -> float:
     return t
 
 
-def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
+def predict_steps(rows: list[dict], kind: str, gpu: str = "h200", calibration=None) -> tuple[np.ndarray, np.ndarray]:
     """Model and shortcut times [s] of the lean-decoder rows of ``kind`` ("decode" or "prefill"), in order.
 
-    Rows of one shape go through the model as one array call (the serving functions broadcast).
+    Rows of one shape go through the model as one array call (the serving functions broadcast); ``calibration``
+    (a record or YAML path) replaces the GPU's shipped or transferred one.
     """
-    gpu = gm.gpu("h200")
+    gpu = gm.gpu(gpu)
     pred, base = np.zeros(len(rows)), np.zeros(len(rows))
     by_shape: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
@@ -126,9 +133,11 @@ def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
         cfg = lean_config(rows[idx[0]])
         b = np.array([rows[i]["batch"] for i in idx])
         if kind == "decode":
-            t = decode_step_time(cfg, gpu, batch_size=b, context_len=np.array([rows[i]["context_len"] for i in idx]))
+            t = decode_step_time(cfg, gpu, batch_size=b, context_len=np.array([rows[i]["context_len"] for i in idx]),
+                                 calibration=calibration)
         else:
-            t = prefill_time(cfg, gpu, batch_size=b, prompt_len=np.array([rows[i]["prompt_len"] for i in idx]))
+            t = prefill_time(cfg, gpu, batch_size=b, prompt_len=np.array([rows[i]["prompt_len"] for i in idx]),
+                             calibration=calibration)
         pred[idx] = np.asarray(t.seconds, dtype=float)
         w = gm.inference_memory(cfg, 1, 1).weights_bytes / gpu.memory_bandwidth
         if kind == "decode":
@@ -138,12 +147,14 @@ def predict_steps(rows: list[dict], kind: str) -> tuple[np.ndarray, np.ndarray]:
     return pred, base
 
 
-def measured_section(path: Path, show_rows: bool) -> None:
+def measured_section(path: Path, show_rows: bool, gpu: str = "h200", calibration=None, host=None) -> None:
     rows = load_measured(path)
-    print(f"== measured on the H200 ({path.name}, {len(rows)} rows) ==")
+    print(f"== measured on the {gm.gpu(gpu).name} ({path.name}, {len(rows)} rows) ==")
     for kind in ("decode", "prefill"):
         sel = [r for r in rows if r["engine"] == "graph" and r["kind"] == kind]
-        pred, base = predict_steps(sel, kind)
+        if not sel:
+            continue
+        pred, base = predict_steps(sel, kind, gpu, calibration)
         meas, split = [r["seconds"] for r in sel], [r["split"] for r in sel]
         if show_rows:
             for r, p_, b_ in zip(sel, pred, base):
@@ -161,7 +172,7 @@ def measured_section(path: Path, show_rows: bool) -> None:
         group_table(f"{kind} by batch", [batch_regime(kind, r["batch"]) for r in sel], pred, meas, split)
     hf = [r for r in rows if r["engine"] == "hf"]
     if hf:
-        pt, pp = hf_times(hf)
+        pt, pp = hf_times(hf, gpu, calibration, host)
         mt, mp = [r["ttft_s"] for r in hf], [r["tpot_s"] for r in hf]
         for i, r in enumerate(hf):
             if show_rows:
@@ -178,12 +189,12 @@ def measured_section(path: Path, show_rows: bool) -> None:
             group_table(f"{name} by model", [r["shape"] for r in hf], p_, m_, split)
 
 
-def hf_times(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+def hf_times(rows: list[dict], gpu: str = "h200", calibration=None, host=None) -> tuple[np.ndarray, np.ndarray]:
     """Model TTFT and TPOT [s] of the eager HF ``generate`` rows (``engine == "hf"``), in order."""
     ttft, tpot = np.zeros(len(rows)), np.zeros(len(rows))
     for i, r in enumerate(rows):
-        g = generation_time(hf_config(r), "h200", batch_size=r["batch"], prompt_len=r["prompt_len"],
-                            new_tokens=r["new_tokens"], engine="hf")
+        g = generation_time(hf_config(r), gpu, batch_size=r["batch"], prompt_len=r["prompt_len"],
+                            new_tokens=r["new_tokens"], engine="hf", calibration=calibration, host=host)
         ttft[i], tpot[i] = g.ttft_s, g.tpot_s
     return ttft, tpot
 
@@ -317,7 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measured", type=Path, default=DATA / "measured.jsonl")
     ap.add_argument("--rows", action="store_true", help="print every row, not only the summaries")
     ap.add_argument("--fit", action="store_true", help="print the launch and host constants fitted on the fit rows")
+    ap.add_argument("--gpu", default=None, help="the GPU --measured ran on (default h200); another prints only the "
+                                                "measured section")
+    ap.add_argument("--calibration", default=None, help="a calibration YAML of that GPU (default: the shipped one)")
+    ap.add_argument("--host", default=None, help="a host-cost YAML (default: the shipped one of that GPU)")
     args = ap.parse_args(argv)
+    if args.gpu or args.calibration or args.host:
+        from gpumodel.calibration.record import load_calibration
+
+        cal = load_calibration(args.calibration) if args.calibration else None
+        measured_section(args.measured, args.rows, args.gpu or "h200", cal, args.host)
+        return 0
     if args.fit and args.measured.exists():
         fit_constants(args.measured)
     if args.measured.exists():

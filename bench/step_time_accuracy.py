@@ -14,9 +14,12 @@ the steps measured twice, and the bar.
 
 The host costs come from host microbenchmarks only (``bench/fit_host_costs.py``); no step time is fitted.
 
+``--calibration FILE --host FILE`` price the steps with a user's own calibration and host costs (what
+``gpumodel calibrate`` writes) instead of the shipped ones.
+
 Usage::
 
-    python bench/step_time_accuracy.py [--data FILE ...] [--gpu NAME] [--all] [--quiet]
+    python bench/step_time_accuracy.py [--data FILE ...] [--gpu NAME] [--all] [--quiet] [--calibration FILE] [--host FILE]
 """
 
 from __future__ import annotations
@@ -133,13 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="summaries only")
     ap.add_argument("--gpu", default="h200-sxm",
                     help="the GPU the steps ran on (default h200-sxm; others use the transferred calibration)")
+    ap.add_argument("--calibration", default=None, help="a calibration YAML of that GPU (default: the shipped one)")
+    ap.add_argument("--host", default=None, help="a host-cost YAML (default: the shipped one of that GPU)")
     args = ap.parse_args(argv)
     rows = load(args.data)
     if not rows:
         print("no measured steps found")
         return 1
     measured = np.array([r["step_s_median"] for r in rows])
-    preds = [predict(r, gpu=args.gpu) for r in rows]
+    from gpumodel.calibration.record import load_calibration
+    from gpumodel.training.hostcost import load_host_costs
+
+    cal = load_calibration(args.calibration) if args.calibration else None   # read once for every step
+    host = load_host_costs(args.host) if args.host else None
+    preds = [predict(r, gpu=args.gpu, calibration=cal, host=host) for r in rows]
     pred = np.array([p.seconds for p in preds])
     err = pred / measured - 1
     if not args.quiet:

@@ -21,6 +21,7 @@ Usage::
 
     python bench/transfer_measured.py                       # every measured GPU under tests/data/calibration/
     python bench/transfer_measured.py --gpu h100 --points my-h100-kernels.jsonl
+    python bench/transfer_measured.py --gpu h100 --points fresh.jsonl --calibration my-h100.yaml   # and your own
     python bench/transfer_measured.py --gpu h100 --points h100/validation_round7.jsonl \
         --paired h200_round7.jsonl                            # the transfer's own error, shape by shape
 """
@@ -73,8 +74,9 @@ def transferred_times(gpu: str, paths: list[Path]) -> tuple:
     return ps, pred
 
 
-def evaluate(gpu: str, paths: list[Path]) -> dict:
-    """Per-family errors of the transferred, datasheet-default and roofline estimates on ``paths``."""
+def evaluate(gpu: str, paths: list[Path], calibration: str | Path | None = None) -> dict:
+    """Per-family errors of the transferred, datasheet-default and roofline estimates on ``paths``, and of a user's
+    own ``calibration`` of the GPU (a YAML path) when given."""
     import gpumodel as gm
     from gpumodel.calibration.model import CalibrationModel, default_parameters, predict
     from gpumodel.calibration.transfer import transfer
@@ -85,6 +87,10 @@ def evaluate(gpu: str, paths: list[Path]) -> dict:
     t = transfer(g)
     models = {"transferred": t.model,
               "datasheet": CalibrationModel(default_parameters(g), g.sm_count, calibrated=False, gpu=g)}
+    if calibration is not None:
+        from gpumodel.calibration.record import load_calibration
+
+        models["calibration"] = load_calibration(calibration).model()
     preds = {name: np.empty(len(ps.points)) for name in (*models, "roofline")}
     expected = np.full(len(ps.points), np.nan)
     for _, op, _, idx in ps.groups:
@@ -154,7 +160,11 @@ def _print(res: dict) -> None:
         cells = [f"{row[k]['median']:6.1%} {row[k]['p90']:6.1%} {row[k]['bias']:+7.1%}"
                  for k in ("transferred", "datasheet", "roofline")]
         exp = "" if row["expected_median"] is None else f"{row['expected_median']:.1%}"
-        print(f"{fam:20s} {row['n']:4d} | {cells[0]} | {exp:>8s} | {cells[1]} | {cells[2]}")
+        own = (f" | {row['calibration']['median']:6.1%} {row['calibration']['p90']:6.1%} "
+               f"{row['calibration']['bias']:+7.1%}") if "calibration" in row else ""
+        print(f"{fam:20s} {row['n']:4d} | {cells[0]} | {exp:>8s} | {cells[1]} | {cells[2]}{own}")
+    if "calibration" in next(iter(res["families"].values())):
+        print("(last three columns: --calibration, the GPU's own calibration: median, p90, bias)")
     print()
 
 
@@ -165,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                    "writes them); default: validation*.jsonl of the GPU's folder")
     p.add_argument("--paired", nargs="+", default=None, help="the same shapes measured on the calibrated GPU: "
                    "score the transfer alone (measured time ratios against the model's)")
+    p.add_argument("--calibration", default=None, help="a calibration YAML of --gpu (what gpumodel calibrate wrote): "
+                   "scored beside the transfer")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.points and not args.gpu:
@@ -178,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = ([(args.gpu, [Path(x) for x in args.points])] if args.points else
             [(gpu, sorted((DATA / folder).glob("validation*.jsonl"))) for folder, gpu in MEASURED.items()
              if args.gpu in (None, folder, gpu)])
-    results = [evaluate(gpu, paths) for gpu, paths in jobs if paths]
+    results = [evaluate(gpu, paths, args.calibration) for gpu, paths in jobs if paths]
     if not results:
         print("no measured points for that GPU", file=sys.stderr)
         return 1

@@ -185,3 +185,23 @@ def test_eager_expert_loop_pays_the_new_shapes():
                                     **kw)
     extra = 64 * (2 * hc.gemm_shape_s + 2 * (hc.gemm_shape_s + hc.gemm_shape_k_s))
     assert with_shapes.seconds - without.seconds == pytest.approx(extra, rel=0.25)   # the host-bound step grows by it
+
+
+def test_a_users_host_fit_carries_what_it_did_not_measure_from_the_shipped_host():
+    """``gpumodel calibrate`` times single ops, chains, optimizer steps and clipping, not the tiny models whose
+    per-layer scales of Hugging Face's Python glue the shipped host holds, nor the compiled or eager-expert paths:
+    those come from the shipped host (scales as they are, times in proportion to this CPU's per-op cost), never
+    from the defaults (scale 1, no cost)."""
+    from gpumodel.training.hostcost import DEFAULT_HOST, host_costs_for
+    from gpumodel.training.hostfit import fit_host_costs
+
+    shipped = host_costs_for("h200-sxm")
+    rows = [{"kind": "host", "bench": "op_add", "grad": True, "host_per_op_s": shipped.op_s / 2},
+            {"kind": "host", "bench": "op_add", "grad": False, "host_per_op_s": 4e-6}]
+    mine = fit_host_costs(rows, base=shipped)
+    assert mine.op_s == shipped.op_s / 2 and mine.op_nograd_s == 4e-6               # measured
+    assert mine.layers == shipped.layers and mine.layers != DEFAULT_HOST.layers     # ratios kept
+    for name in ("gemm_shape_s", "expert_forward_s", "compile_launch_s", "backward_op_s"):
+        assert getattr(mine, name) == pytest.approx(getattr(shipped, name) / 2), name   # a CPU twice as fast
+    assert mine.kernel_floor_s == shipped.kernel_floor_s                            # the GPU's, not the CPU's
+    assert fit_host_costs(rows).layers == {} and fit_host_costs(rows).gemm_shape_s == 0.0   # no base: the defaults

@@ -24,6 +24,7 @@ def test_a_token_count_reads_the_same_in_python_and_on_the_command_line(text, to
 
 @pytest.mark.parametrize("text, seconds", [
     ("50ms", 0.05), ("2 sec", 2.0), ("2sec", 2.0), ("1.5 min", 90.0), ("200µs", 2e-4), ("1H", 3600.0), ("0.5", 0.5),
+    ("2m", 120.0), ("10M", 600.0),
 ])
 def test_a_duration_reads_the_same_in_python_and_on_the_command_line(text, seconds):
     assert vocabulary.duration(text, "t") == cli.parse_seconds(text) == pytest.approx(seconds, rel=1e-15)

@@ -100,8 +100,11 @@ def test_breakdown_splits_host_wait_from_kernels_and_adds_up():
 
 def test_gradient_accumulation_runs_forward_and_backward_per_micro_batch():
     one, four = _st(), _st(gradient_accumulation_steps=4)
-    assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"], rel=1e-3)
-    assert four.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"])
+    # four micro-batches per optimizer step: the step's GEMMs a larger share of it, so its clock a little lower
+    # (gpumodel.calibration.sustained.clock_share): each phase within 1% of four times, or of one, the single step's
+    assert four.breakdown["forward"] == pytest.approx(4 * one.breakdown["forward"], rel=1e-2)
+    assert four.breakdown["forward"] > 4 * one.breakdown["forward"]
+    assert four.breakdown["optimizer"] == pytest.approx(one.breakdown["optimizer"], rel=1e-2)
     assert four.tokens_per_s > one.tokens_per_s  # one optimizer step shared by four micro-batches
 
 

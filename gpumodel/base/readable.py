@@ -42,12 +42,12 @@ _DECIMAL_BYTES = {"kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12, "
 _BINARY_BYTES = {"kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40, "pib": 2 ** 50}
 #: duration units, any case; a plain number is seconds
 _SECONDS = {"": Decimal(1), "s": Decimal(1), "sec": Decimal(1), "ms": Decimal("1e-3"), "us": Decimal("1e-6"),
-            "µs": Decimal("1e-6"), "ns": Decimal("1e-9"), "min": Decimal(60), "h": Decimal(3600)}
+            "µs": Decimal("1e-6"), "ns": Decimal("1e-9"), "m": Decimal(60), "min": Decimal(60), "h": Decimal(3600)}
 
 _COUNT_FORMS = "a whole number such as 4096, 1e6, 16_777_216, 8Ki (8192), 7B or 1T (10**12)"
 _BYTES_FORMS = "a size in bytes such as 4096, 48KiB, 80GiB or 80GB (KiB/MiB/GiB = 1024-based, kB/MB/GB = 1000-based)"
 _BINARY_FORMS = "a size in bytes such as 4096, 48KiB or 1MiB (KiB = 1024 bytes)"
-_SECONDS_FORMS = "a duration such as 0.05, 50ms, 200us, 1s, 2min or 1h (a plain number is seconds)"
+_SECONDS_FORMS = "a duration such as 0.05, 50ms, 200us, 1s, 2m (or 2min) or 1h (a plain number is seconds)"
 
 
 def _label(text: Any, name: str | None) -> str:
@@ -151,9 +151,13 @@ def _plain(number: Decimal) -> str:
 
 
 def parse_seconds(text: str, name: str | None = None) -> float:
-    """A duration [s]: ``0.05``, ``50ms``, ``200us``, ``1s``, ``2min``, ``1h``; a plain number is seconds.
+    """A duration [s]: ``0.05``, ``50ms``, ``200us``, ``1s``, ``2m`` (or ``2min``), ``1h``; a plain number is seconds.
 
-    Units in any case: ns, us (or µs), ms, s (or sec), min, h. Returns a finite float >= 0.
+    Units in any case: ns, us (or µs), ms, s (or sec), m (or min: minutes, as in ``--budget 2m``), h. Returns a
+    finite float >= 0.
+
+    >>> parse_seconds("2m"), parse_seconds("10min")
+    (120.0, 600.0)
     """
     try:
         number, unit = _split(text, name, _SECONDS_FORMS)

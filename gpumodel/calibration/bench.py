@@ -31,12 +31,14 @@ import sys
 import time
 from typing import Any, Callable
 
+from ..base.readable import duration
+from .budget import DEFAULT_BUDGET_S, budget_plan
 from .plan import Case, fit_cases, sweep_cases, widened_cases  # noqa: F401  (re-exported: the plans live in plan.py)
 from .runners import RUNNERS
 
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
-    "measure", "run_benchmarks", "environment_info", "progress", "launched_kernels", "device_seconds",
+    "measure", "run_benchmarks", "run_budget", "environment_info", "progress", "launched_kernels", "device_seconds",
     "host_seconds", "spin_rate",
     "widened_cases",
 ]
@@ -286,6 +288,38 @@ def run_benchmarks(cases: list[Case] | None = None, mode: str = "full", dry_run:
         if len(smi) == 2:
             env.update(sm_clock_mhz_end=smi[0], mem_clock_mhz_end=smi[1])
     return env, points
+
+
+def run_budget(budget: Any = None, jsonl: str | os.PathLike | None = None, show_progress: bool = True,
+               dry_run: bool = False) -> tuple[dict, list[dict], Any]:
+    """Measure the kernels of a calibration of ``budget`` (:func:`gpumodel.calibration.budget.budget_plan`).
+
+    Parameters
+    ----------
+    budget : float or str, optional
+        The whole calibration's budget [s], or text such as ``"3m"``; default
+        :data:`~gpumodel.calibration.budget.DEFAULT_BUDGET_S`.
+    jsonl : path-like, optional
+        Where to append the points as they are measured.
+    show_progress : bool
+        Print a progress bar.
+    dry_run : bool
+        Tiny sizes on the CPU (tests the code paths).
+
+    Returns
+    -------
+    tuple
+        ``(environment, points, plan)``: the machine, the measured points (``time_s`` [s]) and the
+        :class:`~gpumodel.calibration.budget.BudgetPlan`. Measuring stops at 1.5 times the plan's kernel time.
+    """
+    torch = import_torch()
+    if not dry_run and not torch.cuda.is_available():
+        raise CalibrationUnavailableError("no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)")
+    seconds = DEFAULT_BUDGET_S if budget is None else duration(budget, "budget")
+    plan = budget_plan(seconds, fp8=dry_run or _has_fp8(torch))
+    env, points = run_benchmarks(plan.cases, mode=f"budget {seconds:g} s", dry_run=dry_run, jsonl=jsonl,
+                                 show_progress=show_progress, time_budget_s=None if dry_run else 1.5 * plan.kernel_s)
+    return env, points, plan
 
 
 def _has_fp8(torch) -> bool:

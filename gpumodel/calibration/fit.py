@@ -55,6 +55,9 @@ LOWER_BOUNDS = {"overlap_p": 1.0, "vector_overlap_p": 1.0, "row_overlap_p": 1.0,
                 "attn_overlap_p": 1.0, "unaligned_sm_fill": 1.0,
                 "strided_overlap_p": 1.0}
 _HUBER = 0.02  # soft-L1 scale in log-time (2 %): close to least absolute deviations, i.e. to the median
+#: pseudo-measurements of its starting value each free parameter carries in a fit that starts from a transfer
+#: (:func:`fit_model`'s ``anchor``): one kernel's worth, so that what the points do not determine stays transferred
+ANCHOR_POINTS = 1.0
 
 
 def _predict_all(model: CalibrationModel, ps: PointSet) -> np.ndarray:
@@ -151,13 +154,23 @@ def tied_rates(gpu: Any) -> dict[str, str]:
     return {"flops_fp16": "flops_bf16"} if both and gpu.peak_flops("fp16") == gpu.peak_flops("bf16") else {}
 
 
+def _soft_l1(r: np.ndarray) -> np.ndarray:
+    """Residuals in log-time through the soft-L1 (pseudo-Huber) loss of scale ``_HUBER``, signed."""
+    return _HUBER * np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + (r / _HUBER) ** 2) - 1.0))
+
+
 def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free: list[str] | None = None,
               upper: Mapping[str, float] | None = None,
-              tied: Mapping[str, str] | None = None) -> tuple[CalibrationModel, dict]:
+              tied: Mapping[str, str] | None = None, anchor: float = 0.0) -> tuple[CalibrationModel, dict]:
     """Levenberg-Marquardt fit of ``start``'s parameters to the points; returns ``(model, report)``.
 
     ``upper`` adds upper bounds (e.g. the datasheet peaks for the ``flops_*`` rates); ``tied`` maps a
-    parameter to the one whose fitted value it takes (:func:`tied_rates`).
+    parameter to the one whose fitted value it takes (:func:`tied_rates`). ``anchor`` [points] adds, for each
+    free parameter, that many pseudo-measurements of its starting value: a residual
+    :math:`\\log(x / x_0)` through the same soft-L1 loss as a kernel's, so a parameter moves from where the fit
+    started as far as the points pull it, and a combination the points cannot tell apart (two rates that only
+    their ratio decides, a row kernel's dozen parameters over a handful of rows) stays where it started instead
+    of wandering to whatever fits the measured shapes best (:data:`ANCHOR_POINTS`).
     """
     free = free or _free_parameters(ps, start.params)
     tied = {k: v for k, v in (tied or {}).items() if v in free and k in start.params}
@@ -172,11 +185,13 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
         values = {k: float(math.exp(v)) for k, v in zip(free, x)}
         return start.replace(**values, **{k: values[v] for k, v in tied.items()})
 
-    def residual(x: np.ndarray) -> np.ndarray:
-        r = np.log(_predict_all(model_at(x), ps)) - logt
-        return _HUBER * np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + (r / _HUBER) ** 2) - 1.0))  # soft-L1
+    x = x0 = np.clip(np.array([math.log(start.params[k]) for k in free]), lo, hi)
+    w = math.sqrt(max(float(anchor), 0.0))
 
-    x = np.clip(np.array([math.log(start.params[k]) for k in free]), lo, hi)
+    def residual(x: np.ndarray) -> np.ndarray:
+        r = _soft_l1(np.log(_predict_all(model_at(x), ps)) - logt)
+        return np.concatenate([r, w * _soft_l1(x - x0)]) if w else r
+
     r = residual(x)
     # which points each parameter moves (a model evaluation per parameter, once): the Jacobian then
     # re-evaluates only those groups, which is most of the fit's time saved
@@ -194,8 +209,9 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
         out = out.copy()
         for g in groups:
             _, op, _, idx = ps.groups[g]
-            pred = np.log(np.asarray(predict(m, op).time_s, dtype=float)) - logt[idx]
-            out[idx] = _HUBER * np.sign(pred) * np.sqrt(2.0 * (np.sqrt(1.0 + (pred / _HUBER) ** 2) - 1.0))
+            out[idx] = _soft_l1(np.log(np.asarray(predict(m, op).time_s, dtype=float)) - logt[idx])
+        if w:
+            out[len(logt):] = w * _soft_l1(xv - x0)
         return out
 
     cost, lam, h = float(r @ r), 1e-2, 1e-4
@@ -251,7 +267,7 @@ def accuracy_table(model: CalibrationModel, ps: PointSet) -> dict[str, dict[str,
 
 def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any] | None = None,
                     keep_points: bool = True, validation: list[dict] | None = None, source: str = "",
-                    sustained_slowdown: float | None = None):
+                    sustained_slowdown: float | None = None, anchor: float | None = None):
     """Fit a :class:`~gpumodel.calibration.record.Calibration` for ``gpu`` to measured ``points``.
 
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
@@ -276,19 +292,25 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
         Where the measurements come from, in words (kept in the record).
     sustained_slowdown : float, optional
         Measured slowdown of compute-bound kernels under sustained load [ratio, >= 1].
+    anchor : float, optional
+        Pseudo-measurements of its starting value per free parameter [points] (:func:`fit_model`); default
+        :data:`ANCHOR_POINTS` where the fit starts from a transfer, else 0.
 
     Returns
     -------
     Calibration
-        The GPU's fitted parameters (SI units), the points [s] (when kept) and the fit and validation errors
-        (count, median and 90th percentile of ``|predicted/measured - 1|`` per op family) [1].
+        The GPU's fitted parameters (SI units), the points [s] (when kept), the fit and validation errors
+        (count, median and 90th percentile of ``|predicted/measured - 1|`` per op family) [1] and the families
+        measured.
     """
     g = _gpu(gpu) if isinstance(gpu, str) else gpu
     env = dict(environment or {})
     sm = int(env.get("sm_count") or g.sm_count)
     start = CalibrationModel(starting_parameters(g), sm, calibrated=False, name=g.name, gpu=g)
     ps = point_set(points)
-    model, report = fit_model(ps, start, upper=datasheet_bounds(g), tied=tied_rates(g))
+    moved = transfer_for(g)
+    anchor = (ANCHOR_POINTS if moved is not None else 0.0) if anchor is None else anchor
+    model, report = fit_model(ps, start, upper=datasheet_bounds(g), tied=tied_rates(g), anchor=anchor)
     acc = accuracy_table(model, ps)
     kept = [MeasuredPoint.from_point(p) for p in ps.points] if keep_points else []
     val = accuracy_table(model, point_set(validation)) if validation else {}
@@ -297,9 +319,11 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
         params["sustained_slowdown"] = float(f"{sustained_slowdown:.4g}")
     return Calibration.from_environment(
         g.name, env, params, sm, kept, fit_error=acc, validation_error=val, source=source,
+        measured_families=sorted(set(ps.families())),
         notes=(f"fitted by least squares in log-time to {len(ps.points)} kernels; free parameters: "
                f"{', '.join(report['free'])}"
                + "".join(f"; {k} = {v}" for k, v in report["tied"].items())
+               + (f"; each anchored at its starting value by {anchor:g} pseudo-kernel(s)" if anchor else "")
                + "; the others keep the values the fit started from: "
                + ("the shipped calibration carried to this GPU (gpumodel.calibration.transfer)"
                   if transfer_for(g) is not None else "the datasheet's default efficiencies")))
@@ -353,20 +377,26 @@ def gpu_for_device(device_name: str):
     return _gpu(str(device_name))
 
 
-def calibrate(gpu: Any = None, mode: str = "full", out: str | Path | None = None, show_progress: bool = True):
-    """Measure this machine's GPU with torch, fit, and (if ``out``) save the calibration YAML.
+def calibrate(gpu: Any = None, mode: str | None = None, out: str | Path | None = None, show_progress: bool = True,
+              budget: Any = None):
+    """Measure this machine's GPU's kernels with torch, fit, and (if ``out``) save the calibration YAML.
+
+    The kernels only: ``gpumodel calibrate`` also measures the host's per-op costs and the sustained-load slowdown.
 
     Parameters
     ----------
     gpu : GPUSpec or str, optional
         The GPU measured (default: the one whose name the driver reports, :func:`gpu_for_device`).
-    mode : {"quick", "full"}
-        ``quick`` (about 100 kernels, under a minute on a data-center GPU) or ``full`` (about 450, a few
-        minutes); see :func:`gpumodel.calibration.plan.fit_cases`.
+    mode : {"quick", "full"}, optional
+        One of the first plans (:func:`gpumodel.calibration.plan.fit_cases`: GEMMs, streams, rows and flash attention
+        only) instead of the budgeted plan of every family.
     out : path-like, optional
         Where to write the calibration YAML (not written when None).
     show_progress : bool
         Print progress while measuring.
+    budget : float or str, optional
+        The budget of a whole ``gpumodel calibrate`` run [s] or text such as ``"3m"``, which sizes the kernel plan
+        (:func:`gpumodel.calibration.budget.budget_plan`; default its :data:`~gpumodel.calibration.budget.DEFAULT_BUDGET_S`).
 
     Returns
     -------
@@ -379,7 +409,10 @@ def calibrate(gpu: Any = None, mode: str = "full", out: str | Path | None = None
     CalibrationUnavailableError
         torch is not installed or sees no CUDA GPU.
     """
-    env, points = bench.run_benchmarks(mode=mode, show_progress=show_progress)
+    if mode is not None:
+        env, points = bench.run_benchmarks(mode=mode, show_progress=show_progress)
+    else:
+        env, points, _ = bench.run_budget(budget, show_progress=show_progress)
     cal = fit_calibration(points, gpu if gpu is not None else gpu_for_device(env.get("device_name", "")), env)
     if out is not None:
         cal.save(out)

@@ -98,6 +98,10 @@ class Calibration(BaseModel):
         The measurements the parameters were fitted to.
     fit_error, validation_error : dict
         Per-family ``|predicted/measured - 1|`` on the fit points and on a separate set.
+    measured_families : list of str
+        The reporting families (:func:`~gpumodel.calibration.points.family_of`) the run measured; every parameter
+        of another family keeps the value the fit started from (the shipped calibration carried to this GPU where
+        an architecture prior applies). Empty in records written before it was kept.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -116,6 +120,7 @@ class Calibration(BaseModel):
     fit_error: dict[str, FitError] = Field(default_factory=dict)
     validation_error: dict[str, FitError] = Field(default_factory=dict)
     points: list[MeasuredPoint] = Field(default_factory=list)
+    measured_families: list[str] = Field(default_factory=list)
     source: str = ""
     notes: str = ""
 
@@ -144,8 +149,9 @@ class Calibration(BaseModel):
         """The calibrated :class:`~gpumodel.calibration.model.CalibrationModel`."""
         measured = {p.op for p in self.points}
         measured |= {f"matmul:{p.dtype}" for p in self.points if p.op in ("matmul", "bmm")}
-        if not self.points:  # a record without its points: trust the families it reports errors for
-            measured = {f.replace("_fwd", "").replace("_bwd", "") for f in self.fit_error if f != "overall"}
+        if not self.points:  # a record without its points: the families it says it measured, else those it reports
+            families = self.measured_families or [f for f in self.fit_error if f != "overall"]
+            measured = {_op_of_family(f) for f in families}
             measured |= {f"matmul:{k[6:]}" for k in self.parameters if k.startswith("flops_")}
         # a record fitted before a mechanism existed lacks its parameters: those take the datasheet default
         # (GEMM rates excepted: a dtype the record has no rate for stays unsupported)
@@ -168,7 +174,7 @@ class Calibration(BaseModel):
     def from_environment(cls, gpu: str, env: Mapping[str, Any], parameters: Mapping[str, float], sm_count: int,
                          points: list[MeasuredPoint], fit_error: Mapping[str, Any] | None = None,
                          validation_error: Mapping[str, Any] | None = None, source: str = "",
-                         notes: str = "") -> "Calibration":
+                         notes: str = "", measured_families: list[str] | None = None) -> "Calibration":
         clocks = {}
         for key in ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "sm_clock_mhz_end", "mem_clock_mhz_end",
                     "power_limit_w"):
@@ -183,7 +189,8 @@ class Calibration(BaseModel):
                    timer=str(env.get("timer") or cls.model_fields["timer"].default),
                    mode=str(env.get("mode", "full")), parameters=dict(parameters),
                    fit_error=dict(fit_error or {}), validation_error=dict(validation_error or {}),
-                   points=list(points), source=source, notes=notes)
+                   points=list(points), measured_families=sorted(measured_families or []), source=source,
+                   notes=notes)
 
     # ------------------------------------------------------------------ files
     def to_yaml(self) -> str:
@@ -222,6 +229,19 @@ class Calibration(BaseModel):
                 f"launch {p['launch_s'] * 1e6:.2f} us, bandwidth {p['bandwidth'] / 1e12:.2f} TB/s, {rates}{err})")
 
     __str__ = __repr__
+
+
+def _op_of_family(family: str) -> str:
+    """The op a reporting family belongs to: ``attention_decode`` -> ``attention``, ``matmul_weight_only`` ->
+    ``matmul``, ``embedding_bwd`` -> ``embedding``.
+
+    >>> [_op_of_family(f) for f in ("attention_naive_bwd", "matmul_weight_only", "cross_entropy_bwd", "softmax")]
+    ['attention', 'matmul', 'cross_entropy', 'softmax']
+    """
+    for op in ("attention", "matmul"):
+        if family.startswith(op + "_"):
+            return op
+    return family.removesuffix("_bwd").removesuffix("_fwd")
 
 
 def load_calibration(path: str | os.PathLike) -> Calibration:

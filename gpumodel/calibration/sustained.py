@@ -23,10 +23,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from .bench import FLUSH_BYTES, make_runner, time_events
 from .cases import make_case
 
-__all__ = ["sustained_slowdown", "slowdown", "measure_sustained", "SUSTAINED_CASES", "COMPUTE_RATE_PREFIXES"]
+__all__ = ["sustained_slowdown", "slowdown", "measure_sustained", "clock_share", "SUSTAINED_CASES",
+           "COMPUTE_RATE_PREFIXES"]
 
 #: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
 SUSTAINED_CASES = [make_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
@@ -68,6 +71,56 @@ def slowdown(rows: Iterable[dict], last_windows: int = 8) -> float:
     if not ratios:
         raise ValueError("no compute-bound kernel with sustained timings")
     return float(statistics.median(ratios))
+
+
+def clock_share(isolated_s: Any, extra_s: Any, slowdown: float) -> Any:
+    """How much of the sustained-load slowdown a stretch of back-to-back work takes: the share of its time whose
+    kernels follow the SM clock [1].
+
+    Parameters
+    ----------
+    isolated_s : float or array
+        The stretch's kernels timed alone, summed [s] (:math:`\\sum_i n_i t_{iso,i}`).
+    extra_s : float or array
+        What they add under sustained load, summed [s] (:math:`\\sum_i n_i (t_{sus,i} - t_{iso,i})`, each kernel priced
+        with the compute rates divided by ``slowdown``).
+    slowdown : float
+        The calibration's ``sustained_slowdown`` [ratio]: compute-bound kernels back to back, alone.
+
+    Returns
+    -------
+    float or array
+        :math:`f` in [0, 1]; each kernel of the stretch takes :math:`t_{iso} + f (t_{sus} - t_{iso})`.
+
+    Notes
+    -----
+    The board's power limit holds the power averaged over the work, within tens of milliseconds (the measured
+    slowdown shows in the first quarter second of back-to-back GEMMs). Compute-bound kernels alone draw more than
+    the limit at the boost clock, and the clock falls until they do not, by ``slowdown``; memory-bound kernels draw
+    less. A stretch whose clock-bound kernels take a share :math:`f` of its time draws, to first order, :math:`f` of
+    their excess, and its clock falls by :math:`f` of theirs:
+
+    .. math::
+
+        f = \\frac{\\sum_i n_i (t_{sus,i} - t_{iso,i})}{(s - 1) \\sum_i n_i t_{iso,i}}, \\quad
+        s_{eff} = 1 + (s - 1) f
+
+    (a kernel wholly bound by the SM clock has :math:`t_{sus} = s\\, t_{iso}`, so :math:`f` is its share of the time).
+    A training step of a 7B model, its GEMMs most of its time, takes most of the slowdown; a prefill of a few hundred
+    tokens or a decode step, bound by the memory, little of it.
+
+    Examples
+    --------
+    >>> clock_share(10.0, 0.6, 1.12)          # half the time in GEMMs that are 12% slower under load
+    0.5
+    >>> clock_share(10.0, 0.0, 1.0)           # a calibration without a slowdown
+    0.0
+    """
+    if not slowdown > 1.0:
+        return 0.0 * np.asarray(isolated_s, dtype=float) if np.ndim(isolated_s) else 0.0
+    iso = np.asarray(isolated_s, dtype=float)
+    share = np.clip(np.asarray(extra_s, dtype=float) / ((slowdown - 1.0) * np.where(iso > 0, iso, 1.0)), 0.0, 1.0)
+    return float(share) if share.ndim == 0 else share
 
 
 def _back_to_back(torch: Any, fn: Callable[[], Any], seconds: float, window_s: float = 0.25) -> list[dict]:

@@ -1,23 +1,26 @@
 """``gpumodel calibrate``: measure this machine's GPU with PyTorch and save a calibration YAML.
 
-Measuring (the default) times the kernels of every family the time model prices, holds every fifth one out of
-the fit to report the fit's error against the transfer's on them, measures this host's per-op costs of eager
-PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and the slowdown of
-compute-bound kernels under sustained load (kept as ``sustained_slowdown``; ``--no-sustained`` skips it). Every
-parameter the run does not determine keeps the value of the shipped calibration carried to this GPU.
+Measuring (the default) times kernels of every family the time model prices, as many as ``--budget`` allows
+(:func:`gpumodel.calibration.budget.budget_plan`: each family sampled at one rate, a few kernels at least), holds
+every fifth one out of the fit to report the fit's error beside the transfer's on them, measures this host's
+per-op costs of eager PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and
+the slowdown of compute-bound kernels under sustained load (kept as ``sustained_slowdown``; ``--no-sustained``
+skips it). The record lists the families measured (``measured_families``); every parameter the run does not
+determine keeps the value of the shipped calibration carried to this GPU.
 
 Examples::
 
-    gpumodel calibrate --quick --out my-gpu.yaml       # about two minutes with host and sustained clocks
-    gpumodel calibrate --out my-gpu.yaml --points raw.jsonl
+    gpumodel calibrate --out my-gpu.yaml                  # about three minutes, host costs and sustained clocks too
+    gpumodel calibrate --budget 10m --out my-gpu.yaml --points raw.jsonl
     gpumodel estimate --gpu h200 matmul 4096 4096 4096 --calibration my-gpu.yaml
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
-from ._common import input_path, output_path, print_json, print_table, refuse
+from ._common import input_path, output_path, parse_seconds, print_json, print_table, refuse
 from ..base.errors import ArgumentError, GpumodelError, UnsupportedError
 from ..vocabulary.gpus import gpu
 
@@ -29,7 +32,8 @@ JSON output (--json), SI units:
   fit_error, validation_error {family: {n, median, p90}} (absolute relative error [fraction]
   on the fitted and on the held-out points), transfer_validation_error (the same for the shipped
   calibration carried to this GPU, on the same held-out points; absent where no transfer applies),
-  host_file (the host costs written, or null), sustained_slowdown (or null).
+  host_file (the host costs written, or null), sustained_slowdown (or null), measured_families,
+  budget_s (the budget the kernel plan was sized to [s], or null with --from-points), kernels (measured).
 """
 
 #: one measured kernel in this many is held out of the fit when no --validation is given
@@ -39,8 +43,10 @@ HOLD_OUT_EVERY = 5
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="measure this GPU with torch and fit a calibration (needs torch + CUDA)",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="about 120 kernels, the kernels under a minute (default: full, ~600 kernels)")
+    p.add_argument("--budget", type=parse_seconds, metavar="TIME",
+                   help="about how long the whole run takes (kernels, host costs, sustained load, fit): 1m, 3m, 10m; "
+                        "the kernel plan is sized to it, every family at any budget (default: 3m, about 450 kernels)")
+    p.add_argument("--quick", action="store_true", help="the same as --budget 1m (about 110 kernels)")
     p.add_argument("--from-points", metavar="JSONL",
                    help="fit measurements taken earlier (JSON lines) instead of measuring; needs no torch or GPU")
     p.add_argument("--validation", metavar="JSONL", nargs="+",
@@ -59,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "which training_step_time reads; or pass it as host=); default <out>.host.yaml")
     p.add_argument("--no-host", action="store_true", help="do not measure the host's per-op costs")
     p.add_argument("--no-sustained", action="store_true",
-                   help="do not measure the slowdown under sustained load (training steps then use 1.0)")
+                   help="do not measure the slowdown under sustained load (training steps then use the transfer's)")
+    p.add_argument("--sustained-points", metavar="JSONL",
+                   help="also keep the sustained-load timings (isolated and back to back, per kernel) as JSON lines")
     p.set_defaults(func=_run)
 
 
@@ -82,19 +90,30 @@ def _load(path: str, option: str) -> tuple[dict, list]:
 
 def _run(args: argparse.Namespace) -> int:
     output_path(args.out, "--out")
-    if args.points:
-        output_path(args.points, "--points")
+    for option, path in (("--points", args.points), ("--sustained-points", args.sustained_points)):
+        if path:
+            output_path(path, option)
     refuse(["--host-out"] if args.host_out and args.no_host else [], "cannot be given with --no-host")
-    refuse(["--sustained"] if args.sustained and args.no_sustained else [], "cannot be given with --no-sustained")
+    refuse([name for name, on in (("--sustained", args.sustained), ("--sustained-points", args.sustained_points))
+            if on and args.no_sustained], "cannot be given with --no-sustained")
+    refuse(["--quick"] if args.quick and args.budget is not None else [], "cannot be given with --budget")
     g = gpu(args.gpu) if args.gpu else None
     validation = [pt for path in args.validation for pt in _load(path, "--validation")[1]] if args.validation else None
     if args.from_points:
-        given = [name for name, on in (("--quick", args.quick), ("--points", args.points),
-                                       ("--no-progress", args.no_progress), ("--host-out", args.host_out),
-                                       ("--no-host", args.no_host), ("--no-sustained", args.no_sustained)) if on]
+        given = [name for name, on in (("--quick", args.quick), ("--budget", args.budget is not None),
+                                       ("--points", args.points), ("--no-progress", args.no_progress),
+                                       ("--host-out", args.host_out), ("--no-host", args.no_host),
+                                       ("--no-sustained", args.no_sustained),
+                                       ("--sustained-points", args.sustained_points)) if on]
         refuse(given, "applies when measuring; it cannot be given with --from-points")
         env, points = _load(args.from_points, "--from-points")
         return _fit_and_save(args, g, env, points, validation)
+    from gpumodel.calibration.budget import DEFAULT_BUDGET_S, MIN_BUDGET_S
+
+    budget = 60.0 if args.quick else DEFAULT_BUDGET_S if args.budget is None else args.budget
+    if budget < MIN_BUDGET_S:
+        raise ArgumentError(f"--budget {budget:g} s: at least {MIN_BUDGET_S:g} s (1m), in which every family is "
+                            "measured once", argument="--budget", value=budget, allowed=f">= {MIN_BUDGET_S:g} s")
     host_out = None if args.no_host else (args.host_out or _host_path(args.out))
     if host_out:
         output_path(host_out, "--host-out")
@@ -108,8 +127,8 @@ def _run(args: argparse.Namespace) -> int:
                                "run this on the machine with the GPU")
     from gpumodel.calibration import bench
 
-    env, points = bench.run_benchmarks(mode="quick" if args.quick else "full", jsonl=args.points,
-                                       show_progress=not args.no_progress)
+    env, points, plan = bench.run_budget(budget, jsonl=args.points, show_progress=not args.no_progress)
+    args.budget_s = budget
     if validation is None:   # hold every fifth kernel out of the fit: the fit's error and the transfer's on them
         validation = points[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
         points = [pt for i, pt in enumerate(points) if (i + 1) % HOLD_OUT_EVERY]
@@ -117,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     if host_out:
         from gpumodel.training.hostfit import fit_host_costs, measure_host, save_host_costs
 
-        hc = fit_host_costs(measure_host("cuda", n=500 if args.quick else 2000), source=args.source)
+        hc = fit_host_costs(measure_host("cuda", n=plan.host_calls), source=args.source, base=_shipped_host(g, env))
         save_host_costs(hc, host_out, {"device_name": str(env.get("device_name", "")),
                                        "torch_version": str(env.get("torch_version", ""))})
         args.host_file = str(host_out)
@@ -126,8 +145,27 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_sustained and not args.sustained:
         from gpumodel.calibration.sustained import measure_sustained, slowdown
 
-        args.measured_slowdown = slowdown(measure_sustained(3.0 if args.quick else 6.0))
+        rows = measure_sustained(plan.sustained_s)
+        if args.sustained_points:
+            _write_rows(args.sustained_points, rows)
+        args.measured_slowdown = slowdown(rows)
     return _fit_and_save(args, g, env, points, validation)
+
+
+def _shipped_host(g, env: dict):
+    """The host costs a run's unmeasured fields are carried from: the GPU's shipped ones, else the reference GPU's."""
+    from gpumodel.calibration.fit import gpu_for_device
+    from gpumodel.calibration.transfer import REFERENCE
+    from gpumodel.training.hostcost import host_costs_for
+
+    shipped = host_costs_for((g or gpu_for_device(str(env.get("device_name", "")))).name)
+    return shipped if shipped.calibrated else host_costs_for(REFERENCE)
+
+
+def _write_rows(path: str, rows: list) -> None:
+    """``rows`` as JSON lines."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row) + "\n" for row in rows)
 
 
 def _host_path(out: str) -> str:
@@ -159,7 +197,9 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
         print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error,
                     "validation_error": cal.validation_error, "transfer_validation_error": transferred,
                     "host_file": getattr(args, "host_file", None),
-                    "sustained_slowdown": cal.parameters.get("sustained_slowdown") if slow is not None else None})
+                    "sustained_slowdown": cal.parameters.get("sustained_slowdown") if slow is not None else None,
+                    "measured_families": cal.measured_families, "budget_s": getattr(args, "budget_s", None),
+                    "kernels": len(points) + len(validation or [])})
         return 0
     print(f"wrote {path}: {len(cal.points)} kernels on {cal.device_name} ({g.name})")
     print_table(["parameter", "value"], [(k, f"{v:.4g}") for k, v in cal.parameters.items()], align_numbers=False)
@@ -172,6 +212,10 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
                      f"{t['median']:.1%}" if t else "-"))
     print_table(["family", "fit n", "fit median", "fit p90", "held-out n", "held-out median", "held-out p90",
                  "transfer median"], rows)
+    mine, theirs = cal.validation_error.get("overall"), transferred.get("overall")
+    if mine is not None and theirs:
+        print(f"held-out kernels ({mine.n}): median error {mine.median:.1%} with this calibration, "
+              f"{theirs['median']:.1%} with the shipped calibration carried to this GPU")
     if slow is not None:
         print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work)")
     return 0

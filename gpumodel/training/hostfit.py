@@ -67,8 +67,36 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return max(float(base), 0.0), max(float(slope), 0.0)
 
 
-def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
-    """A :class:`HostCosts` from microbenchmark rows; fields without rows keep their defaults."""
+#: host times a run may not measure (the compiled and eager-expert paths, cuBLAS's choice of a new GEMM shape,
+#: checkpointing's hooks, syncs): per-op CPU work, which a faster CPU does faster in proportion
+_CPU_TIMES = ("op_nograd_s", "view_s", "module_s", "autocast_s", "backward_op_s", "checkpoint_forward_s",
+              "checkpoint_backward_s", "launch_s", "item_s", "nonzero_s", "compile_launch_s", "compile_forward_s",
+              "compile_backward_s", "expert_forward_s", "expert_backward_s", "gemm_shape_s", "gemm_shape_k_s", "clip_s",
+              "clip_tensor_s", "zero_grad_tensor_s")
+
+
+def fit_host_costs(rows: Iterable[dict], source: str = "", base: HostCosts | None = None) -> HostCosts:
+    """A :class:`HostCosts` from microbenchmark rows.
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Microbenchmark rows (``kind`` "host" or "layers"), as :func:`measure_host` or ``bench/measure_step_time.py``
+        write them.
+    source : str
+        Where the rows come from, in words.
+    base : HostCosts, optional
+        What the fields without rows keep (default :data:`~gpumodel.training.hostcost.DEFAULT_HOST`, as they are).
+        Given a measured host (the shipped one of a GPU), its per-op CPU times the rows do not measure are carried
+        to this host in proportion to the measured per-op cost ``op_s`` (a faster CPU dispatches every kind of call
+        faster alike), and its per-layer scales of Hugging Face's Python glue (ratios) and the GPU's floor per tiny
+        kernel are kept as they are.
+
+    Returns
+    -------
+    HostCosts
+        Per-op host costs [s] and per-layer scales [1].
+    """
     rows = list(rows)
     layer_rows = [r for r in rows if r.get("kind") == "layers" and r.get("status", "ok") == "ok" and "hf_config" in r]
     plain_rows = [r for r in layer_rows if not r.get("compile") and not r.get("experts_requested")]
@@ -119,7 +147,7 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
         out["item_s"] = by["item_idle"][0]["host_per_op_s"]
     if by.get("graph_tiny_kernel"):
         out["kernel_floor_s"] = by["graph_tiny_kernel"][0]["wall_per_op_s"]
-    optimizer = dict(DEFAULT_HOST.optimizer)
+    optimizer = dict((DEFAULT_HOST if base is None else _carried(base, out)).optimizer)
     groups: dict[str, list[tuple[float, float]]] = {}
     small = min((r["numel"] for r in by.get("optimizer_sweep", [])), default=None)
     for r in by.get("optimizer_step", []) + [r for r in by.get("optimizer_sweep", []) if r["numel"] == small]:
@@ -142,9 +170,17 @@ def fit_host_costs(rows: Iterable[dict], source: str = "") -> HostCosts:
             out[name] = max(statistics.median(r["new_s"] - r["cached_s"] for r in by[bench]), 0.0)
     out.update(_expert_loop(layer_rows))
     out.update(_compiled(layer_rows))
-    hc = replace(DEFAULT_HOST, **out, layers={}, calibrated=bool(out),
-                 source=source or "fitted from host microbenchmarks")
-    return replace(hc, layers=_layer_scales(hc, plain_rows))
+    start = DEFAULT_HOST if base is None else _carried(base, out)
+    hc = replace(start, **out, layers={}, calibrated=bool(out), source=source or "fitted from host microbenchmarks")
+    return replace(hc, layers=_layer_scales(hc, plain_rows) or (dict(base.layers) if base is not None else {}))
+
+
+def _carried(base: HostCosts, measured: dict) -> HostCosts:
+    """``base`` with its CPU times scaled by this host's measured ``op_s`` over its own (unscaled without one)."""
+    ratio = measured["op_s"] / base.op_s if "op_s" in measured and base.op_s > 0 else 1.0
+    times = {k: getattr(base, k) * ratio for k in _CPU_TIMES}
+    optimizer = {k: (a * ratio, b * ratio) for k, (a, b) in base.optimizer.items()}
+    return replace(base, **times, optimizer=optimizer)
 
 
 def combine_host_costs(fits: list[HostCosts], source: str = "") -> HostCosts:

@@ -36,7 +36,8 @@ import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.bands import HOST_BOUND_NOTE, error_band, step_regime
-from ..calibration.estimate import estimate as _estimate, resolve_calibration
+from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration
+from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
 from ..core.sizing import fits as memory_fits
 from .hostcost import host_costs_for, timeline
@@ -265,6 +266,11 @@ def _expert_load(cfg: TransformerConfig, expert_load: Any) -> np.ndarray:
     return load
 
 
+def _slowdown(g: Any, calibrated: bool, calibration: Any) -> float:
+    """The ``sustained_slowdown`` of the model that prices the GPU's kernels [ratio] (1 where it has none)."""
+    return float(model_for(g, calibrated=calibrated, calibration=calibration)[0].params.get("sustained_slowdown", 1.0))
+
+
 def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                          precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
                          fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
@@ -331,17 +337,30 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                        fused=fused, foreach=foreach, gradient_accumulation_steps=accum, clip_grad_norm=clip_grad_norm,
                        compile=compile, experts=experts.value, expert_load=expert_load,
                        attention_kernel=kernel.value)
-    cache: dict[int, tuple[float, bool]] = {}
+    # each kernel timed alone and under sustained load (compute rates over the slowdown); the step, back-to-back
+    # work, takes the share of the slowdown its clock-bound kernels' time gives it (sustained.clock_share)
+    priced: dict[int, tuple[float, float, bool]] = {}
     sources: set[str] = set()   # where the kernel times came from: "calibrated", "transferred" or "datasheet"
+    isolated_s = extra_s = 0.0
+    for block in blocks:
+        for op, *_ in block.kernels:
+            if op is None:
+                continue
+            if id(op) not in priced:
+                alone = _estimate(op, g, calibrated=calibrated, calibration=calibration)
+                loaded = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
+                priced[id(op)] = (float(alone.seconds), float(loaded.seconds), bool(loaded.calibrated))
+                sources.add(loaded.source)
+            alone_s, loaded_s, _ = priced[id(op)]
+            isolated_s += block.repeat * alone_s
+            extra_s += block.repeat * (loaded_s - alone_s)
+    share = clock_share(isolated_s, extra_s, _slowdown(g, calibrated, calibration))
 
     def device_s(op) -> tuple[float, bool]:
         if op is None:
             return 0.0, False
-        if id(op) not in cache:
-            est = _estimate(op, g, calibrated=calibrated, calibration=calibration, sustained=True)
-            cache[id(op)] = (float(est.seconds), bool(est.calibrated))
-            sources.add(est.source)
-        return cache[id(op)]
+        alone_s, loaded_s, cal = priced[id(op)]
+        return alone_s + share * (loaded_s - alone_s), cal
 
     hosts, devices, syncs = [], [], []
     kernel_by_phase = {"forward": 0.0, "backward": 0.0, "recompute": 0.0, "optimizer": 0.0}
