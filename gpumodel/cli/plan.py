@@ -224,7 +224,7 @@ def _plan(args: argparse.Namespace) -> int:
     print(textwrap.fill(f"{plan.model} on {plan.system} ({plan.framework}): {format_count(plan.tokens)} tokens, global "
                         f"batch {plan.global_batch} x {plan.seq_len} tokens, "
                         f"{plan.attention_kernel.replace(',', ' or ')} attention"
-                        f"{ {True: ', fp8 GEMMs', False: ''}.get(plan.fp8, ', with and without fp8 GEMMs')}; "
+                        f"{plan.fp8_text()}; "
                         f"{plan.feasible:,} of {plan.candidates:,} layouts fit ({plan.search_s:.1f} s). {ranked}; times "
                         "are modelled, not measured.", 110, subsequent_indent="  "))
     err = "unknown (nothing measured backs it)" if plan.expected_error is None else f"about {plan.expected_error:.0%}"

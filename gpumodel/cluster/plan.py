@@ -24,7 +24,7 @@ from ..calibration.bands import PARALLEL_STEP_REGIME, error_band
 from ..calibration.estimate import model_for, resolve_calibration
 from ..training.layer import attention_kernel_on
 from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag,
-                          grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
+                          fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           positive_number, precision as _precision, resolve_model, resolve_system, token_count)
 from .planprice import distinct_rows, parallel_model_error, memory_per_gpu, run_metrics, shard_table, step_parts
 from .planresult import PlanRow, TrainingPlan
@@ -282,15 +282,9 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                                         lambda v, name: attention_kernel_on(v, g, prec.compute_dtype.value, name).value)))
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
-    fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", flag)))
+    fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", lambda v, name: fp8_training(v, fw, g, name))))
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     reduce_fmt = None if reduce_fmt is None else reduce_fmt.value
-    if any(fp8s) and fw != Framework.MEGATRON:
-        raise ArgumentError(f"fp8 is Transformer Engine's recipe as Megatron-Core runs it; framework={fw.value!r} is "
-                            "not planned with it", argument="fp8", value=fp8, allowed="False, or framework='megatron'")
-    if any(fp8s) and not g.supports("fp8"):
-        raise ArgumentError(f"fp8 needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
-                            allowed="False on this GPU")
     if not isinstance(objective, str) or objective not in _OBJECTIVES:
         raise ArgumentError(f"objective={objective!r} is not one of 'time', 'cost', 'energy'", argument="objective",
                             value=objective, allowed="'time', 'cost', 'energy'")

@@ -289,10 +289,14 @@ class TrainingPlan:
 
         return pd.DataFrame(self.rows)
 
+    def fp8_text(self) -> str:
+        """What the plan searched of fp8, as its headline says it: ``", fp8 GEMMs"``, ``""`` or both."""
+        return {True: ", fp8 GEMMs", False: ""}.get(self.fp8, ", with and without fp8 GEMMs")
+
     def headline(self) -> str:
         """One line: the job, how many layouts were priced and fit, what ranks them."""
         kernel = f", attention {self.attention_kernel.replace(',', ' or ')}" if self.attention_kernel != "sdpa" else ""
-        kernel += {True: ", fp8 GEMMs", False: ""}.get(self.fp8, ", with and without fp8 GEMMs")
+        kernel += self.fp8_text()
         return (f"{self.model} on {self.system} ({self.framework}), {format_count(self.tokens)} tokens, batch "
                 f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
                 f"layouts fit, ranked by {self.objective}")

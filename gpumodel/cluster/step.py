@@ -32,7 +32,7 @@ from ..records.transformer import TransformerConfig
 from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
-                          grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
+                          fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, resolve_model, resolve_system)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
@@ -179,7 +179,6 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     opt = choice(Optimizer, optimizer, "optimizer")
     ckpt = checkpointing_mode(checkpointing)
     calibrated = flag(calibrated, "calibrated")
-    fp8 = flag(fp8, "fp8")
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
@@ -193,13 +192,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
-    if fp8 and not g.supports("fp8"):
-        raise ArgumentError(f"fp8=True needs fp8 tensor cores; {g.name} has none", argument="fp8", value=fp8,
-                            allowed="False on this GPU")
-    if fp8 and fw != Framework.MEGATRON:
-        raise ArgumentError(f"fp8=True is Transformer Engine's fp8 recipe as Megatron-Core runs it; framework="
-                            f"{fw.value!r} is not modelled with it", argument="fp8", value=fp8,
-                            allowed="framework='megatron'")
+    fp8 = fp8_training(fp8, fw, g)
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
         raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")

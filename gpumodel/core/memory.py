@@ -29,7 +29,7 @@ import numpy as np
 from ..base.errors import ArgumentError
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
 from ..vocabulary import (Checkpointing, Framework, Optimizer, broadcastable, checkpointing_mode, choice,
-                          deprecated_alias, divides, flag, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
+                          deprecated_alias, divides, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
                           precision as _precision, resolve_model, within_positions)
 from ..vocabulary.parallel_rules import parallel_degrees
 from .activations import Attention, resolve_attention
@@ -226,11 +226,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                   checkpointing=ckpt.value, attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
     finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
 
-    fp8 = flag(fp8, "fp8")
+    fp8 = fp8_training(fp8, fw)
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
-    if fp8 and fw != Framework.MEGATRON:
-        raise ArgumentError(f"fp8 memory is modelled for Transformer Engine under Megatron-Core; framework="
-                            f"{fw.value!r} is not", argument="fp8", value=fp8, allowed="framework='megatron'")
     if fw == Framework.MEGATRON:
         scores = resolve_attention(cfg, prec, attn) in (Attention.MATH, Attention.EAGER)
         moments, steady = megatron_moments(cfg, b, s, prec, opt, ckpt, scores, micro_batches=m, dp=dp, tp=tp, pp=pp,

@@ -268,6 +268,24 @@ def grad_reduce_dtype(value: Any, framework: Any, name: str = "grad_reduce_dtype
     return fmt
 
 
+def fp8_training(value: Any, framework: Any, gpu: Any = None, name: str = "fp8") -> bool:
+    """``fp8=``: Transformer Engine's fp8 recipe as Megatron-Core runs it, refused naming ``name`` with another
+    ``framework`` or on a ``gpu`` (when given) without fp8 tensor cores.
+
+    >>> fp8_training(True, Framework.MEGATRON), fp8_training(False, Framework.HF)
+    (True, False)
+    """
+    on = flag(value, name)
+    if on and framework != Framework.MEGATRON:
+        raise ArgumentError(f"{name}=True is Transformer Engine's fp8 recipe as Megatron-Core runs it; framework="
+                            f"{getattr(framework, 'value', framework)!r} is not modelled with it", argument=name,
+                            value=value, allowed="False, or framework='megatron'")
+    if on and gpu is not None and not gpu.supports("fp8"):
+        raise ArgumentError(f"{name}=True needs fp8 tensor cores; {gpu.name} has none", argument=name, value=value,
+                            allowed="False on this GPU")
+    return on
+
+
 class ExpertsImplementation(StrEnum):
     """How Hugging Face runs a mixture-of-experts layer (transformers ``experts_implementation``)."""
 
