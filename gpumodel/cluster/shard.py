@@ -26,9 +26,15 @@ from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
 from .kernelprice import price_kernels
 
-__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels"]
+__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels", "FP8_SPLIT_ACCUMULATION"]
 
 _COMPUTE = {"matmul", "attention", "bmm"}
+
+#: Time of an fp8 GEMM with the split accumulator (partial sums promoted to fp32 at intervals; cuBLASLt's fast
+#: accumulation off), over the same GEMM with fast accumulation [1]. Transformer Engine's recipes run the data- and
+#: weight-gradient GEMMs this way. Median of 84 backward GEMMs of fp8 training runs' layer shapes (e5m2 x e4m3,
+#: quartiles 1.038-1.080) measured on an H100 SXM: ``tests/data/calibration/fp8/h100``, ``python bench/fp8_gemms.py``.
+FP8_SPLIT_ACCUMULATION = 1.06
 
 
 @dataclass(frozen=True)
@@ -184,15 +190,16 @@ def fp8_cast_kernels(cfg: TransformerConfig, tokens) -> dict:
             "backward": [memory_kernel(tokens * (q + 2 * h + up), 2, 2)]}
 
 
-def _phase_times(kernels, prices):
+def _phase_times(kernels, prices, slower: float = 1.0):
     """Compute, memory-bound and attention time, FLOPs and memory-bound bytes of ``kernels``, a list of
     ``(op, launches, is_attention)`` (:func:`_with_impl` applied); ``prices`` maps ``id(op)`` to its
-    :class:`~gpumodel.cluster.kernelprice.KernelPrice`."""
+    :class:`~gpumodel.cluster.kernelprice.KernelPrice`; fp8 GEMMs take ``slower`` times their price (the backward's
+    split accumulator, :data:`FP8_SPLIT_ACCUMULATION`)."""
     comp = mem = attn = flops = mem_bytes = 0.0
     used = False
     for op, n, is_attn in kernels:
         est = prices[id(op)]
-        t = n * est.seconds
+        t = n * est.seconds * (slower if op.name == "matmul" and str(op.dtype) == "fp8" else 1.0)
         used = used or est.calibrated
         flops = flops + n * op.flops
         if is_attn:
@@ -262,7 +269,9 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
     every = [op for by_phase in expanded.values() for ks in by_phase.values() for op, _, _ in ks]
     every += casts["forward"] + casts["backward"]
     prices = dict(zip(map(id, every), price_kernels(every, gpu, calibrated=calibrated, calibration=calibration)))
-    phases = {layers: {ph: _phase_times(ks, prices) for ph, ks in by_phase.items()} for layers, by_phase in expanded.items()}
+    split = {"backward": FP8_SPLIT_ACCUMULATION}
+    phases = {layers: {ph: _phase_times(ks, prices, split.get(ph, 1.0)) for ph, ks in by_phase.items()}
+              for layers, by_phase in expanded.items()}
     timed = [(np.sum(n * prices[id(op)].seconds), prices[id(op)]) for ph in ("forward", "backward")
              for op, n, _ in expanded[1][ph]]
     known = [(t, p.expected_error) for t, p in timed if p.expected_error is not None]
