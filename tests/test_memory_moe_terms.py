@@ -114,3 +114,17 @@ def test_measured_mixtral_under_autocast():
     assert abs(held / (row["alloc_after_fwd"] - row["alloc_steady"]) - 1) < 0.005
     peak = gm.training_memory(cfg, row["batch"], row["seq"], precision="amp_bf16", optimizer="adamw").peak_bytes
     assert abs((peak - CUBLAS_WORKSPACE_BYTES) / row["peak_bytes"] - 1) < 0.005
+
+
+def test_fp32_experts_run_whole_token_gemms():
+    """60 experts, 4 a token: 4,096 tokens give 273.07 assignments an expert. Under autocast with fp32 weights each
+    expert runs one mm of a whole number of rows, and the step is priced (it raised on the fractional rows)."""
+    import warnings
+    from gpumodel.training.moe import _whole_tokens, expert_tokens
+    cfg = TransformerConfig.from_hf(QWEN_MOE)
+    whole = _whole_tokens(expert_tokens(cfg, 4096))
+    assert sum(whole) == 4096 * 4 and set(whole) == {273, 274}     # 16,384 = 60 x 273 + 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        st = gm.training_step_time(cfg, "h100-sxm", batch_size=2, seq_len=2048, precision="amp_bf16")
+    assert st.seconds > 0

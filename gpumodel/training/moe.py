@@ -52,6 +52,20 @@ def expert_tokens(cfg: TransformerConfig, tokens: int, expert_load: Any = None) 
     return tokens * cfg.experts_per_token * load / load.sum()
 
 
+def _whole_tokens(counts: np.ndarray) -> list[int]:
+    """Expert token counts as whole tokens with the same total: floors, and one more for the largest remainders
+    (an fp32 expert's GEMM is one ``mm`` of a whole number of rows).
+
+    >>> _whole_tokens(np.array([2.5, 2.5, 3.0]))
+    [3, 2, 3]
+    """
+    base = np.floor(counts).astype(int)
+    extra = int(round(float(counts.sum()))) - int(base.sum())
+    order = np.argsort(-(counts - base), kind="stable")[:max(0, extra)]
+    base[order] += 1
+    return base.tolist()
+
+
 def _router(L: Layer, cfg: TransformerConfig, t: int, n: int, c: int, p: int) -> None:
     e, k = cfg.num_experts, cfg.experts_per_token
     add_linear(L, t, e, cfg.hidden_size, n, c, p)
@@ -83,7 +97,7 @@ def _grouped(L: Layer, cfg: TransformerConfig, t: int, n: int, r: int, c: int, p
     L.mem(cfg.num_experts, 4, 4, grad=False)   # cumsum
     if n != w:
         L.cast(tk * h, n, w)
-    groups = [m for m in expert_tokens(cfg, t, load) if m > 0]
+    groups = [m for m in _whole_tokens(expert_tokens(cfg, t, load)) if m > 0]
     for m_out, m_in in ((2 * i, h), (h, i)):
         if m_out == h:
             L.mem(tk * i, w, w, 4)             # act(gate)
