@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpumodel as gm  # noqa: E402
-from published_runs import config, load_rows  # noqa: E402
+from published_runs import config, load_rows, recompute_modules  # noqa: E402
 
 FRAMEWORKS = ("megatron", "fsdp", "deepspeed", "hf")
 
@@ -57,15 +57,17 @@ def moe_layouts() -> list[dict]:
 def variants(rows: list[dict]) -> list[dict]:
     """Each layout again as its publication describes what the model cannot take from the CSV: Llama 3's
     data-parallel ranks shard the gradients too (Dubey et al. 2024, section 3.3.2: FSDP "sharding optimizer states
-    and gradients": ZeRO-2, here Megatron-FSDP's ``optim_grads``); DeepSeek-V3 recomputes RMSNorm and the MLA
-    up-projections and caches activations in FP8 (the report, section 3.2.3), which the model does not have:
-    bounded by full recomputation."""
+    and gradients": ZeRO-2, here Megatron-FSDP's ``optim_grads``). DeepSeek-V3's row recomputes RMSNorm, the MLA
+    up-projections and the MoE's SwiGLU (the report, sections 3.2.3 and 3.3.3; the CSV's ``recompute_modules``);
+    beside it, the same layout without recomputation and with full recomputation, its bounds."""
     out = []
     for r in rows:
         if r["source"] == "llama3-405b" and r["label"] == "16384 GPUs":
             out.append(dict(r, zero=2, label=r["label"] + " ZeRO-2"))
+        if r["source"] == "deepseek-v3" and r["checkpointing"] != "none":
+            out.append(dict(r, checkpointing="none", recompute_modules="", label=r["label"] + " no recompute"))
         if r["source"] == "deepseek-v3" and r["checkpointing"] != "full":
-            out.append(dict(r, checkpointing="full", label=r["label"] + " full ckpt"))
+            out.append(dict(r, checkpointing="full", recompute_modules="", label=r["label"] + " full ckpt"))
     return out
 
 
@@ -104,10 +106,12 @@ def memory(row: dict, cfg: gm.TransformerConfig, framework: str, own: bool = Fal
 
 
 def megatron_options(row: dict, framework: str) -> dict:
-    """The row's Transformer Engine fp8 and gradient format, which only the Megatron-Core memory model takes."""
+    """The row's Transformer Engine fp8, gradient format and recomputed submodules, which only the Megatron-Core
+    memory model takes."""
     if framework != "megatron":
         return {}
-    return dict(fp8=bool(row.get("fp8")), grad_reduce_dtype=row.get("grad_reduce") or None)
+    modules = recompute_modules(row) if row["checkpointing"] == "selective" else None
+    return dict(fp8=bool(row.get("fp8")), grad_reduce_dtype=row.get("grad_reduce") or None, recompute_modules=modules)
 
 
 def table(rows: list[dict]) -> list[dict]:

@@ -39,7 +39,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "pub
 #: Hugging Face configs of the models that are not gpumodel presets, by the name the table's ``model`` column gives
 MODELS = {k: v for k, v in json.loads((DATA.parent / "published_models.json").read_text()).items() if k != "_source"}
 TEXT = ("source", "role", "label", "system", "checkpointing", "attention", "precision", "flops", "comm_overlap", "model",
-        "framework", "attention_kernel", "stage_layers", "fp8", "schedule", "grad_reduce")
+        "framework", "attention_kernel", "stage_layers", "fp8", "schedule", "grad_reduce", "recompute_modules")
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -114,7 +114,13 @@ def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
                                            comm_overlap=overlap(row["comm_overlap"]), first_stage_layers=first,
                                            last_stage_layers=last, fp8=bool(row["fp8"]),
                                            pipeline_schedule=row["schedule"] or "1f1b",
-                                           grad_reduce_dtype=row["grad_reduce"] or None)
+                                           grad_reduce_dtype=row["grad_reduce"] or None,
+                                           recompute_modules=recompute_modules(row))
+
+
+def recompute_modules(row: dict):
+    """The row's ``recompute_modules`` (Megatron-Core's ``--recompute-modules``, joined by ``+``); None: the default."""
+    return row.get("recompute_modules") or None
 
 
 def table(rows: list[dict]) -> list[dict]:

@@ -61,6 +61,43 @@ def test_recomputation_and_selective():
     assert full.hfu > full.mfu and full.hardware_flops > none.hardware_flops
 
 
+def test_recompute_modules_add_their_forward_to_the_backward():
+    """Megatron-Core's --recompute-modules: the named submodules' forward runs again (recompute time, HFU), the model
+    FLOPs (MFU) stay; core_attn alone is the default selective recomputation."""
+    par = gm.Parallelism(dp=2)
+    sel = step(par, checkpointing="selective", recompute_modules=["core_attn"])
+    assert step(par, checkpointing="selective").seconds == pytest.approx(sel.seconds)
+    mlp = step(par, checkpointing="selective", recompute_modules=["core_attn", "mlp"])
+    assert mlp.breakdown["recompute"] > sel.breakdown["recompute"] and mlp.seconds > sel.seconds
+    assert mlp.model_flops == sel.model_flops and mlp.mfu < sel.mfu
+    # HFU over MFU: (model FLOPs + recomputed FLOPs) / model FLOPs, the MLPs' 2 x 3 h I a layer and token
+    h, i, L, s = CFG.hidden_size, CFG.intermediate_size, CFG.num_layers, 2048
+    model = gm.training.steptime.model_flops_per_token(CFG, s)
+    assert mlp.hfu / mlp.mfu == pytest.approx((model + 4 * L * h * s + 2 * L * 3 * h * i) / model)
+    nothing = step(par, checkpointing="selective", recompute_modules=[])
+    assert nothing.breakdown["recompute"] == 0 and nothing.hfu == pytest.approx(nothing.mfu)
+    assert mlp.hardware_flops > sel.hardware_flops > nothing.hardware_flops
+    with pytest.raises(gm.ArgumentError, match="recompute_modules"):
+        step(par, checkpointing="full", recompute_modules=["mlp"])
+
+
+def test_recompute_modules_of_a_mixture_of_experts_rerun_its_dispatch():
+    # a recomputed MoE layer dispatches and combines again: its all-to-alls grow by half (two more of the four)
+    cfg = gm.model("mixtral-8x7b").model_copy(update=dict(num_layers=4))
+    par = gm.Parallelism(dp=8, ep=8, zero=1)
+    kw = dict(batch_size=1, seq_len=4096, gradient_accumulation_steps=2, parallelism=par, framework="megatron",
+              checkpointing="selective")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        act = gm.training_step_time(cfg, "dgx-h100", recompute_modules=["moe_act"], **kw)
+        moe = gm.training_step_time(cfg, "dgx-h100", recompute_modules=["moe"], **kw)
+        none = gm.training_step_time(cfg, "dgx-h100", recompute_modules=[], **kw)
+    assert 0 < act.breakdown["recompute"] < moe.breakdown["recompute"]
+    assert act.breakdown["communication"] == pytest.approx(none.breakdown["communication"])
+    assert moe.breakdown["communication"] > none.breakdown["communication"]
+    assert moe.peak_bytes < act.peak_bytes < none.peak_bytes
+
+
 def test_overlapped_frameworks_expose_less_gradient_reduction():
     kw = dict(precision="bf16", gradient_accumulation_steps=1)
     meg = step(gm.Parallelism(dp=64), **kw)

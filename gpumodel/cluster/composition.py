@@ -5,8 +5,9 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
 
 * **Compute** of one micro-batch on the slowest pipeline stage (:mod:`gpumodel.cluster.pipeline`: its layers,
   with the LM head where the last stage is the slowest) from :mod:`gpumodel.cluster.shard`, the kernel model on
-  the shard's shapes; activation recomputation adds a forward per layer ("full") or the attention forward
-  ("selective").
+  the shard's shapes; activation recomputation adds a forward per layer ("full") or the recomputed submodules'
+  forward ("selective": the attention core, or Megatron-Core's ``--recompute-modules``,
+  :mod:`gpumodel.cluster.selective`).
 * **Tensor parallelism** (Megatron): two all-reduces of the layer's activations (``b s h`` elements)
   in the forward and two in the backward, plus two per recomputed forward; with sequence
   parallelism an all-gather and a reduce-scatter of the same bytes replace each (the ring's time of
@@ -99,7 +100,7 @@ def overlaps(comm_overlap: Any) -> frozenset:
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
             micro_batches, checkpointing, comm_overlap=False, first_stage_layers=None, last_stage_layers=None,
-            pipeline_schedule="1f1b", grad_reduce_dtype=None) -> dict:
+            pipeline_schedule="1f1b", grad_reduce_dtype=None, selective=None) -> dict:
     """The step of a layout from its shard's kernel times: a pure function that broadcasts.
 
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
@@ -107,8 +108,10 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     (0 none, 1 selective, 2 full) may be arrays of one shape; ``comm_overlap`` is what :func:`overlaps` reads;
     ``first_stage_layers`` and ``last_stage_layers`` cut the pipeline unevenly (:func:`~gpumodel.cluster.pipeline.stage_layers`);
     ``pipeline_schedule`` names the schedule (:func:`~gpumodel.cluster.pipeline.pipeline_bubble`);
-    ``grad_reduce_dtype`` Megatron's gradient reduction format (:func:`~gpumodel.cluster.dataparallel.gradient_bytes`).
-    Returns the breakdown by :data:`PHASES` [s],
+    ``grad_reduce_dtype`` Megatron's gradient reduction format (:func:`~gpumodel.cluster.dataparallel.gradient_bytes`);
+    ``selective`` what selective recomputation re-runs (a :class:`~gpumodel.cluster.selective.SelectiveRecompute`:
+    its kernels' time and FLOPs, the tensor-parallel collectives and all-to-alls it repeats; None: the attention
+    core alone, Korthikanti et al.'s). Returns the breakdown by :data:`PHASES` [s],
     ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
     and ``"stage_parameters"`` (parameters per GPU before ZeRO).
     """
@@ -126,20 +129,25 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     f_l, b_l, attn = A(st.layer_forward), A(st.layer_backward), A(st.attention_forward)
 
     # ---- one layer of one micro-batch: its compute and the communication it exposes
-    r_l = np.where(full, f_l, np.where(sel, attn, 0.0))
+    sel_f, sel_attn, sel_tp, sel_moe, sel_flops = ((attn, True, 0.0, 0.0, 0.0) if selective is None else
+                                                   (A(selective.forward_s), selective.attention, selective.tp_sublayers,
+                                                    selective.moe_layers, A(selective.flops)))
+    r_l = np.where(full, f_l, np.where(sel, sel_f, 0.0))
     tp_coll = np.where(sp, A(_coll("all_gather", act_bytes, sysm, tp, 1)) + A(_coll("reduce_scatter", act_bytes, sysm, tp, 1)),
                        A(_coll("all_reduce", act_bytes, sysm, tp, 1)))  # NCCL's pick for each (NVLS for the all-reduce)
-    tp_layer = 2 * tp_coll * np.where(full, 3, 2)                      # forward, (recompute,) backward
+    # forward, (recompute,) backward; a selectively recomputed MLP repeats its pair
+    tp_layer = tp_coll * (2 * np.where(full, 3, 2) + np.where(sel, sel_tp, 0.0))
     kv_bytes = 2 * b * s * np.maximum(1, cfg.num_kv_heads // tp) * cfg.head_dim * c
     gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
     scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
     cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
     routed = act_bytes * max(cfg.experts_per_token, 1)
-    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * np.where(full, 1.5, 1.0)
+    redo = np.where(full, 1.5, np.where(sel, 1 + sel_moe / 2, 1.0))    # a recomputed MoE layer dispatches again
+    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * redo
     if "ep" in hide:  # dispatch and combine under another micro-batch's compute
         ep_layer = np.maximum(0.0, ep_layer - (f_l + b_l + r_l))
     if "tp" in hide:  # chunked under the layer's GEMMs: its compute less the attention kernels (backward 2.5x forward)
-        gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | sel, 1.0, 0.0)))
+        gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | (sel & sel_attn), 1.0, 0.0)))
         tp_layer = np.maximum(0.0, tp_layer - gemm_l)
     group = dp * cp                                                    # gradients over dp * cp ranks, stride tp
     layer_params = cfg.layer_parameters() / tp
@@ -166,7 +174,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
                                 layers * f_l, "dp" in hide)
     n_opt = n_stage / np.where(zero >= 1, group, 1)
     layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
-    rec_flops = np.where(full, layer_flops / 3.5, 0.0)  # the forward's share of forward + backward FLOPs (1 : 2.5)
+    # full: the forward's share of forward + backward FLOPs (1 : 2.5); selective: the recomputed kernels'
+    rec_flops = np.where(full, layer_flops / 3.5, np.where(sel, sel_flops, 0.0))
     return {
         "forward": m * (layers * f_l + head * head_f),
         "backward": m * (layers * b_l + head * head_b),

@@ -33,10 +33,12 @@ from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
                           fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
-                          precision as _precision, resolve_model, resolve_system)
+                          precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
+                          resolve_system)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
 from .pipeline import check_schedule, stage_layers
+from .selective import selective_recompute
 from .shard import shard_config, shard_times
 
 __all__ = ["Framework", "framework_rules", "training_step_time", "parallel_training_step_time", "model_flops_per_token", "compose", "PHASES"]
@@ -86,7 +88,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 expandable_segments: bool = False, attention_kernel: str = "sdpa",
                                 first_stage_layers: int | None = None, last_stage_layers: int | None = None,
                                 fp8: bool = False, pipeline_schedule: str = "1f1b",
-                                grad_reduce_dtype: str | None = None) -> StepTime:
+                                grad_reduce_dtype: str | None = None, recompute_modules: Any = None) -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -137,6 +139,13 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
         Megatron-LM's gradient buffer and data-parallel reduction format (``framework="megatron"`` only; None: its
         default, fp32 for bf16 training): "bf16" halves the reduction's bytes and the gradients' memory.
+    recompute_modules : None, str or iterable of str
+        Megatron-Core's ``--recompute-modules`` with ``checkpointing="selective"`` (``framework="megatron"`` only):
+        "core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts". Their forward kernels
+        run again in the backward (:mod:`gpumodel.cluster.selective`; a recomputed MLP repeats its tensor-parallel
+        collectives, a recomputed mixture-of-experts layer its all-to-alls), HFU counts their FLOPs
+        (:func:`~gpumodel.training.steptime.recompute_flops_per_token`), and the memory drops what they keep
+        (:func:`gpumodel.training_memory`). None: the attention core (Korthikanti et al.'s selective recomputation).
     pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"}
         The pipeline schedule: 1F1B (interleaved with ``virtual_stages > 1``), zero-bubble (ZB-H1) or DeepSeek's
         DualPipe (:func:`gpumodel.cluster.pipeline.pipeline_bubble`); DualPipe hides the expert-parallel
@@ -155,7 +164,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         With ``num_gpus``, ``fits``/``peak_bytes`` per GPU and a breakdown of "forward", "backward",
         "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s]. MFU and HFU in the
         convention of :class:`~gpumodel.training.steptime.StepTime`: HFU adds the recomputed forward work
-        (full: each layer's forward; selective: the attention core), so it equals MFU without recomputation.
+        (full: each layer's forward; selective: the recomputed submodules', by default the attention core), so it
+        equals MFU without recomputation.
         With ``fp8`` both are against the GPU's dense fp8 peak, the rate of the run's GEMMs.
 
     Examples
@@ -178,6 +188,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     prec = _precision(precision)
     opt = choice(Optimizer, optimizer, "optimizer")
     ckpt = checkpointing_mode(checkpointing)
+    modules = recompute_modules_of(recompute_modules, ckpt, fw, cfg)
     calibrated = flag(calibrated, "calibrated")
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
@@ -209,16 +220,20 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention,
                      kernel.value, fp8=fp8)
     code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
+    selective = None if recompute_modules is None or ckpt != Checkpointing.SELECTIVE else selective_recompute(
+        cfg, modules, st, g, micro_batch=b, seq_local=s_loc, cp=cp, tp=tp, sequence_parallel=par.sequence_parallel,
+        dtype=prec.compute_dtype.value, fp8=fp8, calibrated=calibrated, calibration=calibration)
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
                   micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
                   last_stage_layers=last_stage_layers, pipeline_schedule=pipeline_schedule,
-                  grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value)
+                  grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value, selective=selective)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
     model_flops = model_flops_per_token(cfg, s) * tokens
-    used_flops = model_flops + recompute_flops_per_token(cfg, s, ckpt) * tokens   # HFU: MFU's convention
+    named = None if recompute_modules is None else modules
+    used_flops = model_flops + recompute_flops_per_token(cfg, s, ckpt, named) * tokens   # HFU: MFU's convention
     hardware_flops = float(out["hardware_flops"])
     peak = g.peak_flops("fp8" if fp8 else prec.compute_dtype.value)   # an fp8 run: its GEMMs' dense peak
     n = par.num_gpus
@@ -226,7 +241,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                           gradient_accumulation_steps=m, parallelism=par, framework=fw.value,
                           attention="flash" if attention == "flash" else "eager", first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, expandable_segments=expandable_segments, fp8=fp8,
-                          grad_reduce_dtype=reduce_fmt)
+                          grad_reduce_dtype=reduce_fmt, recompute_modules=recompute_modules)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
@@ -248,7 +263,8 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        parallelism: Any = None, framework: str = "hf", expandable_segments: bool = False,
                        attention_kernel: str = "sdpa", comm_overlap: Any = False, fp8: bool = False,
                        pipeline_schedule: str = "1f1b", first_stage_layers: int | None = None,
-                       last_stage_layers: int | None = None, grad_reduce_dtype: str | None = None) -> StepTime:
+                       last_stage_layers: int | None = None, grad_reduce_dtype: str | None = None,
+                       recompute_modules: Any = None) -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -309,10 +325,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         The library whose flash kernels run the 16-bit attention forward and backward
         (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
         (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
-    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype :
+    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype, recompute_modules :
         Options of the parallel model (:func:`parallel_training_step_time`): communication hidden under compute,
-        fp8 GEMMs, the pipeline schedule, an uneven cut of the pipeline's stages and Megatron's gradient reduction
-        format. Giving one selects it.
+        fp8 GEMMs, the pipeline schedule, an uneven cut of the pipeline's stages, Megatron's gradient reduction
+        format and the submodules its selective recomputation re-runs. Giving one selects it.
 
     Returns
     -------
@@ -343,9 +359,9 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         resolve_system(gpu, "gpu")   # neither: the error suggests close system and GPU names
     layout = {"comm_overlap": comm_overlap, "fp8": fp8, "pipeline_schedule": pipeline_schedule,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-              "grad_reduce_dtype": grad_reduce_dtype}
+              "grad_reduce_dtype": grad_reduce_dtype, "recompute_modules": recompute_modules}
     defaults = {"comm_overlap": False, "fp8": False, "pipeline_schedule": "1f1b", "first_stage_layers": None,
-                "last_stage_layers": None, "grad_reduce_dtype": None}
+                "last_stage_layers": None, "grad_reduce_dtype": None, "recompute_modules": None}
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
             or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)
             or any(layout[k] is not defaults[k] and layout[k] != defaults[k] for k in layout)):

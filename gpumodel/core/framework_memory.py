@@ -11,17 +11,18 @@ Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel
     ``zero`` 2 and 3 are Megatron-FSDP's ``optim_grads`` and ``optim_grads_params`` sharding strategies
     (``--use-megatron-fsdp``): the gradients, then the weights too, shard over the same ranks, with one layer's
     gradients unsharded before their reduce-scatter and, at 3, two layers' weights gathered.
-    Activations by the structure of Korthikanti et al. (2022), Table 2, generalised to the model's widths:
-    per layer and token, the two norm inputs and the two projection inputs (16-bit), the dropout masks
-    (1 byte, where the model has dropout), query, key, value and the attention output, the attention
-    kernel's fp32 log-sum-exp, the MLP's activation input and output (with unfused attention, the
-    ``S x S`` softmax output and its dropout: the ``5 a s / h`` term); tensor parallelism divides the
-    attention and MLP parts, sequence parallelism the rest; selective recomputation drops the scores,
-    full recomputation keeps each layer's input alone. A mixture-of-experts layer keeps, per token and
-    routed copy, its permuted input, the expert's activations and its output (for the routing weights),
-    plus the router's fp32 scores and the shared expert; the all-to-all's send and receive buffers are
-    transient. The loss is Megatron's vocabulary-parallel fused cross-entropy: 16-bit logits over
-    ``V / tp`` and their gradient, no fp32 copies. Pipeline stages follow the 1F1B schedule: stage ``i``
+    Activations by the structure of Korthikanti et al. (2022), Table 2, generalised to the model's widths
+    (:mod:`gpumodel.core.megatron_activations`): per layer and token, the two norm inputs and the two projection
+    inputs (16-bit), the dropout masks (1 byte, where the model has dropout), query, key, value and the attention
+    output, the attention kernel's fp32 log-sum-exp, the MLP's activation input and output (with unfused attention,
+    the ``S x S`` softmax output and its dropout: the ``5 a s / h`` term); tensor parallelism divides the
+    attention and MLP parts, sequence parallelism the rest; selective recomputation drops what the recomputed
+    modules keep (Megatron-Core's ``--recompute-modules``; by default ``core_attn``: the scores), full
+    recomputation keeps each layer's input alone. A mixture-of-experts layer keeps, per token and routed copy,
+    the expert's input, its activation's input and output and the routing probability, plus the router's fp32
+    scores and the shared expert; the all-to-all's send and receive buffers are transient. The loss is
+    Megatron's vocabulary-parallel fused cross-entropy: 16-bit logits over ``V / tp`` and their gradient, no fp32
+    copies. Pipeline stages follow the 1F1B schedule: stage ``i``
     holds ``min(pp - i, m)`` micro-batches of activations; the interleaved schedule with ``v`` chunks
     ``min(v pp + pp - 1 - 2 i, m v)`` chunk-micro-batches, all ``m v`` when ``m = pp`` (Narayanan et al. 2021;
     Megatron-Core's ``get_pp_rank_microbatches``; on the first stage the factor ``1 + (pp - 1) / (pp v)`` of
@@ -66,6 +67,7 @@ import numpy as np
 
 from ..records.transformer import MLPType, TransformerConfig
 from ..vocabulary import Checkpointing, Precision
+from .megatron_activations import megatron_layer_bytes
 from .memory_parts import optimizer_state_bytes, stage_layers, stage_parameters
 
 __all__ = ["MEGATRON_BUFFERS", "megatron_layer_bytes", "megatron_moments", "fsdp_static", "deepspeed_static",
@@ -82,86 +84,6 @@ DEEPSPEED_ALLGATHER_BUCKET = 5e8
 DEEPSPEED_PREFETCH_BUCKET = 5e7
 
 
-def megatron_layer_bytes(cfg: TransformerConfig, tokens, seq_len, compute_bytes: int = 2, *, tp=1,
-                         sequence_parallel=False, moe: bool | None = None, scores: bool = False,
-                         checkpointing: Checkpointing = Checkpointing.NONE, fp8: bool = False):
-    """Bytes one decoder layer keeps for its backward in Megatron-Core, per GPU [B].
-
-    Parameters
-    ----------
-    cfg : TransformerConfig
-    tokens : int or array
-        Tokens of the micro-batch on this GPU, ``b s / cp``.
-    seq_len : int or array
-        Keys each query attends to [tokens] (the ``S x S`` terms of unfused attention).
-    compute_bytes : int
-        Bytes of an activation element [B] (2 for bf16/fp16).
-    tp : int or array
-        Tensor-parallel degree: divides attention and MLP activations.
-    sequence_parallel : bool or array
-        Norms, dropout masks and projection inputs divided by ``tp`` as well.
-    moe : bool, optional
-        A mixture-of-experts layer (default: the model's kind) or a dense one.
-    scores : bool
-        Unfused attention: the softmax output (and its dropout) are kept, ``S x S`` per head.
-    checkpointing : Checkpointing
-        "selective" drops the scores, "full" keeps the layer's input alone.
-    fp8 : bool
-        Transformer Engine's fp8 linear layers: the inputs of the four GEMMs (the two norms' outputs, the
-        attention output, the activation's output; an expert's too) are kept for the weight gradient in fp8,
-        1 byte an element instead of ``compute_bytes``.
-
-    Returns
-    -------
-    ndarray
-        Bytes [B].
-
-    Notes
-    -----
-    For GPT (LayerNorm, 4h GeLU MLP, dropout, unfused attention) without parallelism it is Korthikanti
-    et al.'s ``s b h (34 + 5 a s / h)`` (b = 1):
-
-    >>> import gpumodel as gm
-    >>> gpt = gm.TransformerConfig(hidden_size=6144, num_layers=48, num_heads=64, intermediate_size=24576,
-    ...                            vocab_size=51200, family="gpt2", mlp="plain", activation="gelu", norm="layernorm",
-    ...                            position="learned", attn_dropout=0.1, resid_dropout=0.1)
-    >>> s, h, a = 2048, 6144, 64
-    >>> float(megatron_layer_bytes(gpt, s, s, scores=True)) == s * h * 34 + 5 * a * s * s
-    True
-    """
-    c, h = compute_bytes, cfg.hidden_size
-    tp = np.asarray(tp)
-    sp = np.where(np.asarray(sequence_parallel, bool), tp, 1)
-    tokens = np.asarray(tokens, float)
-    moe = cfg.is_moe if moe is None else moe
-    if checkpointing == Checkpointing.FULL:
-        return tokens * c * h / sp
-    drop = 2 * h if cfg.resid_dropout > 0 else 0
-    g = 1 if fp8 else c                              # bytes of a kept GEMM input
-    replicated = 2 * c * h + 2 * g * h + drop       # norm inputs; QKV and fc1 inputs (the norms' outputs)
-    heads = cfg.num_heads / tp
-    if cfg.is_mla:
-        v = cfg.v_head_dim or cfg.head_dim
-        attn = c * heads * (2 * cfg.head_dim + v) + g * heads * v    # q, k (nope + rope), v, output
-        replicated += c * (2 * cfg.q_lora_rank + 2 * cfg.kv_lora_rank + cfg.qk_rope_head_dim)
-    else:
-        kv = np.maximum(cfg.num_kv_heads / tp, 1) * cfg.head_dim
-        attn = (c + g) * cfg.q_dim / tp + 2 * c * kv       # q, k, v, output (the projection's input)
-    attn = attn + np.where(scores, 0.0, 4 * heads)       # the flash kernel's fp32 log-sum-exp
-    if scores and checkpointing != Checkpointing.SELECTIVE:
-        dropout = (1 + c) if cfg.attn_dropout > 0 else 0
-        attn = attn + heads * np.asarray(seq_len, float) * (c + dropout)
-    gated = cfg.mlp == MLPType.GATED
-    act = (2 * c if gated else c) + g                    # activation input (gate and up) and output
-    if moe:
-        k, e = cfg.experts_per_token, cfg.num_experts
-        replicated += 9 * e + k * (2 * c * h + 4)         # fp32 logits, probabilities, routing map; routed copies
-        mlp = (k * act * cfg.expert_size + act * cfg.shared_expert_intermediate_size) / tp
-    else:
-        mlp = act * cfg.intermediate_size / tp
-    return tokens * (replicated / sp + attn + mlp)
-
-
 def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
     """Largest backward temporary of one layer: hidden-state gradients, the widest input gradient, the input
     all-gathered again under sequence parallelism, a mixture of experts' all-to-all buffers [B]."""
@@ -176,12 +98,14 @@ def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
 def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, ckpt: Checkpointing, scores: bool, *,
                      micro_batches, dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages,
                      cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None, fp8: bool = False,
-                     grad_reduce_dtype=None):
+                     grad_reduce_dtype=None, recompute_modules=None):
     """``(moments, steady)`` of a Megatron-Core step: moment@stage -> component -> bytes, for the first, a middle
     and the last pipeline stage (see the module notes). ``fp8``: Transformer Engine's fp8 linear layers keep their
     GEMM inputs in fp8 (:func:`megatron_layer_bytes`) and an fp8 copy of each decoder weight and its transpose,
     cast on a step's first micro-batch and kept for the others (``fp8_weights``, 2 bytes a decoder parameter).
-    ``grad_reduce_dtype``: the gradient buffer's format ("fp32", "bf16", "fp16"; None: Megatron-LM's default)."""
+    ``grad_reduce_dtype``: the gradient buffer's format ("fp32", "bf16", "fp16"; None: Megatron-LM's default).
+    ``recompute_modules``: with selective ``ckpt``, the submodules recomputed (:func:`megatron_layer_bytes`; None:
+    ``core_attn``); a layer's backward holds what they drop again while it runs."""
     c = prec.compute_bytes
     h, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
     wb = 2 if c == 2 else 4
@@ -205,7 +129,8 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
                                      scores=scores, fp8=fp8)
     one_moe = megatron_layer_bytes(cfg, T, s, c, tp=tp, sequence_parallel=sequence_parallel, moe=True, scores=scores,
                                    fp8=fp8)
-    kept = dict(tp=tp, sequence_parallel=sequence_parallel, scores=scores, checkpointing=ckpt, fp8=fp8)
+    kept = dict(tp=tp, sequence_parallel=sequence_parallel, scores=scores, checkpointing=ckpt, fp8=fp8,
+                recompute_modules=recompute_modules)
     kept_dense = megatron_layer_bytes(cfg, T, s, c, moe=False, **kept)
     kept_moe = megatron_layer_bytes(cfg, T, s, c, moe=cfg.is_moe, **kept)
     # Megatron-FSDP (zero 2, 3): one layer's gradients unsharded before their reduce-scatter; at 3 also two
@@ -232,7 +157,11 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
         # backward waits (none in 1F1B, which runs each one's backward right after its forward)
         waiting = np.where((v > 1) & (m == pp), m - 1, 0)
         acts = acts + np.where(head, T * (2 * c * h / sp + 12) + waiting * T * V / tp * c, 0.0)
-        recompute = np.where(ckpt == Checkpointing.FULL, np.where(layers > dense, one_moe, one_dense), 0.0)
+        # the layer whose backward runs holds its recomputed tensors: all of them (full), or what selective dropped
+        recompute = np.where(layers > dense, one_moe, one_dense)
+        if ckpt == Checkpointing.SELECTIVE:
+            recompute = recompute - np.where(layers > dense, kept_moe, kept_dense)
+        recompute = np.where(ckpt == Checkpointing.NONE, 0.0, recompute)
         transient = np.maximum(_layer_transient(cfg, T, c, tp, sp, False),
                                _layer_transient(cfg, T, c, tp, sp, cfg.is_moe) * (layers > dense))
         decoder = sum(stage_parameters(cfg, layers, tp, ep, embedding=False, head=False, dense_layers=dense))

@@ -30,7 +30,8 @@ from ..base.errors import ArgumentError
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
 from ..vocabulary import (Checkpointing, Framework, Optimizer, broadcastable, checkpointing_mode, choice,
                           deprecated_alias, divides, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
-                          precision as _precision, resolve_model, within_positions)
+                          precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
+                          within_positions)
 from ..vocabulary.parallel_rules import parallel_degrees
 from .activations import Attention, resolve_attention
 from .framework_memory import MEGATRON_BUFFERS, deepspeed_static, fsdp_static, megatron_moments
@@ -56,7 +57,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     framework: str = "hf", parallelism: Any = None, cp: int = 1, ep: int = 1,
                     virtual_stages: int = 1, shard_group: int | None = None, first_stage_layers: int | None = None,
                     last_stage_layers: int | None = None, fp8: bool = False,
-                    grad_reduce_dtype: str | None = None) -> TrainingMemory:
+                    grad_reduce_dtype: str | None = None, recompute_modules: Any = None) -> TrainingMemory:
     """Peak memory of one training step on one GPU of a (possibly parallel) training job.
 
     Parameters
@@ -74,8 +75,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     optimizer : {"adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit"}
     checkpointing : bool or {"none", "full", "selective"}
         ``True``/"full": every decoder layer recomputed, its input kept. "selective": recompute only the
-        attention score terms (Korthikanti et al.); the same as "none" with flash/cuDNN/efficient
-        attention, which save no scores.
+        attention score terms (Korthikanti et al.); with flash/cuDNN/efficient attention, which save no scores,
+        the same as "none" but for the kernel's own tensors under "megatron" (its log-sum-exp, and its 16-bit
+        output with ``fp8``), whose ``recompute_modules`` name other submodules to recompute.
     attention : {"sdpa", "flash", "cudnn", "efficient", "math", "eager"}
         With ``framework="megatron"``, "math" and "eager" mean Megatron-LM's unfused attention (scores kept).
     use_cache : bool
@@ -140,6 +142,11 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         Megatron-LM's gradient buffer format (``framework="megatron"`` only): None is Megatron-LM's default (fp32
         for bf16 training, ``--accumulate-allreduce-grads-in-fp32``), "bf16" its ``--grad-reduce-in-bf16`` and NeMo's
         distributed Adam with ``grad_sync_dtype: bf16``.
+    recompute_modules : None, str or iterable of str
+        Megatron-Core's ``--recompute-modules`` (``framework="megatron"`` with ``checkpointing="selective"`` only;
+        refused otherwise, naming ``recompute_modules``): "core_attn", "layernorm", "mla_up_proj", "mlp", "moe",
+        "moe_act", "shared_experts". Each drops the tensors its submodule keeps for the backward
+        (:func:`gpumodel.core.megatron_activations.recomputed_tensors`). None: "core_attn", Megatron-Core's default.
 
     Returns
     -------
@@ -189,6 +196,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     opt = choice(Optimizer, optimizer, "optimizer")
     attn = choice(Attention, attention, "attention")
     ckpt = checkpointing_mode(checkpointing)
+    modules = recompute_modules_of(recompute_modules, ckpt, fw, cfg)
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
     m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
@@ -224,6 +232,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     runtime = float(cublas_workspace_bytes)
     inputs = dict(model=cfg.name, framework=fw.value, precision=prec.name, optimizer=opt.value,
                   checkpointing=ckpt.value, attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
+    if recompute_modules is not None:
+        inputs["recompute_modules"] = ",".join(sorted(x.value for x in modules))
     finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
 
     fp8 = fp8_training(fp8, fw)
@@ -234,7 +244,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                                            cp=cp, ep=ep, zero=zero, sequence_parallel=sequence_parallel,
                                            virtual_stages=v, cublas_workspace_bytes=runtime,
                                            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-                                           fp8=fp8, grad_reduce_dtype=reduce_fmt)
+                                           fp8=fp8, grad_reduce_dtype=reduce_fmt, recompute_modules=modules)
         return assemble(moments, steady, contiguous=MEGATRON_BUFFERS, **finish)
     sharding = fw != Framework.HF and not (fw == Framework.FSDP and np.all(np.asarray(zero) < 2))
     if sharding and np.any(np.asarray(zero) < 2) and fw == Framework.FSDP:

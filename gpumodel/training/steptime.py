@@ -42,6 +42,7 @@ from ..core.memory import training_memory
 from ..core.sizing import fits as memory_fits
 from .hostcost import host_costs_for, timeline
 from .layer import Kernels, attention_kernel_on
+from .recompute import module_flops_per_token
 from .stepplan import step_plan, training_step
 from ..records.transformer import TransformerConfig
 from ..vocabulary import (Checkpointing, ExpertsImplementation, Optimizer, checkpointing_mode, choice, flag,
@@ -67,7 +68,8 @@ def model_flops_per_token(cfg: TransformerConfig, seq_len: Any) -> Any:
     return 6.0 * cfg.active_parameters() + 12.0 * cfg.num_layers * cfg.hidden_size * seq_len
 
 
-def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointing: Any) -> Any:
+def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointing: Any,
+                              recompute_modules: Any = None) -> Any:
     """The forward work activation recomputation repeats, in the convention of :func:`model_flops_per_token`
     [FLOP/token].
 
@@ -81,6 +83,9 @@ def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointin
         their product with the values, Korthikanti et al. 2022): ``4 L h s``; or the forward of each
         decoder layer: ``2 N_layers + 4 L h s``, with ``N_layers`` the parameters a token passes through
         in the layers (the active parameters less embeddings, LM head and final norm).
+    recompute_modules : iterable of str, optional
+        With "selective", Megatron-Core's recomputed submodules (:class:`gpumodel.vocabulary.RecomputeModule`):
+        their forward FLOPs (:func:`gpumodel.training.recompute.module_flops_per_token`). None: the attention core.
 
     Returns
     -------
@@ -95,13 +100,15 @@ def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointin
     True
     >>> recompute_flops_per_token(cfg, 1024, "none")
     0.0
+    >>> recompute_flops_per_token(cfg, 1024, "selective", ["mlp"]) == 2 * 12 * 2 * 768 * 3072   # the MLPs' weights
+    True
     """
     ckpt = checkpointing_mode(checkpointing)
     attention = 4.0 * cfg.num_layers * cfg.hidden_size * np.asarray(seq_len, float)
     if ckpt == Checkpointing.NONE:
         out = 0.0 * attention
     elif ckpt == Checkpointing.SELECTIVE:
-        out = attention
+        out = attention if recompute_modules is None else module_flops_per_token(cfg, seq_len, recompute_modules)
     else:
         final_norm = cfg.hidden_size * (2 if cfg.norm_bias else 1)
         layers = cfg.active_parameters() - cfg.embedding_parameters() - final_norm

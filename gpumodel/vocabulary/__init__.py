@@ -35,6 +35,7 @@ from .parallel_rules import divides, parallel_degrees, splits_model, tensor_para
 from .precision import (KV_DTYPES, PRECISIONS, TIMED_KV_DTYPES, WEIGHT_DTYPES, Checkpointing, ExpertsImplementation,
                         Framework, GradReduce, Optimizer, Precision, checkpointing_mode, fp8_training, grad_reduce_dtype, kv_cache_dtype, precision, precision_on,
                         weight_dtype)
+from .recompute import DEFAULT_RECOMPUTE_MODULES, RecomputeModule, recompute_modules
 from .resolvers import resolve_gpu, resolve_gpu_or_cc, resolve_gpus, resolve_model, resolve_system
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model", "resolve_gpu_or_cc", "resolve_system", "resolve_gpus",
     "bounded_int", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "broadcastable",
     "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "GradReduce", "grad_reduce_dtype", "fp8_training", "checkpointing_mode",
+    "RecomputeModule", "recompute_modules", "DEFAULT_RECOMPUTE_MODULES",
     "format_seconds", "deprecated_alias", "duration", "token_count", "path_argument", "passed_on", "within_positions",
     "divides", "parallel_degrees", "tensor_parallel", "splits_model",
 ]
