@@ -15,10 +15,15 @@ fit (every fifth of ``calibrate_points.jsonl``). The bars of issue 33 follow: th
 the transfer at the median, serving steps within 5% at the median, training steps within 10% with a signed
 median within 5%.
 
+``--detail`` adds where the two calibrations part on the prefill steps (:func:`detail`): each kernel family's time
+under each and what its change moves the summed error by, the signed error by step length, the full-rate bf16 GEMMs
+by how long each ran, and what each calibration's rates make of the sustained-load run's kernels.
+
 Usage::
 
     python bench/user_calibration.py                 # every user_<gpu>/ folder
     python bench/user_calibration.py --gpu h100      # one
+    python bench/user_calibration.py --detail        # and where the calibrations part on prefill
 """
 
 from __future__ import annotations
@@ -96,6 +101,239 @@ def step_rows(folder: Path, gpu: str, cal, host) -> list[tuple]:
             ("training steps, 7-8B only", errors(base[big], meas[big]), errors(mine[big], meas[big]))]
 
 
+#: measured step lengths [s] that split the prefill steps into bins (:func:`prefill_by_length`)
+LENGTH_EDGES_S = (0.01, 0.03, 0.1)
+#: measured kernel times [s] that split the GEMMs into bins (:func:`gemms_by_duration`)
+DURATION_EDGES_S = (2e-4, 1e-3)
+#: the sustained-load run's kernels that follow the SM clock (``gpumodel.calibration.sustained``'s compute-bound ops)
+_CLOCK_BOUND_OPS = ("matmul", "bmm", "attention")
+
+
+def _prefill_rows(folder: Path) -> list[dict]:
+    import serving_accuracy as sa
+
+    return [r for r in sa.load_measured(folder / "serving.jsonl") if r["engine"] == "graph" and r["kind"] == "prefill"]
+
+
+def _bins(edges: tuple) -> list[tuple[float, float]]:
+    bounds = (0.0, *edges, float("inf"))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def prefill_families(folder: Path, gpu: str, cal) -> dict:
+    """Per kernel family of the prefill steps (the serving model's ``breakdown``), under the transfer and the user's
+    calibration: the family's time summed over the steps [s], the ratio user / transfer, its share of the measured
+    time [1] and ``moves``, how far the change of calibration moves the summed error
+    (:math:`\\sum (t_{user} - t_{transfer}) / \\sum t_{measured}`) [1]; with ``measured_s``, the steps' measured sum [s].
+    """
+    import serving_accuracy as sa
+    from gpumodel.serving import prefill_time
+
+    rows = _prefill_rows(folder)
+    by_shape: dict[str, list[dict]] = {}
+    for r in rows:
+        by_shape.setdefault(r["shape"], []).append(r)
+    sums: dict[str, list[float]] = {}
+    for sel in by_shape.values():
+        cfg = sa.lean_config(sel[0])
+        args = dict(batch_size=np.array([r["batch"] for r in sel]), prompt_len=np.array([r["prompt_len"] for r in sel]))
+        for j, c in enumerate((None, cal)):
+            for fam, t in prefill_time(cfg, gpu, calibration=c, **args).breakdown.items():
+                sums.setdefault(fam, [0.0, 0.0])[j] += float(np.sum(t))
+    measured = float(sum(r["seconds"] for r in rows))
+    fams = {fam: {"transfer_s": t, "user_s": u, "ratio": u / t if t > 0 else float("nan"), "share": t / measured,
+                  "moves": (u - t) / measured}
+            for fam, (t, u) in sorted(sums.items(), key=lambda kv: -kv[1][0])}
+    return {"n": len(rows), "measured_s": measured, "families": fams}
+
+
+def prefill_by_length(folder: Path, gpu: str, cal, edges: tuple = LENGTH_EDGES_S) -> list[dict]:
+    """The prefill steps' signed median error under each calibration, in bins of measured step length [s]."""
+    import serving_accuracy as sa
+
+    rows = _prefill_rows(folder)
+    meas = np.array([r["seconds"] for r in rows])
+    err = {name: sa.predict_steps(rows, "prefill", gpu, c)[0] / meas - 1.0 for name, c in (("transfer", None),
+                                                                                           ("user", cal))}
+    out = []
+    for lo, hi in _bins(edges):
+        m = (meas >= lo) & (meas < hi)
+        out.append({"lo_s": lo, "hi_s": hi, "n": int(m.sum()),
+                    **{k: float(np.median(e[m])) if m.any() else float("nan") for k, e in err.items()}})
+    return out
+
+
+def gemms_by_duration(points: list[dict], models: dict, gpu, edges: tuple = DURATION_EDGES_S) -> list[dict]:
+    """The signed median error of each model on the bf16 GEMMs that ran at full tensor-core rate (at least half the
+    datasheet's dense bf16 peak: cuBLAS's own tiles, not the CUTLASS fallbacks or the memory-bound products), in bins
+    of measured kernel time [s]."""
+    from gpumodel.calibration.fit import point_set, relative_errors
+    from gpumodel.vocabulary import resolve_gpu
+
+    floor = 0.5 * resolve_gpu(gpu).peak_flops("bf16")
+    ps = point_set(points)
+    errs = {name: relative_errors(m, ps) for name, m in models.items()}
+    sel, times = [], []
+    for fam, op, t, idx in ps.groups:
+        if fam == "matmul" and op.dtype.value == "bf16":
+            flops = np.broadcast_to(np.asarray(op.flops, dtype=float), t.shape)
+            keep = flops / t >= floor
+            sel += list(idx[keep])
+            times += list(t[keep])
+    sel, times = np.array(sel, dtype=int), np.array(times)
+    out = []
+    for lo, hi in _bins(edges):
+        m = (times >= lo) & (times < hi)
+        out.append({"lo_s": lo, "hi_s": hi, "n": int(m.sum()),
+                    **{k: float(np.median(e[sel[m]])) if m.any() else float("nan") for k, e in errs.items()}})
+    return out
+
+
+def sustained_carried(path: Path, models: dict, last_windows: int = 8) -> dict:
+    """What each model makes of the sustained-load run's clock-bound kernels (``sustained.jsonl``): per kernel the
+    model's time over the kernel timed alone after an idle pause (``isolated_s``) and the back-to-back time (median of
+    the last ``last_windows`` windows) over the model's; the medians over the kernels. A model above 1 on the first
+    already carries that much of the power limit's toll in its rates; the second is what back-to-back work adds to it.
+    """
+    import statistics
+
+    from gpumodel.calibration.fit import point_set, relative_errors
+
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r.get("op") in _CLOCK_BOUND_OPS and r.get("isolated_s") and r.get("sustained")]
+    loaded = np.array([statistics.median(w["per_call_s"] for w in r["sustained"][-last_windows:]) for r in rows])
+    alone = point_set([{**r, "time_s": r["isolated_s"]} for r in rows])
+    out = {"kernels": [f"{r['op']} {r['dtype']} {r['shape']}" for r in rows],
+           "sustained_over_isolated": [float(x) for x in loaded / np.array([r["isolated_s"] for r in rows])]}
+    for name, m in models.items():
+        ratio = 1.0 + relative_errors(m, alone)
+        out[name] = {"model_over_isolated": [float(x) for x in ratio],
+                     "sustained_over_model": [float(x) for x in loaded / (ratio * alone.times)],
+                     "median_model_over_isolated": float(np.median(ratio)),
+                     "median_sustained_over_model": float(np.median(loaded / (ratio * alone.times)))}
+    return out
+
+
+def _record(gpu: str, cal, divide: float = 1.0):
+    """``cal`` (or, for None, the transfer as a record) with every clock-bound rate divided by ``divide``."""
+    from gpumodel.calibration.record import Calibration, calibration_for
+    from gpumodel.calibration.sustained import COMPUTE_RATE_PREFIXES
+    from gpumodel.calibration.transfer import REFERENCE, transfer_for
+    from gpumodel.vocabulary import resolve_gpu
+
+    if cal is None:
+        moved = transfer_for(gpu).model
+        cal = Calibration.model_validate({**calibration_for(REFERENCE).model_dump(), "gpu": resolve_gpu(gpu).name,
+                                          "points": [], "parameters": dict(moved.params)})
+    params = {k: v / divide if k.startswith(COMPUTE_RATE_PREFIXES) else v for k, v in cal.parameters.items()}
+    return cal.model_copy(update={"parameters": params})
+
+
+def prefill_with_share(rows: list[dict], gpu: str, cal, slowdown: float) -> np.ndarray:
+    """Prefill steps [s] priced as back-to-back work: each step takes the share of ``slowdown`` its clock-bound
+    kernels' time gives it (:func:`gpumodel.calibration.sustained.clock_share`), ``t = t_alone + f (t_loaded -
+    t_alone)``, where ``t_loaded`` divides the clock-bound rates by ``slowdown``. ``cal`` None is the transfer."""
+    import serving_accuracy as sa
+    from gpumodel.calibration.sustained import clock_share
+
+    alone = sa.predict_steps(rows, "prefill", gpu, _record(gpu, cal))[0]
+    loaded = sa.predict_steps(rows, "prefill", gpu, _record(gpu, cal, slowdown))[0]
+    return alone + clock_share(alone, loaded - alone, slowdown) * (loaded - alone)
+
+
+def share_trial(folder: Path, cal, carried: dict) -> dict:
+    """The prefill steps' errors (``n``, ``median``, ``signed``) with each calibration taking the share of the
+    back-to-back slowdown over its own times of the sustained-load kernels (``carried``, :func:`sustained_carried`);
+    the same for the shipped calibration on its own GPU's serving steps (``tests/data/serving/measured.jsonl``,
+    held-out and fit rows) with its own sustained-load run (``tests/data/calibration/sustained.jsonl``)."""
+    import serving_accuracy as sa
+    from gpumodel.calibration.estimate import model_for
+    from gpumodel.calibration.record import calibration_for
+    from gpumodel.calibration.transfer import REFERENCE
+
+    rows = _prefill_rows(folder)
+    meas = np.array([r["seconds"] for r in rows])
+    out = {name: {"slowdown": carried[name]["median_sustained_over_model"],
+                  **errors(prefill_with_share(rows, cal.gpu, c, carried[name]["median_sustained_over_model"]), meas)}
+           for name, c in (("transfer", None), ("user", cal))}
+    ref = sa.load_measured(ROOT / "tests" / "data" / "serving" / "measured.jsonl")
+    ref = [r for r in ref if r["engine"] == "graph" and r["kind"] == "prefill"]
+    shipped = calibration_for(REFERENCE)
+    slow = sustained_carried(DATA / "sustained.jsonl", {"shipped": model_for(REFERENCE)[0]})["shipped"]
+    t_alone = sa.predict_steps(ref, "prefill", REFERENCE)[0]
+    t_share = prefill_with_share(ref, REFERENCE, shipped, slow["median_sustained_over_model"])
+    split = np.array([r["split"] for r in ref])
+    m = np.array([r["seconds"] for r in ref])
+    out["reference"] = {"gpu": shipped.gpu, "slowdown": slow["median_sustained_over_model"],
+                        **{f"{part} {how}": errors(t[split == part], m[split == part])
+                           for part in ("holdout", "fit") for how, t in (("alone", t_alone), ("share", t_share))}}
+    return out
+
+
+def kernel_sets(folder: Path) -> list[dict]:
+    """Every kernel timed alone on the folder's GPU: its fresh kernels, the calibration run's points, and the GPU's
+    other committed kernel sets (``tests/data/calibration/<gpu>/validation_round*.jsonl``)."""
+    from gpumodel.calibration.fit import load_points
+
+    files = [folder / "kernels.jsonl", folder / "calibrate_points.jsonl",
+             *sorted((DATA / folder.name.removeprefix("user_")).glob("validation_round*.jsonl"))]
+    return [p for f in files if f.exists() for p in load_points(f)[1]]
+
+
+def detail(folder: Path) -> dict:
+    """Where the user's calibration and the transfer part on the prefill steps (see the module docstring)."""
+    from gpumodel.calibration.estimate import model_for
+    from gpumodel.calibration.record import load_calibration
+
+    cal = load_calibration(folder / "calibration.yaml")
+    models = {"transfer": model_for(cal.gpu)[0], "user": cal.model()}
+    out = {"families": prefill_families(folder, cal.gpu, cal), "by_length": prefill_by_length(folder, cal.gpu, cal),
+           "gemms": gemms_by_duration(kernel_sets(folder), models, cal.gpu)}
+    if (folder / "sustained.jsonl").exists():
+        out["sustained"] = sustained_carried(folder / "sustained.jsonl", models)
+        out["share_trial"] = share_trial(folder, cal, out["sustained"])
+    return out
+
+
+def _span(lo: float, hi: float, unit: float, name: str) -> str:
+    return f"{lo / unit:g}-{hi / unit:g} {name}" if np.isfinite(hi) else f">= {lo / unit:g} {name}"
+
+
+def print_detail(d: dict) -> None:
+    f = d["families"]
+    print(f"prefill steps ({f['n']}, {f['measured_s']:.3f} s measured): each family's time summed, transfer -> user")
+    for fam, r in f["families"].items():
+        print(f"  {fam:12s} {r['share']:6.1%} of the measured time  {r['transfer_s'] * 1e3:9.2f} -> "
+              f"{r['user_s'] * 1e3:9.2f} ms  x{r['ratio']:.3f}  moves the summed error {r['moves']:+.2%}")
+    print("prefill signed median error by measured step length:  transfer | user")
+    for b in d["by_length"]:
+        print(f"  {_span(b['lo_s'], b['hi_s'], 1e-3, 'ms'):14s} n={b['n']:3d}  {b['transfer']:+6.1%} | {b['user']:+6.1%}")
+    print("full-rate bf16 GEMMs timed alone (fresh, calibration run, other committed sets), signed median by kernel "
+          "time:  transfer | user")
+    for b in d["gemms"]:
+        print(f"  {_span(b['lo_s'], b['hi_s'], 1e-3, 'ms'):14s} n={b['n']:3d}  {b['transfer']:+6.1%} | {b['user']:+6.1%}")
+    if "sustained" in d:
+        s = d["sustained"]
+        print("sustained-load run's clock-bound kernels: model / timed alone after a pause, back to back / model")
+        for i, k in enumerate(s["kernels"]):
+            print(f"  {k[:70]:70s} back to back / alone {s['sustained_over_isolated'][i]:.3f}; " + "; ".join(
+                f"{n} {s[n]['model_over_isolated'][i]:.3f}, {s[n]['sustained_over_model'][i]:.3f}"
+                for n in ("transfer", "user")))
+        print("  median: " + "; ".join(f"{n} {s[n]['median_model_over_isolated']:.3f}, "
+                                       f"{s[n]['median_sustained_over_model']:.3f}" for n in ("transfer", "user")))
+        t = d["share_trial"]
+        print("prefill steps as back-to-back work (each step's clock-bound share of the back-to-back slowdown over "
+              "the model's own times above):")
+        for n in ("transfer", "user"):
+            print(f"  {n:8s} slowdown {t[n]['slowdown']:.3f}: median {t[n]['median']:.1%}, signed {t[n]['signed']:+.1%}")
+        r = t["reference"]
+        print(f"  the shipped {r['gpu']} calibration on its own prefill steps (slowdown {r['slowdown']:.3f}): "
+              + "; ".join(f"{part} {r[part + ' alone']['median']:.1%} -> {r[part + ' share']['median']:.1%} "
+                          f"({r[part + ' alone']['signed']:+.1%} -> {r[part + ' share']['signed']:+.1%})"
+                          for part in ("holdout", "fit")))
+    print()
+
+
 def evaluate(folder: Path) -> dict:
     """Every row of one GPU's folder, and where its files come from."""
     from gpumodel.calibration.record import load_calibration
@@ -147,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folder", type=Path, nargs="+", default=None,
                     help="folders as bench/calibrate_and_check.py writes them (default: the committed user_<gpu>/)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--detail", action="store_true", help="also where the two calibrations part on the prefill steps")
     args = ap.parse_args(argv)
     folders = args.folder or sorted(p for p in DATA.glob("user_*")
                                     if p.is_dir() and (args.gpu is None or p.name == f"user_{args.gpu}"))
@@ -154,11 +393,14 @@ def main(argv: list[str] | None = None) -> int:
         print("no user_<gpu> folder under tests/data/calibration", file=sys.stderr)
         return 1
     results = [evaluate(f) for f in folders]
+    details = [detail(f) if args.detail else None for f in folders]
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps([{**r, "detail": d} if d else r for r, d in zip(results, details)], indent=2))
     else:
-        for res in results:
+        for res, d in zip(results, details):
             print_result(res)
+            if d:
+                print_detail(d)
     return 0
 
 
