@@ -17,10 +17,12 @@ optimizer (``--use-distributed-optimizer``, Megatron-LM 2022), nor overlapped gr
 later engine could run is no rival to what a team ran in 2021. The table ranks under the run's own engine; the
 summary gives both counts.
 
-The planner searches flash attention and the 1F1B schedule, with the run's fp8 GEMMs and gradient format where
-the CSV gives them (the NeMo fp8 rows, DeepSeek-V3's fp8): where a run used something else (the SC21 rows'
-unfused attention, DeepSeek-V3's DualPipe) the published layout is ranked under the planner's assumptions. Times
-are modelled, not measured.
+The planner searches flash attention, with the run's fp8 GEMMs, gradient format and Megatron-Core recompute modules
+where the CSV gives them (the NeMo fp8 rows, DeepSeek-V3's fp8 and its recomputed norms, MLA up-projections and
+expert activations). A run of another pipeline schedule than 1F1B (DeepSeek-V3's DualPipe) is searched under both
+1F1B and its own schedule: its published layout is ranked among the rows of its own schedule (the match requires
+it), and the pick may be either. Where a run used something the planner does not search (the SC21 rows' unfused
+attention) the published layout is ranked under the planner's assumptions. Times are modelled, not measured.
 
 Run: ``python bench/plan_published.py [--json] [--role fit|check]``.
 """
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpumodel as gm  # noqa: E402
-from published_runs import config, load_rows  # noqa: E402
+from published_runs import config, load_rows, recompute_modules  # noqa: E402
 
 DEGREES = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "virtual_stages")
 #: Sources that publish their micro-batch, and their virtual pipeline stages (tests/data/cluster/published_runs.csv
@@ -82,20 +84,23 @@ def rank_row(row: dict, own_engine: bool = True) -> dict:
     cfg = config(row)
     engine = ENGINE_OPTIONS.get(row["source"], {}) if own_engine else {}
     published = {k: row[k] or 1 for k in DEGREES}
+    schedule = row["schedule"] or "1f1b"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", gm.DoesNotFitWarning)
         plan = gm.plan_training(cfg, row["system"], tokens=row["tokens"] or 1e12, global_batch=row["global_batch"],
                                 seq_len=row["seq_len"], num_gpus=row["gpus"], framework=row["framework"],
                                 precision=row["precision"], attention_kernel=row["attention_kernel"] or "sdpa",
                                 fp8=bool(row["fp8"]), grad_reduce_dtype=row["grad_reduce"] or None, top=None,
-                                **engine)
+                                pipeline_schedule=list(dict.fromkeys(["1f1b", schedule])),
+                                recompute_modules=recompute_modules(row), **engine)
     rank, match = None, None
     keys = published_keys(row["source"])
     for i, r in enumerate(plan.rows):
         # a row stands for the near-duplicates folded into it (same degrees and micro-batch, other virtual stages,
         # ZeRO stage or overlap within 1% of its step): the published layout may be one of those
         variants = [r] + [{**r, **c} for c in r.get("collapsed", [])]
-        hit = next((v for v in variants if all(v[k] == published[k] for k in keys)), None)
+        hit = next((v for v in variants if all(v[k] == published[k] for k in keys)
+                    and v["pipeline_schedule"] == schedule), None)
         if hit is not None:
             rank, match = i + 1, hit
             break
@@ -103,7 +108,8 @@ def rank_row(row: dict, own_engine: bool = True) -> dict:
     layout = " ".join(f"{k}{published[k]}" for k in ("tp", "pp", "cp", "dp", "ep") if published[k] > 1 or k == "dp")
     return dict(source=row["source"], role=row["role"], label=row["label"], gpus=row["gpus"],
                 published=f"{layout} mb{published['micro_batch']}" + (f" v{published['virtual_stages']}"
-                                                                      if published["virtual_stages"] > 1 else ""),
+                                                                      if published["virtual_stages"] > 1 else "")
+                + (f" {schedule}" if schedule != "1f1b" else ""),
                 rank=rank, rows=len(plan.rows), candidates=plan.candidates,
                 pick=None if pick is None else gm.cluster.planresult.layout_label(pick) + f" mb{pick['micro_batch']}",
                 pick_s=None if pick is None else pick["seconds"], published_s=None if match is None else match["seconds"],
@@ -122,7 +128,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"own_engine": out, "today": today}, indent=2))
         return 0
-    head = (f"{'run':<42} {'GPUs':>6}  {'published layout':<24} {'rank':>5} {'of':>6}  {'+step':>6}  "
+    head = (f"{'run':<42} {'GPUs':>6}  {'published layout':<28} {'rank':>5} {'of':>6}  {'+step':>6}  "
             f"{'planner pick':<30} {'MFU':>5}  rules broken")
     print(head)
     print("-" * len(head))
@@ -130,7 +136,7 @@ def main(argv=None) -> int:
         rank = "-" if r["rank"] is None else str(r["rank"])
         gap = "-" if r["gap"] is None else f"{r['gap']:+.1%}"
         mfu = "-" if r["pick_mfu"] is None else f"{r['pick_mfu']:.0%}"
-        print(f"{(r['source'] + ' ' + r['label'])[:42]:<42} {r['gpus']:>6}  {r['published']:<24} {rank:>5} "
+        print(f"{(r['source'] + ' ' + r['label'])[:42]:<42} {r['gpus']:>6}  {r['published']:<28} {rank:>5} "
               f"{r['rows']:>6}  {gap:>6}  {str(r['pick'])[:30]:<30} {mfu:>5}  {', '.join(r['broken']) or 'none'}")
     print()
     for name, res in (("the run's own engine", out), ("today's engine", today)):

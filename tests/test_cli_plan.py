@@ -127,3 +127,36 @@ def test_system_record_is_wrapped_to_the_terminal(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100
     assert " ".join(system("dgx-h100").notes.split()) in " ".join(out.split())    # every word, in order
+
+
+def test_plan_searches_schedules_and_takes_recompute_modules(capsys):
+    args = ["plan", "mixtral-8x7b", "--gpus", "32", "--seq", "4096", "--global-batch", "256", "--tokens", "1T",
+            "--schedule", "1f1b,DualPipe", "--recompute-modules", "layernorm,moe_act", "--top", "400"]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    inputs = data["inputs"]
+    assert inputs["schedule"] == ["1f1b", "dualpipe"] and inputs["recompute_modules"] == ["layernorm", "moe_act"]
+    assert data["pipeline_schedule"] == "1f1b,dualpipe" and data["recompute_modules"] == "layernorm,moe_act"
+    assert data["searched"]["pipeline_schedule"] == ["1f1b", "dualpipe"]
+    rows = data["rows"]
+    assert {r["pipeline_schedule"] for r in rows} == {"1f1b", "dualpipe"}
+    assert all(r["pp"] % 2 == 0 and r["virtual_stages"] == 1 for r in rows if r["pipeline_schedule"] == "dualpipe")
+    assert {r["recompute_modules"] for r in rows if r["checkpointing"] == "selective"} == {"layernorm,moe_act"}
+    assert all(r["recompute_modules"] is None for r in rows if r["checkpointing"] != "selective")
+    assert main([*args[:-2], "--top", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "pipeline schedule 1f1b or dualpipe, selective recomputation of layernorm, moe_act" in out
+    assert "dualpipe = DeepSeek's DualPipe" in out
+
+
+def test_plan_refuses_unknown_schedules_and_modules(capsys):
+    base = ["plan", "mixtral-8x7b", "--gpus", "32"]
+    assert main([*base, "--schedule", "1f1b,gpipe"]) == 2
+    assert "--schedule: 'gpipe' is not one of 1f1b, zero_bubble, dualpipe" in capsys.readouterr().err
+    assert main([*base, "--recompute-modules", "layernorm,norm"]) == 2
+    assert "--recompute-modules: 'norm' is not one of core_attn" in capsys.readouterr().err
+    assert main([*base, "--schedule", "dualpipe", "--framework", "fsdp"]) == 2
+    assert "pipeline_schedule='dualpipe'" in capsys.readouterr().err
+    assert main(["plan", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--schedule" in text and "--recompute-modules" in text and "pipeline_schedule" in text

@@ -190,3 +190,120 @@ def test_energy_objective_and_power_cap():
     assert capped.to_dict()["max_power_kw"] == 100
     with pytest.raises(gm.ArgumentError, match="objective"):
         gm.plan_training("llama-3-8b", "dgx-h100", objective="carbon", **kw)
+
+
+# ---------------------------------------------------------------------------------------------- pipeline schedules
+MOE = dict(tokens="1T", global_batch=256, seq_len=4096, num_gpus=64, top=None)
+SCHEDULES = ["1f1b", "zero_bubble", "dualpipe"]
+
+
+@pytest.fixture(scope="module")
+def schedules():
+    return gm.plan_training("mixtral-8x7b", "dgx-h100", pipeline_schedule=SCHEDULES, **MOE)
+
+
+def test_each_schedule_is_searched_on_the_layouts_it_runs(schedules):
+    """Zero-bubble and DualPipe are not interleaved; DualPipe pairs the stages from both ends (even pp) and feeds
+    half the micro-batches from each (an even number, at least 2 pp: DualPipe.step asserts it); layouts without a
+    pipeline are rows of 1F1B alone, not repeated under each schedule."""
+    rows = schedules.rows + [{**r, **c} for r in schedules.rows for c in r["collapsed"]]
+    by = {s: [r for r in rows if r["pipeline_schedule"] == s] for s in SCHEDULES}
+    assert all(by[s] for s in SCHEDULES) and len(rows) == schedules.feasible
+    for r in by["zero_bubble"] + by["dualpipe"]:
+        assert r["pp"] > 1 and r["virtual_stages"] == 1, r
+    for r in by["dualpipe"]:
+        assert r["pp"] % 2 == 0 and r["gradient_accumulation_steps"] % 2 == 0, r
+        assert r["gradient_accumulation_steps"] >= 2 * r["pp"], r
+    assert any(r["pp"] == 1 for r in by["1f1b"]) and any(r["virtual_stages"] > 1 for r in by["1f1b"])
+    assert schedules.searched["pipeline_schedule"] == SCHEDULES
+    assert schedules.pipeline_schedule == "1f1b,zero_bubble,dualpipe" == schedules.to_dict()["pipeline_schedule"]
+    alone = {s: gm.plan_training("mixtral-8x7b", "dgx-h100", pipeline_schedule=s, **MOE) for s in SCHEDULES}
+    assert schedules.candidates == sum(p.candidates for p in alone.values())
+    assert alone["dualpipe"].candidates < alone["zero_bubble"].candidates < alone["1f1b"].candidates
+    assert {r["pipeline_schedule"] for r in alone["dualpipe"].rows} == {"dualpipe"}
+    assert "dualpipe" in gm.cluster.planresult.layout_label(by["dualpipe"][0]) and "pipeline schedule" in repr(schedules)
+
+
+def test_a_dualpipe_moe_row_is_priced_as_the_step_prices_it(schedules):
+    """A DualPipe row of an expert-parallel Mixtral: the same step, memory and MFU as gm.training_step_time with the
+    same options; DualPipe hides its all-to-alls and pipeline sends itself (planprice.SCHEDULE_OVERLAP), a row's
+    overlap adds Megatron-Core's."""
+    from gpumodel.cluster.planprice import SCHEDULE_OVERLAP
+
+    rows = [r for r in schedules.rows if r["pipeline_schedule"] == "dualpipe" and r["ep"] > 1]
+    picked = [next(r for r in rows if r["checkpointing"] == c) for c in ("selective", "full")]
+    picked += [next(r for r in rows if r["comm_overlap"] != picked[0]["comm_overlap"])]
+    for r in picked:
+        hide = SCHEDULE_OVERLAP["dualpipe"] | ({"tp", "dp", "pp"} if r["comm_overlap"] else set())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+            st = gm.training_step_time("mixtral-8x7b", "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
+                                       checkpointing=r["checkpointing"],
+                                       gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                       parallelism=schedules.parallelism(schedules.rows.index(r)), framework="megatron",
+                                       comm_overlap=",".join(sorted(hide)), pipeline_schedule="dualpipe")
+        assert r["seconds"] == pytest.approx(st.seconds, rel=1e-9), r
+        assert r["pipeline_bubble_s"] == pytest.approx(st.breakdown["pipeline_bubble"], rel=1e-9)
+        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-9)
+        assert r["mfu"] == pytest.approx(st.mfu, rel=1e-9) and r["hfu"] == pytest.approx(st.hfu, rel=1e-9)
+
+
+def test_dualpipe_rows_hold_two_stages_of_parameters():
+    # the same layout under 1F1B and DualPipe: two copies of the stage's weights, gradients and states, pp + 1
+    # micro-batches, so more memory; a smaller bubble
+    kw = dict(MOE, pp=[4], ep=[8], tp=[1], cp=[1], micro_batches=[1], zero_stages=[1], checkpointing=["full"],
+              comm_overlap=[False], virtual_stages=[1])
+    one, dual = (gm.plan_training("mixtral-8x7b", "dgx-h100", pipeline_schedule=s, **kw).rows for s in
+                 ("1f1b", "dualpipe"))
+    assert len(one) == len(dual) == 1
+    assert dual[0]["peak_bytes"] - one[0]["peak_bytes"] > gm.model("mixtral-8x7b").num_parameters() / 4 / 8
+    assert dual[0]["pipeline_bubble_s"] < one[0]["pipeline_bubble_s"]
+
+
+def test_recompute_modules_reach_every_selective_row():
+    """recompute_modules: the selective rows' step and memory are the step's with those modules (their kernels run
+    again, their tensors are dropped) and name them; rows without or with full recomputation ignore them. The
+    default recomputes core_attn alone: adding the norms and the experts' activation runs more and keeps less."""
+    kw = dict(MOE, pp=[1, 2], ep=[8], micro_batches=[1, 2])
+    plain = gm.plan_training("mixtral-8x7b", "dgx-h100", **kw)
+    named = gm.plan_training("mixtral-8x7b", "dgx-h100", recompute_modules="moe_act,core_attn+layernorm", **kw)
+    assert named.recompute_modules == "core_attn,layernorm,moe_act" and plain.recompute_modules is None
+    assert named.searched["recompute_modules"] == ["core_attn", "layernorm", "moe_act"]
+    assert "recompute_modules" not in plain.searched
+    assert {(r["checkpointing"], r["recompute_modules"]) for r in named.rows} == {
+        ("selective", "core_attn,layernorm,moe_act"), ("full", None), ("none", None)}
+    assert all(r["recompute_modules"] is None for r in plain.rows)
+    key = ("num_gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch", "zero", "checkpointing", "virtual_stages",
+           "comm_overlap")
+    before = {tuple(r[k] for k in key): r for r in plain.rows}
+    pairs = [(r, before[tuple(r[k] for k in key)]) for r in named.rows if tuple(r[k] for k in key) in before]
+    sel = [(a, b) for a, b in pairs if a["checkpointing"] == "selective"]
+    assert sel and all(a["recompute_s"] > b["recompute_s"] and a["peak_bytes"] < b["peak_bytes"] for a, b in sel)
+    assert all(a["seconds"] == b["seconds"] for a, b in pairs if a["checkpointing"] != "selective")
+    r = sel[0][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        st = gm.training_step_time("mixtral-8x7b", "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
+                                   checkpointing="selective", recompute_modules=["core_attn", "layernorm", "moe_act"],
+                                   gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                   parallelism=named.parallelism(named.rows.index(r)), framework="megatron",
+                                   comm_overlap=r["comm_overlap"])
+    assert r["seconds"] == pytest.approx(st.seconds, rel=1e-9) and r["peak_bytes"] == pytest.approx(st.peak_bytes)
+    assert r["hfu"] == pytest.approx(st.hfu, rel=1e-9)
+
+
+@pytest.mark.parametrize("kw, argument, words", [
+    (dict(pipeline_schedule="gpipe"), "pipeline_schedule", "is not one of '1f1b', 'zero_bubble', 'dualpipe'"),
+    (dict(pipeline_schedule=["1f1b", 3]), "pipeline_schedule", "is not one of"),
+    (dict(pipeline_schedule=[]), "pipeline_schedule", "is empty"),
+    (dict(pipeline_schedule="dualpipe", framework="fsdp"), "pipeline_schedule", "framework='megatron' only"),
+    (dict(pipeline_schedule="dualpipe", pp=[1, 3]), "pipeline_schedule", "no layout"),
+    (dict(recompute_modules="norm"), "recompute_modules", "is not one of"),
+    (dict(recompute_modules="mla_up_proj"), "recompute_modules", "no MLA"),
+    (dict(recompute_modules="moe_act", checkpointing="full"), "recompute_modules", "add 'selective'"),
+    (dict(recompute_modules="moe_act", framework="deepspeed"), "recompute_modules", "framework='megatron'"),
+])
+def test_schedules_and_recompute_modules_are_refused_naming_the_argument(kw, argument, words):
+    with pytest.raises(gm.ArgumentError, match=words) as info:
+        gm.plan_training("mixtral-8x7b", "dgx-h100", **dict(MOE, **kw))
+    assert info.value.argument == argument

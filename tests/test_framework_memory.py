@@ -171,6 +171,54 @@ def test_interleaved_schedule_factor():
     assert last > 4 * 8 * float(megatron_layer_bytes(L8, 4096, 4096))
 
 
+def test_dualpipe_holds_two_stages_and_pp_plus_one_micro_batches():
+    """DeepSeek-AI 2024 (DeepSeek-V3 report), section 3.2.1 and Table 2: DualPipe keeps two copies of the parameters
+    (GPU i holds stages i and pp - 1 - i) and pp + 1 micro-batches of activations: pp - i of its own stage, i + 1 of
+    the other (DualPipe.step's warm-up). Here pp = 4, 8 layers a stage, 8 micro-batches, 4 from each end."""
+    layer = float(megatron_layer_bytes(L8, 4096, 4096))
+    stage = 32 / 4 * layer
+    one, dual = _megatron(L8), _megatron(L8, pipeline_schedule="dualpipe")
+    middle = dual["layer_backward@middle"]
+    assert float(middle["activations"]) == pytest.approx((3 + 2) * stage)       # stages 1 and 2: 3 + 2 in flight
+    assert float(one["layer_backward@middle"]["activations"]) == pytest.approx(3 * stage)
+    # the first GPU holds stage 0 (4 micro-batches, token ids) and stage 3 (1, with the head's inputs and labels)
+    head = 4096 * (2 * 2 * L8.hidden_size + 12)
+    assert float(dual["layer_backward@first"]["activations"]) == pytest.approx(4 * (stage + 8 * 4096) + stage + head)
+    assert dual["layer_backward@last"]["activations"] == pytest.approx(dual["layer_backward@first"]["activations"])
+    for k in ("weights", "gradients", "optimizer_states"):
+        assert float(middle[k]) == pytest.approx(2 * float(one["layer_backward@middle"][k]))
+        assert float(dual["layer_backward@first"][k]) == pytest.approx(
+            float(one["layer_backward@first"][k]) + float(one["layer_backward@last"][k]))
+
+
+def test_zero_bubble_holds_what_1f1b_holds():
+    # Qi et al. 2024, section 2.1: ZB-H1 delays the weight gradients within 1F1B's peak memory
+    par = gm.Parallelism(dp=8, tp=8, pp=2, zero=1, sequence_parallel=True)
+    kw = dict(gradient_accumulation_steps=16, parallelism=par, framework="megatron")
+    one = gm.training_memory("llama-3-70b", 1, 4096, **kw)
+    zb = gm.training_memory("llama-3-70b", 1, 4096, pipeline_schedule="zero_bubble", **kw)
+    dual = gm.training_memory("llama-3-70b", 1, 4096, pipeline_schedule="dualpipe", **kw)
+    assert zb.peak_bytes == one.peak_bytes and zb.breakdown == one.breakdown
+    assert dual.breakdown["weights"] == pytest.approx(2 * one.breakdown["weights"])   # pp = 2: the whole model
+    assert dual.inputs["pipeline_schedule"] == "dualpipe" and "pipeline_schedule" not in one.inputs
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(pp=3, gradient_accumulation_steps=6), "even pp"),
+    (dict(pp=2, gradient_accumulation_steps=3), "even number of at least 2 pp"),
+    (dict(pp=4, gradient_accumulation_steps=4), "even number of at least 2 pp"),
+    (dict(pp=2, virtual_stages=2, gradient_accumulation_steps=8), "virtual_stages=1"),
+    (dict(pp=2, gradient_accumulation_steps=8, framework="fsdp", zero=0), "framework='megatron' only"),
+    (dict(pipeline_schedule="gpipe"), "is not one of"),
+])
+def test_a_schedule_the_layout_cannot_run_is_refused(kw, words):
+    args = dict(pipeline_schedule="dualpipe", dp=2, framework="megatron")
+    args.update(kw)
+    with pytest.raises(gm.ArgumentError, match=words) as info:
+        gm.training_memory("llama-3-8b", 1, 4096, **args)
+    assert info.value.argument == "pipeline_schedule"
+
+
 def test_vocabulary_parallel_cross_entropy_keeps_no_fp32_copies():
     moments = _megatron(L8, tp=8, pp=2)
     T, V = 4096, L8.vocab_size

@@ -16,7 +16,7 @@ from ..cluster.planresult import legend_lines
 from ..core.ops import AttentionKernel
 from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
 import gpumodel as gm
-from ..vocabulary import resolve_system
+from ..vocabulary import PipelineSchedule, RecomputeModule, resolve_system
 
 #: Rows kept for --plot and --pareto (the first-ranked): the chart's cloud and the front are drawn from them.
 PLOT_ROWS = 20_000
@@ -34,7 +34,10 @@ parallel dimension, interleaved pipelines, overlap; deepspeed: ZeRO 0-3, no ZeRO
 fsdp: no shard, SHARD_GRAD_OP or FULL_SHARD; hf: data parallel), micro-batches 1-16, any pipeline degree
 that divides the GPUs (uneven stages allowed) with at least as many micro-batches as stages. --tp, --pp,
 --cp, --ep, --micro-batch, --zero, --recompute, --virtual-stages and --overlap fix or list the values to
-search (comma-separated); a value the framework does not run is refused.
+search (comma-separated); a value the framework does not run is refused. --schedule 1f1b,dualpipe searches
+each pipeline schedule on the layouts it runs (zero_bubble and dualpipe: pipelines without virtual stages;
+dualpipe: an even pp and at least 2 pp micro-batches, an even number); --recompute-modules names what the
+selective rows recompute (Megatron-Core's --recompute-modules).
 
 Near-duplicates: layouts of the same GPUs, degrees, micro-batch and recomputation within 1% of the fastest
 step are one row, the simplest setting kept (lower ZeRO stage, fewer virtual stages, no overlap).
@@ -51,7 +54,8 @@ most that; --power keeps the jobs that draw at most that many kW.
 JSON output (--json), SI units:
   inputs: every option as given; model, system, gpu, tokens, global_batch, seq_len [tokens], objective,
   framework, precision, optimizer, attention_kernel (comma-separated where several), fp8 (true, false or
-  "False,True"), price_per_gpu_hour, currency, max_days, budget, max_power_kw [kW],
+  "False,True"), pipeline_schedule (comma-separated where several), recompute_modules (comma-separated; null:
+  Megatron-Core's default), price_per_gpu_hour, currency, max_days, budget, max_power_kw [kW],
   gpu_counts (the GPU counts searched), searched (the values of each dimension), source (where the GPU's
   kernel numbers come from: calibrated, transferred, datasheet), source_detail, expected_error (of the best
   step [1]), candidates (layouts priced), feasible (those that fit in memory and meet the deadline and the
@@ -61,7 +65,8 @@ JSON output (--json), SI units:
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), band_s (the step's 80% band [low, high]
   [s] from published runs), bound, collapsed (the folded
-  settings), attention_kernel, fp8, power_kw [kW], and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
+  settings), attention_kernel, fp8, pipeline_schedule, recompute_modules (of a selective row, where given; else
+  null), power_kw [kW], and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
   pipeline_bubble_s; plot (the file written, with --plot).
 """
 
@@ -99,6 +104,26 @@ def _kernels(text: str) -> list[str]:
     return names
 
 
+def _schedules(text: str) -> list[str]:
+    """``--schedule``: one pipeline schedule or a comma-separated list, each one of :class:`PipelineSchedule`."""
+    names = [n.lower().replace("-", "_") for n in _words(text)]
+    allowed = [s.value for s in PipelineSchedule]
+    bad = [n for n in names if n not in allowed] or ([] if names else [text])
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (or a comma-separated list)")
+    return list(dict.fromkeys(names))
+
+
+def _modules(text: str) -> list[str]:
+    """``--recompute-modules``: Megatron-Core's module names, comma-separated, each one of :class:`RecomputeModule`."""
+    names = [n.lower() for n in _words(text)]
+    allowed = [m.value for m in RecomputeModule]
+    bad = [n for n in names if n not in allowed] or ([] if names else [text])
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (a comma-separated list)")
+    return names
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="rank the parallel layouts of a training run (time, MFU, days, cost, memory)",
                        epilog=EPILOG, formatter_class=HelpFormatter)
@@ -124,6 +149,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "only), flashinfer, triton")
     p.add_argument("--fp8", default="off", choices=["off", "on", "both"],
                    help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on, or both searched")
+    p.add_argument("--schedule", default=["1f1b"], type=_schedules, metavar="S[,S]",
+                   help="the pipeline schedule (or schedules, comma-separated, to search): 1f1b (interleaved with "
+                        "virtual stages), zero_bubble (ZB-H1), dualpipe (DeepSeek's; megatron, even pp)")
+    p.add_argument("--recompute-modules", type=_modules, metavar="M[,M]",
+                   help="Megatron-Core's --recompute-modules for the selective rows (megatron): core_attn (its "
+                        "default), layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts")
     p.add_argument("--objective", default="time", choices=["time", "cost", "energy"],
                    help="rank by the run's time, its cost (GPU-hours) or its energy, within --deadline")
     p.add_argument("--deadline", type=lambda t: parse_number(t, "--deadline"), metavar="DAYS",
@@ -208,6 +239,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
                                 fp8={"off": False, "on": True, "both": [False, True]}[args.fp8],
+                                pipeline_schedule=args.schedule, recompute_modules=args.recompute_modules,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     if plot and plan.rows:
         _write_plot(plan, plot)
@@ -224,7 +256,7 @@ def _plan(args: argparse.Namespace) -> int:
     print(textwrap.fill(f"{plan.model} on {plan.system} ({plan.framework}): {format_count(plan.tokens)} tokens, global "
                         f"batch {plan.global_batch} x {plan.seq_len} tokens, "
                         f"{plan.attention_kernel.replace(',', ' or ')} attention"
-                        f"{plan.fp8_text()}; "
+                        f"{plan.options_text()}; "
                         f"{plan.feasible:,} of {plan.candidates:,} layouts fit ({plan.search_s:.1f} s). {ranked}; times "
                         "are modelled, not measured.", 110, subsequent_indent="  "))
     err = "unknown (nothing measured backs it)" if plan.expected_error is None else f"about {plan.expected_error:.0%}"

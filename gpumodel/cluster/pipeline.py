@@ -35,14 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from ..base.errors import ArgumentError
 from ..core.memory_parts import stage_layers  # noqa: F401  (re-exported: the step's stages are the memory's)
+from ..vocabulary import PipelineSchedule, check_pipeline_schedule
 from .collectives import system_collective_time
 
 __all__ = ["SCHEDULES", "stage_layers", "slowest_stage", "pipeline_bubble", "check_schedule", "p2p_time"]
 
 #: Named pipeline schedules: 1F1B (interleaved over ``virtual_stages``), zero-bubble ZB-H1, DeepSeek's DualPipe.
-SCHEDULES = ("1f1b", "zero_bubble", "dualpipe")
+SCHEDULES = tuple(s.value for s in PipelineSchedule)
 
 
 def slowest_stage(layer_s: Any, head_s: Any, layers: tuple[Any, Any, Any], pp: Any) -> tuple[Any, Any]:
@@ -120,7 +120,8 @@ def pipeline_bubble(forward_s: Any, backward_s: Any, pp: Any, virtual_stages: An
     return (pp - 1) / v * (f + b)
 
 
-def check_schedule(schedule: Any, pp: int, virtual_stages: int) -> str:
+def check_schedule(schedule: Any, pp: int, virtual_stages: int, micro_batches: int | None = None,
+                   framework: Any = None) -> str:
     """The pipeline schedule a ``pipeline_schedule`` argument names, refused where the layout cannot run it.
 
     Parameters
@@ -129,30 +130,25 @@ def check_schedule(schedule: Any, pp: int, virtual_stages: int) -> str:
         One of :data:`SCHEDULES`.
     pp, virtual_stages : int
         Pipeline stages and model chunks per stage.
+    micro_batches : int, optional
+        Micro-batches per step: DualPipe feeds half from each end (an even number, at least ``2 pp``).
+    framework : Framework, optional
+        The training engine: DualPipe's memory is modelled for "megatron" alone.
 
     Returns
     -------
     str
         The schedule; an :class:`~gpumodel.base.errors.ArgumentError` naming ``pipeline_schedule`` where it is
         unknown, where a named schedule meets ``virtual_stages > 1`` (they are not interleaved), or where
-        DualPipe gets an odd ``pp`` (it pairs the stages from both ends).
+        DualPipe gets an odd ``pp`` (it pairs the stages from both ends), too few or an odd number of
+        micro-batches, or another framework (:func:`gpumodel.vocabulary.check_pipeline_schedule`).
 
     Examples
     --------
     >>> check_schedule("dualpipe", 16, 1)
     'dualpipe'
     """
-    if schedule not in SCHEDULES:
-        raise ArgumentError(f"pipeline_schedule={schedule!r} is not one of {', '.join(map(repr, SCHEDULES))}",
-                            argument="pipeline_schedule", value=schedule, allowed=", ".join(SCHEDULES))
-    if schedule != "1f1b" and virtual_stages > 1:
-        raise ArgumentError(f"pipeline_schedule={schedule!r} is not interleaved: it takes virtual_stages=1, got "
-                            f"{virtual_stages}", argument="pipeline_schedule", value=schedule,
-                            allowed="'1f1b' with virtual_stages > 1")
-    if schedule == "dualpipe" and pp % 2:
-        raise ArgumentError(f"pipeline_schedule='dualpipe' pairs stages from both ends and needs an even pp, got {pp}",
-                            argument="pipeline_schedule", value=schedule, allowed="an even pp")
-    return schedule
+    return check_pipeline_schedule(schedule, pp, virtual_stages, micro_batches, framework).value
 
 
 def p2p_time(act_bytes: Any, system: Any, tp: Any, stride: Any, virtual_stages: Any, pp: Any,

@@ -2,7 +2,8 @@
 
 Every layout its engine runs (:mod:`gpumodel.cluster.plansearch`: data, tensor, pipeline, context and
 expert parallelism, ZeRO, recomputation, micro-batch, virtual stages, communication overlap) that divides
-the model, the GPUs and the global batch is enumerated as arrays and priced at once
+the model, the GPUs and the global batch is enumerated as arrays and priced at once, once per attention library,
+fp8 setting and pipeline schedule searched (each schedule on the layouts it runs)
 (:mod:`gpumodel.cluster.planprice`) with the functions behind the single-layout step time: the shard's
 kernel times, exact for each (tensor, context parallel degree, micro-batch), the composed step
 (:func:`gpumodel.cluster.step.compose`) and the memory per GPU (:func:`gpumodel.training_memory`).
@@ -23,12 +24,13 @@ from ..base.errors import ArgumentError, ArgumentTypeError
 from ..calibration.bands import PARALLEL_STEP_REGIME, error_band
 from ..calibration.estimate import model_for, resolve_calibration
 from ..training.layer import attention_kernel_on
-from ..vocabulary import (Framework, Optimizer, bounded_int, checkpointing_mode, choice, flag,
-                          fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
-                          positive_number, precision as _precision, resolve_model, resolve_system, token_count)
+from ..vocabulary import (Checkpointing, Framework, Optimizer, bounded_int, check_pipeline_schedule, checkpointing_mode,
+                          choice, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
+                          positive_number, precision as _precision, recompute_modules as recompute_modules_of,
+                          resolve_model, resolve_system, token_count)
 from .planprice import distinct_rows, parallel_model_error, memory_per_gpu, run_metrics, shard_table, step_parts
 from .planresult import PlanRow, TrainingPlan
-from .plansearch import CHECKPOINTING, candidates
+from .plansearch import CHECKPOINTING, candidates, schedule_grids
 from .step import PHASES
 
 __all__ = ["TrainingPlan", "PlanRow", "plan_training", "NEAR_DUPLICATE", "COST_DAYS"]
@@ -158,18 +160,23 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
 
 
 def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, price, days_cap, spend, power_cap,
-            objective: str,
-            top, calibrated: bool, calibration, kernel: str, fp8: bool, progress, grad_reduce: str | None) -> dict:
-    """Price every candidate of ``grid`` with one attention library and fp8 setting, and rank the feasible ones:
-    ``rows`` (the first ``top``, each naming its ``attention_kernel`` and ``fp8``), the counts of feasible and
-    folded candidates, the GPU counts used and the kernel model's source."""
+            objective: str, top, calibrated: bool, calibration, kernel: str, fp8: bool, progress,
+            grad_reduce: str | None, schedule: str = "1f1b", modules: frozenset | None = None) -> dict:
+    """Price every candidate of ``grid`` with one attention library, fp8 setting and pipeline schedule (and the
+    selective rows with Megatron-Core's recompute ``modules``, None: its default), and rank the feasible ones:
+    ``rows`` (the first ``top``, each naming its ``attention_kernel``, ``fp8``, ``pipeline_schedule`` and
+    ``recompute_modules``), the counts of feasible and folded candidates, the GPU counts used and the kernel
+    model's source."""
     g, L = sysm.gpu, grid.layouts
     st, error, source = shard_table(cfg, g, L["tp"], L["cp"], L["micro_batch"], s, prec.name, opt.value, fw.value,
-                                    calibrated, calibration, kernel, progress, fp8=fp8)
-    parts = step_parts(cfg, sysm, prec, fw, st, grid, s, grad_reduce)
+                                    calibrated, calibration, kernel, progress, fp8=fp8, recompute_modules=modules,
+                                    dtype=prec.compute_dtype.value)
+    parts = step_parts(cfg, sysm, prec, fw, st, grid, s, grad_reduce, schedule)
     step = sum(parts[k] for k in PHASES)
-    total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s, fp8=fp8, grad_reduce_dtype=grad_reduce)
-    m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price, fp8)}
+    total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s, fp8=fp8, grad_reduce_dtype=grad_reduce,
+                                 pipeline_schedule=schedule, recompute_modules=modules)
+    m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price, fp8,
+                                        modules)}
     ok = grid.valid & np.isfinite(step) & (total <= g.usable_memory_bytes)
     if days_cap is not None:
         ok &= m["days"] <= days_cap
@@ -182,9 +189,11 @@ def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, pri
     band = np.hypot(error, parallel_model_error())
     rows = [_row(int(i), grid, m, parts, folded.get(int(i), []), headroom, peak, band)
             for i in (ranked if top is None else ranked[:top])]
+    named = None if modules is None else ",".join(sorted(x.value for x in modules))
     for r in rows:
-        r.update(attention_kernel=kernel, fp8=fp8, power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3,
-                 band_s=error_band(r["seconds"], PARALLEL_STEP_REGIME))
+        r.update(attention_kernel=kernel, fp8=fp8, pipeline_schedule=schedule,
+                 recompute_modules=named if r["checkpointing"] == "selective" else None,
+                 power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3, band_s=error_band(r["seconds"], PARALLEL_STEP_REGIME))
     return {"rows": rows, "feasible": int(ok.sum()), "folded": sum(len(v) for v in folded.values()),
             "used": set(L["num_gpus"][ok.any(axis=1)].tolist()), "source": source}
 
@@ -198,7 +207,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
                   top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
                   calibration: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
-                  grad_reduce_dtype: str | None = None) -> TrainingPlan:
+                  grad_reduce_dtype: str | None = None, pipeline_schedule: Any = "1f1b",
+                  recompute_modules: Any = None) -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
 
     Parameters
@@ -258,6 +268,25 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
         Megatron-LM's gradient buffer and reduction format (``framework="megatron"``; None: its default), as
         :func:`gpumodel.training_step_time` takes it.
+    pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"} or list of them
+        The pipeline schedule (:func:`gpumodel.training_step_time`); a list searches each (the rows name theirs in
+        ``pipeline_schedule``). Each schedule is searched on the layouts it runs
+        (:func:`gpumodel.cluster.plansearch.for_schedule`): zero-bubble (ZB-H1) and DualPipe on pipelines of one
+        model chunk a stage, DualPipe on an even ``pp`` with an even number of at least ``2 pp`` micro-batches;
+        layouts without a pipeline under "1f1b" alone. Their memory is the schedule's
+        (:func:`gpumodel.training_memory`: DualPipe holds two stages a GPU and ``pp + 1`` micro-batches; it is
+        modelled for ``framework="megatron"`` only). DualPipe hides its expert-parallel all-to-alls and pipeline
+        sends under the paired chunk whatever a row's ``comm_overlap``
+        (:data:`~gpumodel.cluster.planprice.SCHEDULE_OVERLAP`): to price a DualPipe row with
+        :func:`gpumodel.training_step_time`, give ``comm_overlap="pp,ep"``, or ``"tp,dp,pp,ep"`` where the row
+        says ``comm_overlap=True``.
+    recompute_modules : None, str or iterable of str
+        Megatron-Core's ``--recompute-modules`` for every row with selective recomputation (``framework="megatron"``;
+        "core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts"): its step and memory as
+        :func:`gpumodel.training_step_time` and :func:`gpumodel.training_memory` take them, and its
+        ``recompute_modules`` names them (comma-separated); rows without recomputation or with full recomputation
+        ignore them (their ``recompute_modules`` is None). None: Megatron-Core's default, the attention core. The
+        search must include ``checkpointing="selective"``.
 
     Returns
     -------
@@ -283,6 +312,10 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     opt = choice(Optimizer, optimizer, "optimizer")
     fw = choice(Framework, framework, "framework")
     fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", lambda v, name: fp8_training(v, fw, g, name))))
+    schedules = list(dict.fromkeys(_sweep(pipeline_schedule, "pipeline_schedule",
+                                          lambda v, name: check_pipeline_schedule(v, framework=fw, name=name).value)))
+    modules = None if recompute_modules is None else recompute_modules_of(recompute_modules, Checkpointing.SELECTIVE,
+                                                                           fw, cfg)
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     reduce_fmt = None if reduce_fmt is None else reduce_fmt.value
     if not isinstance(objective, str) or objective not in _OBJECTIVES:
@@ -327,15 +360,29 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         searched["attention_kernel"] = kernels
     if len(fp8s) > 1:
         searched["fp8"] = fp8s
+    if modules is not None:
+        if "selective" not in searched["checkpointing"]:
+            raise ArgumentError(f"recompute_modules names what selective recomputation re-runs; the search has "
+                                f"checkpointing={searched['checkpointing']!r}: add 'selective'",
+                                argument="recompute_modules", value=recompute_modules,
+                                allowed="None, or a search that includes checkpointing='selective'")
+        searched["recompute_modules"] = sorted(x.value for x in modules)
+    grids = schedule_grids(grid, schedules, pipeline_schedule, f"{cfg.name} on {_shown(counts)} GPUs", notes)
+    if len(schedules) > 1:
+        searched["pipeline_schedule"] = schedules
     rows, feasible, n_folded, used, source = [], 0, 0, set(), ""
-    for kernel in kernels:
-        for f8 in fp8s:
-            found = _search(cfg, sysm, prec, opt, fw, grid, s, B, n_tokens, price, days_cap, spend, power_cap,
-                            objective, top, calibrated, calibration, kernel, f8, progress, reduce_fmt)
-            rows += found["rows"]
-            feasible, n_folded = feasible + found["feasible"], n_folded + found["folded"]
-            used |= found["used"]
-            source = source or found["source"]
+    for sched, sub in grids.items():
+        if not sub.size:
+            continue
+        for kernel in kernels:
+            for f8 in fp8s:
+                found = _search(cfg, sysm, prec, opt, fw, sub, s, B, n_tokens, price, days_cap, spend, power_cap,
+                                objective, top, calibrated, calibration, kernel, f8, progress, reduce_fmt, sched,
+                                modules)
+                rows += found["rows"]
+                feasible, n_folded = feasible + found["feasible"], n_folded + found["folded"]
+                used |= found["used"]
+                source = source or found["source"]
     primary, secondary = _RANK_KEYS[objective]
     rows.sort(key=lambda r: (r[primary], r[secondary]))
     rows = rows if top is None else rows[:top]
@@ -351,9 +398,12 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                      + (f" under {power_cap:g} kW" if power_cap is not None else "") + f"; the largest used is {used[-1]}")
     best_err = rows[0]["expected_error"] if rows else None
     return TrainingPlan(model=cfg.name, system=sysm.name, tokens=n_tokens, global_batch=B, seq_len=s,
-                        objective=objective, rows=rows, candidates=grid.size * len(kernels) * len(fp8s),
+                        objective=objective, rows=rows,
+                        candidates=sum(gr.size for gr in grids.values()) * len(kernels) * len(fp8s),
                         feasible=feasible, search_s=time.perf_counter() - t0, attention_kernel=",".join(kernels),
-                        fp8=",".join(map(str, fp8s)) if len(fp8s) > 1 else fp8s[0], gpu=g.name, framework=fw.value,
+                        fp8=",".join(map(str, fp8s)) if len(fp8s) > 1 else fp8s[0], pipeline_schedule=",".join(schedules),
+                        recompute_modules=None if modules is None else ",".join(searched["recompute_modules"]),
+                        gpu=g.name, framework=fw.value,
                         precision=prec.name, optimizer=opt.value, price_per_gpu_hour=price, currency=currency,
                         max_days=days_cap, budget=spend, max_power_kw=power_cap, source=source, source_detail=detail,
                         expected_error=best_err, collapsed=n_folded, gpu_counts=counts, searched=searched,

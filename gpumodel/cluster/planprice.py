@@ -12,6 +12,10 @@ single-layout step time, over arrays:
   overlap and once without;
 * memory per GPU (:func:`gpumodel.training_memory`) over the layouts times the ZeRO stages, once per
   recomputation mode.
+
+One search prices one pipeline schedule (the step's bubble and the memory it holds) and, for selective
+recomputation, one set of Megatron-Core's ``--recompute-modules`` (their kernels priced per tensor-parallel degree
+over the same arrays as the shard's, :func:`gpumodel.cluster.selective.selective_recompute`).
 """
 
 from __future__ import annotations
@@ -24,17 +28,25 @@ import numpy as np
 from ..calibration.bands import PARALLEL_STEP_REGIME, load_error_bands
 from ..core.memory import training_memory
 from ..training.steptime import recompute_flops_per_token
+from .composition import overlaps
 from .plansearch import CHECKPOINTING, Grid
+from .selective import SelectiveRecompute, selective_recompute
 from .shard import shard_config, shard_times
 from .step import PHASES, compose, model_flops_per_token
 
 __all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error",
-           "run_metrics",
-           "distinct_rows"]
+           "run_metrics", "distinct_rows", "SCHEDULE_OVERLAP"]
 
 #: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
 SHARD_FIELDS = ("layer_forward", "layer_backward", "attention_forward", "head_forward", "head_backward",
                 "optimizer_per_param", "layer_flops", "head_flops")
+#: The communication a pipeline schedule hides by itself, whatever a row's overlap setting: DualPipe runs each
+#: forward chunk beside another micro-batch's backward chunk, under which "both all-to-all and PP communication can
+#: be fully hidden" (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, section 3.2.1). A row's ``comm_overlap``
+#: adds Megatron-Core's overlaps (:func:`gpumodel.cluster.composition.overlaps`) to it.
+SCHEDULE_OVERLAP = {"1f1b": frozenset(), "zero_bubble": frozenset(), "dualpipe": frozenset({"pp", "ep"})}
+
+
 def parallel_model_error() -> float:
     """Median relative error of the parallel step model on published runs [1]: the ``step-parallel`` regime's
     ``median_abs`` (the fit half of ``bench/published_runs.py``'s rows), combined with the kernel model's expected
@@ -65,17 +77,23 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: str, framework: str,
                 calibrated: bool, calibration: Any, attention_kernel: str,
-                progress: Callable[[int, int], None] | None = None, fp8: bool = False) -> tuple[SimpleNamespace, Any, str]:
+                progress: Callable[[int, int], None] | None = None, fp8: bool = False,
+                recompute_modules: Any = None, dtype: str = "bf16") -> tuple[SimpleNamespace, Any, str]:
     """The shard times of every layout (arrays like ``tp``), its kernels' expected error, and their source.
 
     One :func:`~gpumodel.cluster.shard.shard_times` call per tensor-parallel degree, over the distinct
-    ``(cp, micro-batch)`` pairs of the layouts with that degree.
+    ``(cp, micro-batch)`` pairs of the layouts with that degree. With ``recompute_modules`` (Megatron-Core's, a set
+    of :class:`~gpumodel.vocabulary.RecomputeModule`), the times also hold ``selective``: what selective
+    recomputation of those modules re-runs in a layer (:func:`~gpumodel.cluster.selective.selective_recompute`, its
+    kernels in the compute ``dtype``), priced over the same arrays; None: ``selective`` is None (the attention core
+    alone, as :func:`~gpumodel.cluster.composition.compose` takes it).
     """
     first, which = distinct_rows(tp, cp, mb)
     k_tp, k_cp, k_mb = tp[first], cp[first], mb[first]
-    table = {k: np.empty(len(first)) for k in SHARD_FIELDS}
+    fields = SHARD_FIELDS + (("selective_forward", "selective_flops") if recompute_modules is not None else ())
+    table = {k: np.empty(len(first)) for k in fields}
     error = np.full(len(first), np.nan)
-    source = ""
+    source, redo = "", None
     degrees = sorted(set(k_tp.tolist()))
     for i, t in enumerate(degrees):
         sel = k_tp == t
@@ -83,41 +101,61 @@ def shard_table(cfg, gpu, tp, cp, mb, seq_len: int, precision: str, optimizer: s
                          framework, calibrated, calibration, attention_kernel=attention_kernel, fp8=fp8)
         for k in SHARD_FIELDS:
             table[k][sel] = getattr(st, k)
+        if recompute_modules is not None:
+            redo = selective_recompute(cfg, recompute_modules, st, gpu, micro_batch=k_mb[sel],
+                                       seq_local=seq_len // k_cp[sel], cp=k_cp[sel], tp=t, sequence_parallel=t > 1,
+                                       dtype=dtype, fp8=fp8, calibrated=calibrated, calibration=calibration)
+            table["selective_forward"][sel], table["selective_flops"][sel] = redo.forward_s, redo.flops
         if st.expected_error is not None:
             error[sel] = st.expected_error
         source = st.source
         if progress is not None:
             progress(i + 1, len(degrees))
-    return SimpleNamespace(**{k: v[which] for k, v in table.items()}), error[which], source
+    out = SimpleNamespace(**{k: v[which] for k, v in table.items()})
+    out.selective = None if redo is None else SelectiveRecompute(
+        forward_s=out.selective_forward, flops=out.selective_flops, attention=redo.attention,
+        tp_sublayers=redo.tp_sublayers, moe_layers=redo.moe_layers)
+    return out, error[which], source
 
 
-def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int, grad_reduce_dtype: str | None = None) -> dict:
+def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int, grad_reduce_dtype: str | None = None,
+               pipeline_schedule: str = "1f1b") -> dict:
     """The step's breakdown by phase [s] and ``hardware_flops`` of every (layout, setting), arrays (layouts,
     settings): each layout's collectives are computed once and broadcast over the ZeRO stages and recomputation
-    modes; one composition with communication overlap, one without."""
+    modes; one composition with communication overlap, one without, both under ``pipeline_schedule`` (which may
+    hide communication itself: :data:`SCHEDULE_OVERLAP`). ``st`` is :func:`shard_table`'s (its ``selective``,
+    where given, prices the selective rows' recomputation)."""
     shape = grid.valid.shape
     out = {k: np.zeros(shape) for k in (*PHASES, "hardware_flops")}
     col = grid.column
     sub = SimpleNamespace(**{k: getattr(st, k)[:, None] for k in SHARD_FIELDS})
+    redo = getattr(st, "selective", None)
+    if redo is not None:
+        redo = SelectiveRecompute(forward_s=redo.forward_s[:, None], flops=redo.flops[:, None], attention=redo.attention,
+                                  tp_sublayers=redo.tp_sublayers, moe_layers=redo.moe_layers)
     for overlap in (False, True):
         sel = np.flatnonzero(grid.settings["comm_overlap"] == overlap)
         if not len(sel):
             continue
+        hide = SCHEDULE_OVERLAP[pipeline_schedule] | overlaps(overlap)
         parts = compose(cfg, sysm, prec, fw, sub, tp=col("tp"), pp=col("pp"), cp=col("cp"), dp=col("dp"),
                         ep=col("ep"), zero=col("zero")[:, sel], sequence_parallel=col("tp") > 1,
                         virtual_stages=col("virtual_stages"), batch_size=col("micro_batch"), seq_len=seq_len,
                         micro_batches=col("micro_batches"), checkpointing=col("checkpointing")[:, sel],
-                        comm_overlap=overlap, grad_reduce_dtype=grad_reduce_dtype)
+                        comm_overlap=hide, grad_reduce_dtype=grad_reduce_dtype, pipeline_schedule=pipeline_schedule,
+                        selective=redo)
         for k in out:
             out[k][:, sel] = np.broadcast_to(parts[k], (shape[0], len(sel)))
     return out
 
 
 def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_len: int,
-                   fp8: bool = False, grad_reduce_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   fp8: bool = False, grad_reduce_dtype: str | None = None, pipeline_schedule: str = "1f1b",
+                   recompute_modules: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(reserved total, allocated peak) per GPU [B] of every (layout, setting), by :func:`gpumodel.training_memory`
     under the framework's own memory model: one call per recomputation mode (and, for FSDP, for DDP and for the
-    sharded stages), over the layouts times the ZeRO stages (overlap does not change memory)."""
+    sharded stages), over the layouts times the ZeRO stages (overlap does not change memory), under
+    ``pipeline_schedule``, with ``recompute_modules`` for selective recomputation (None: Megatron-Core's default)."""
     L, S = grid.layouts, grid.settings
     total, peak = np.full(grid.valid.shape, np.inf), np.full(grid.valid.shape, np.nan)
     z_all, ck_all = S["zero"], S["checkpointing"]
@@ -137,7 +175,9 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
                                       gradient_accumulation_steps=at["micro_batches"], zero=z[None, :], dp=at["dp"],
                                       tp=at["tp"], pp=at["pp"], cp=at["cp"], ep=at["ep"],
                                       virtual_stages=at["virtual_stages"], sequence_parallel=bool(np.any(at["tp"] > 1)),
-                                      framework=framework, fp8=fp8, grad_reduce_dtype=grad_reduce_dtype)
+                                      framework=framework, fp8=fp8, grad_reduce_dtype=grad_reduce_dtype,
+                                      pipeline_schedule=pipeline_schedule,
+                                      recompute_modules=recompute_modules if CHECKPOINTING[code] == "selective" else None)
                 t_z = np.broadcast_to(mem.total_bytes, (len(rows), len(z)))
                 p_z = np.broadcast_to(mem.peak_bytes, (len(rows), len(z)))
                 for j, zv in enumerate(z):
@@ -147,15 +187,17 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
 
 
 def run_metrics(cfg, gpu, prec, grid: Grid, step: np.ndarray, tokens: float, global_batch: int, seq_len: int,
-                power_per_gpu: float, price: float | None, fp8: bool = False) -> dict:
+                power_per_gpu: float, price: float | None, fp8: bool = False, recompute_modules: Any = None) -> dict:
     """Per (layout, setting): tokens/s/GPU, TFLOP/s/GPU, MFU, HFU, days, GPU-hours, kWh and cost of the run (MFU and
-    HFU of an fp8 run against the GPU's dense fp8 peak, its GEMMs' rate)."""
+    HFU of an fp8 run against the GPU's dense fp8 peak, its GEMMs' rate; HFU of selective recomputation with the
+    ``recompute_modules``' FLOPs, None: the attention core's)."""
     n = grid.column("num_gpus")
     tokens_step = global_batch * seq_len
     steps = np.ceil(tokens / tokens_step)
     seconds = steps * step
     model_flops = model_flops_per_token(cfg, seq_len) * tokens_step
-    recompute = np.array([recompute_flops_per_token(cfg, seq_len, c) for c in CHECKPOINTING])[grid.column("checkpointing")]
+    recompute = np.array([recompute_flops_per_token(cfg, seq_len, c, recompute_modules if c == "selective" else None)
+                          for c in CHECKPOINTING])[grid.column("checkpointing")]
     peak = gpu.peak_flops("fp8" if fp8 else prec.compute_dtype.value)
     gpu_hours = n * seconds / 3600
     return {"tokens_per_s_per_gpu": tokens_step / step / n, "tflops_per_gpu": model_flops / step / n / 1e12,

@@ -29,10 +29,11 @@ COLUMNS = (
                "schedule); z1 shards the optimizer states over the data-parallel ranks (ZeRO-1, Megatron's "
                "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); ov = "
                "communication overlapped with compute (Megatron-Core's --overlap-grad-reduce, --overlap-param-gather, "
-               "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs; a library name (fa3, cudnn, ...) = the "
+               "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs; zb = the zero-bubble pipeline schedule "
+               "(ZB-H1), dualpipe = DeepSeek's DualPipe (otherwise 1F1B); a library name (fa3, cudnn, ...) = the "
                "attention kernel, where the plan searched several"),
-    ("recompute", "activation recomputation: none, sel (selective: the attention core), full (every layer's "
-                  "forward again in the backward)"),
+    ("recompute", "activation recomputation: none, sel (selective: the attention core, or the plan's "
+                  "recompute_modules), full (every layer's forward again in the backward)"),
     ("mb x acc", "micro-batch [sequences] x accumulation steps (micro-batches per step)"),
     ("step s", "one optimizer step [s]"),
     ("tok/s/GPU", "tokens per second per GPU"),
@@ -53,6 +54,8 @@ COLUMNS = (
 HEADERS = [name for name, _ in COLUMNS]
 _BOUND = {"communication": "comm", "pipeline bubble": "bubble"}
 _CKPT = {"none": "none", "selective": "sel", "full": "full"}
+#: A pipeline schedule as the layout names it (1F1B unnamed).
+_SCHEDULE = {"zero_bubble": "zb", "dualpipe": "dualpipe"}
 
 
 def legend_lines(width: int = 110, columns: tuple = COLUMNS, skip: tuple = ("#",)) -> list[str]:
@@ -73,8 +76,13 @@ def legend_lines(width: int = 110, columns: tuple = COLUMNS, skip: tuple = ("#",
 
 
 def layout_label(r: dict, kernel: bool = False) -> str:
-    """``dp8 tp8 pp2 v4 z1 ov fp8``: the degrees and settings of a row (see :data:`COLUMNS`); ``kernel``: with its
-    attention library."""
+    """``dp8 tp8 pp2 v4 z1 ov fp8``: the degrees and settings of a row (see :data:`COLUMNS`), with its pipeline
+    schedule where not 1F1B (``zb``, ``dualpipe``); ``kernel``: with its attention library.
+
+    >>> layout_label(dict(dp=8, tp=1, pp=16, cp=1, ep=64, virtual_stages=1, zero=1, comm_overlap=True, fp8=True,
+    ...                   pipeline_schedule="dualpipe"))
+    'dp8 tp1 pp16 ep64 z1 ov fp8 dualpipe'
+    """
     parts = [f"dp{r['dp']}", f"tp{r['tp']}", f"pp{r['pp']}"]
     parts += [f"cp{r['cp']}"] if r["cp"] > 1 else []
     parts += [f"ep{r['ep']}"] if r.get("ep", 1) > 1 else []
@@ -82,6 +90,7 @@ def layout_label(r: dict, kernel: bool = False) -> str:
     parts += [f"z{r['zero']}"]
     parts += ["ov"] if r.get("comm_overlap") else []
     parts += ["fp8"] if r.get("fp8") else []
+    parts += [_SCHEDULE[r["pipeline_schedule"]]] if r.get("pipeline_schedule", "1f1b") != "1f1b" else []
     parts += [str(r["attention_kernel"])] if kernel and r.get("attention_kernel") else []
     return " ".join(parts)
 
@@ -159,10 +168,15 @@ class TrainingPlan:
         ``peak_bytes, headroom_bytes`` [B],
         ``expected_error`` (of the step time [1], None where nothing measured backs one), ``band_s`` (the step's
         80% band ``(low, high)`` [s] from the ``step-parallel`` regime of published runs), ``bound``, ``collapsed``
-        (the settings of near-duplicate rows folded into this one), ``attention_kernel`` and ``fp8`` (the
-        attention library and fp8 setting the row runs) plus the breakdown [s] by phase.
-    attention_kernel, fp8 :
-        What the plan searched: a library name (or several, comma-separated), and True, False or "False,True".
+        (the settings of near-duplicate rows folded into this one), ``attention_kernel``, ``fp8`` and
+        ``pipeline_schedule`` (the attention library, fp8 setting and pipeline schedule the row runs),
+        ``recompute_modules`` (Megatron-Core's recomputed modules of a selective row, comma-separated, where the plan
+        was given them; else None) plus the breakdown [s] by phase.
+    attention_kernel, fp8, pipeline_schedule :
+        What the plan searched: a library name (or several, comma-separated), True, False or "False,True", and a
+        schedule (or several, comma-separated).
+    recompute_modules : str or None
+        The modules the selective rows recompute (comma-separated), None: Megatron-Core's default.
     candidates : int
         Layouts priced (every one the framework runs and that divides the model, the GPUs and the batch);
         ``feasible`` those that fit in memory (and meet ``max_days`` and ``budget``).
@@ -189,6 +203,8 @@ class TrainingPlan:
     search_s: float = 0.0
     attention_kernel: str = "sdpa"
     fp8: Any = False
+    pipeline_schedule: str = "1f1b"
+    recompute_modules: str | None = None
     gpu: str = ""
     framework: str = "megatron"
     precision: str = "amp_bf16"
@@ -278,7 +294,8 @@ class TrainingPlan:
     def to_dict(self) -> dict:
         """Every input and result field (the rows as plain dicts), as ``--json`` prints it."""
         keys = ("model", "system", "gpu", "tokens", "global_batch", "seq_len", "objective", "framework", "precision",
-                "optimizer", "attention_kernel", "fp8", "price_per_gpu_hour", "currency", "max_days", "budget",
+                "optimizer", "attention_kernel", "fp8", "pipeline_schedule", "recompute_modules", "price_per_gpu_hour",
+                "currency", "max_days", "budget",
                 "max_power_kw", "gpu_counts", "searched", "source", "source_detail", "expected_error", "candidates", "feasible",
                 "collapsed", "search_s", "notes")
         return {**{k: getattr(self, k) for k in keys}, "rows": [dict(r) for r in self.rows]}
@@ -293,10 +310,20 @@ class TrainingPlan:
         """What the plan searched of fp8, as its headline says it: ``", fp8 GEMMs"``, ``""`` or both."""
         return {True: ", fp8 GEMMs", False: ""}.get(self.fp8, ", with and without fp8 GEMMs")
 
+    def options_text(self) -> str:
+        """The searched options besides the attention library, as the headline says them: :meth:`fp8_text`, the
+        pipeline schedules where not 1F1B alone, the recomputed modules where given."""
+        out = self.fp8_text()
+        if self.pipeline_schedule != "1f1b":
+            out += f", pipeline schedule {self.pipeline_schedule.replace(',', ' or ')}"
+        if self.recompute_modules is not None:
+            out += f", selective recomputation of {self.recompute_modules.replace(',', ', ') or 'nothing'}"
+        return out
+
     def headline(self) -> str:
         """One line: the job, how many layouts were priced and fit, what ranks them."""
         kernel = f", attention {self.attention_kernel.replace(',', ' or ')}" if self.attention_kernel != "sdpa" else ""
-        kernel += self.fp8_text()
+        kernel += self.options_text()
         return (f"{self.model} on {self.system} ({self.framework}), {format_count(self.tokens)} tokens, batch "
                 f"{self.global_batch} x {self.seq_len} tokens{kernel}; {self.feasible:,} of {self.candidates:,} "
                 f"layouts fit, ranked by {self.objective}")

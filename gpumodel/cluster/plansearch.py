@@ -18,7 +18,11 @@ the rules the engines enforce, so that no layout is priced that a framework woul
   least 8 experts is searched with ``ep > 1`` only;
 * tensor-parallel degrees split the heads, key/value heads and MLP width and stay inside a node;
   context-parallel degrees halve the sequence into ``2 cp`` chunks of at least 512 tokens (Megatron's
-  load-balanced causal split).
+  load-balanced causal split);
+* a pipeline schedule other than 1F1B (:func:`for_schedule`) runs the pipelines of one model chunk a stage
+  (zero-bubble and DualPipe are not interleaved), DualPipe those of an even ``pp`` fed an even number of at least
+  ``2 pp`` micro-batches (:func:`gpumodel.vocabulary.schedule_runs`); the layouts without a pipeline are searched
+  under 1F1B alone, where every schedule is the same.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError
-from ..vocabulary import Framework
+from ..vocabulary import Framework, PipelineSchedule, schedule_runs
 from ..vocabulary.parallel_rules import splits_model
 
-__all__ = ["Grid", "Engine", "ENGINES", "CHECKPOINTING", "MICRO_BATCHES", "MOE_EP_GPUS", "candidates", "divisors"]
+__all__ = ["Grid", "Engine", "ENGINES", "CHECKPOINTING", "MICRO_BATCHES", "MOE_EP_GPUS", "candidates", "divisors",
+           "for_schedule", "schedule_grids"]
 
 #: Recomputation codes of the arrays: 0 none, 1 selective, 2 full.
 CHECKPOINTING = ("none", "selective", "full")
@@ -209,3 +214,50 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     group = (layouts["dp"] * layouts["cp"])[:, None]
     valid = ((z == 0) | (group > 1)) & ~((z >= 2) & (layouts["pp"][:, None] > 1))   # ZeRO over dp x cp; not 2/3 with pp
     return Grid(layouts, settings, valid), searched
+
+
+def for_schedule(grid: Grid, schedule: str) -> Grid:
+    """The candidates of ``grid`` that a pipeline schedule runs (see the module docstring).
+
+    Parameters
+    ----------
+    grid : Grid
+        The candidates of :func:`candidates`.
+    schedule : {"1f1b", "zero_bubble", "dualpipe"}
+
+    Returns
+    -------
+    Grid
+        ``grid`` itself under 1F1B; else its layouts with a pipeline (``pp > 1``) that the schedule runs.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> grid, _ = candidates(gm.model("llama-3-8b"), 8, [16], 64, 4096, Framework.MEGATRON)
+    >>> dual = for_schedule(grid, "dualpipe").layouts
+    >>> bool(((dual["pp"] % 2 == 0) & (dual["virtual_stages"] == 1) & (dual["micro_batches"] >= 2 * dual["pp"])).all())
+    True
+    """
+    if schedule == PipelineSchedule.ONE_F_ONE_B or not grid.layouts:
+        return grid
+    L = grid.layouts
+    keep = (L["pp"] > 1) & schedule_runs(schedule, L["pp"], L["virtual_stages"], L["micro_batches"])
+    return Grid({k: a[keep] for k, a in L.items()}, grid.settings, grid.valid[keep])
+
+
+def schedule_grids(grid: Grid, schedules: list, given: Any, job: str, notes: list) -> dict:
+    """The candidates each of ``schedules`` runs (:func:`for_schedule`), by schedule; a schedule with none adds a
+    line to ``notes``, and none at all is an error naming ``pipeline_schedule`` (``given``: its value; ``job``: the
+    model and GPUs, for the message)."""
+    grids = {sched: for_schedule(grid, sched) for sched in schedules}
+    needs = {"zero_bubble": "a pipeline (pp > 1) of one model chunk a stage",
+             "dualpipe": "a pipeline of one model chunk a stage, an even pp and an even number of at least 2 pp "
+                         "micro-batches"}
+    if not any(g.size for g in grids.values()):
+        raise ArgumentError(f"no layout of {job} runs pipeline_schedule={'/'.join(schedules)}: "
+                            + "; ".join(f"{k} needs {v}" for k, v in needs.items() if k in schedules),
+                            argument="pipeline_schedule", value=given,
+                            allowed="'1f1b', or more GPUs, pipeline stages or micro-batches")
+    notes.extend(f"no layout runs pipeline_schedule={sched!r}: it needs {needs[sched]}"
+                 for sched, g in grids.items() if not g.size)
+    return grids

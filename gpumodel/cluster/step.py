@@ -149,7 +149,10 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"}
         The pipeline schedule: 1F1B (interleaved with ``virtual_stages > 1``), zero-bubble (ZB-H1) or DeepSeek's
         DualPipe (:func:`gpumodel.cluster.pipeline.pipeline_bubble`); DualPipe hides the expert-parallel
-        all-to-alls only where ``comm_overlap`` names ``"ep"``.
+        all-to-alls only where ``comm_overlap`` names ``"ep"``. Zero-bubble and DualPipe take ``virtual_stages=1``;
+        DualPipe an even ``pp``, an even ``gradient_accumulation_steps`` of at least ``2 pp`` (half the
+        micro-batches enter from each end) and ``framework="megatron"``, whose memory model holds its two copies of
+        the parameters and ``pp + 1`` micro-batches (:func:`gpumodel.training_memory`).
     first_stage_layers, last_stage_layers : int, optional
         Decoder layers of the first and last pipeline stage (Megatron-Core's
         ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``; Llama 3 405B: 7 of
@@ -193,13 +196,13 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
-    check_schedule(pipeline_schedule, par.pp, par.virtual_stages)
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
     m = positive_int(gradient_accumulation_steps, "gradient_accumulation_steps")
     if not all(isinstance(x, int) for x in (b, s, m)):
         raise ArgumentError("batch_size, seq_len and gradient_accumulation_steps must be scalars here; "
                             "gm.plan_training sweeps layouts")
+    schedule = check_schedule(pipeline_schedule, par.pp, par.virtual_stages, m, fw)
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
@@ -226,7 +229,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     out = compose(cfg, sysm, prec, fw, st, tp=tp, pp=pp, cp=cp, dp=dp, ep=par.ep, zero=par.zero,
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
                   micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
-                  last_stage_layers=last_stage_layers, pipeline_schedule=pipeline_schedule,
+                  last_stage_layers=last_stage_layers, pipeline_schedule=schedule,
                   grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value, selective=selective)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
@@ -241,7 +244,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                           gradient_accumulation_steps=m, parallelism=par, framework=fw.value,
                           attention="flash" if attention == "flash" else "eager", first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, expandable_segments=expandable_segments, fp8=fp8,
-                          grad_reduce_dtype=reduce_fmt, recompute_modules=recompute_modules)
+                          grad_reduce_dtype=reduce_fmt, recompute_modules=recompute_modules,
+                          pipeline_schedule=schedule)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "

@@ -26,7 +26,13 @@ Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel
     holds ``min(pp - i, m)`` micro-batches of activations; the interleaved schedule with ``v`` chunks
     ``min(v pp + pp - 1 - 2 i, m v)`` chunk-micro-batches, all ``m v`` when ``m = pp`` (Narayanan et al. 2021;
     Megatron-Core's ``get_pp_rank_microbatches``; on the first stage the factor ``1 + (pp - 1) / (pp v)`` of
-    Korthikanti et al.). The first stage holds the embedding, the last
+    Korthikanti et al.). The zero-bubble schedule ZB-H1 holds as many as 1F1B (Qi et al. 2024, section 2.1: it
+    delays the weight gradients so that no stage holds more). DualPipe (DeepSeek-AI 2024, section 3.2.1 and
+    Table 2: parameters 2x, activations ``pp + 1`` micro-batches) feeds micro-batches from both ends: GPU ``i``
+    holds stages ``i`` and ``pp - 1 - i``, so the weights, gradients and optimizer states of both (the reference
+    implementation keeps each stage as a module of its own), and at its peak ``pp - i`` micro-batches of the first
+    and ``i + 1`` of the second; the first and last GPUs hold both the embedding and the LM head. The first stage
+    holds the embedding, the last
     the LM head and the loss; each stage holds ``ceil(L / pp)`` layers unless the first and last stages
     are given fewer (:func:`~gpumodel.core.memory_parts.stage_layers`). Each of the first, a middle and the last stage
     is evaluated; the peak is the largest. Fused Adam: no optimizer temporaries.
@@ -55,6 +61,9 @@ References
 ----------
 V. Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023 (arXiv 2022).
 D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021.
+P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024 (arXiv 2401.10241), section 2.1.
+DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv 2412.19437 (2024), section 3.2.1 and Table 2; the reference
+implementation ``deepseek-ai/DualPipe``.
 S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020.
 Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (``6 + 12 / dp`` bytes per parameter with the
 distributed optimizer); DeepSpeed ``deepspeed/runtime/zero/config.py`` (bucket defaults); PyTorch FSDP2
@@ -98,14 +107,16 @@ def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
 def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, ckpt: Checkpointing, scores: bool, *,
                      micro_batches, dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages,
                      cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None, fp8: bool = False,
-                     grad_reduce_dtype=None, recompute_modules=None):
+                     grad_reduce_dtype=None, recompute_modules=None, pipeline_schedule="1f1b"):
     """``(moments, steady)`` of a Megatron-Core step: moment@stage -> component -> bytes, for the first, a middle
     and the last pipeline stage (see the module notes). ``fp8``: Transformer Engine's fp8 linear layers keep their
     GEMM inputs in fp8 (:func:`megatron_layer_bytes`) and an fp8 copy of each decoder weight and its transpose,
     cast on a step's first micro-batch and kept for the others (``fp8_weights``, 2 bytes a decoder parameter).
     ``grad_reduce_dtype``: the gradient buffer's format ("fp32", "bf16", "fp16"; None: Megatron-LM's default).
     ``recompute_modules``: with selective ``ckpt``, the submodules recomputed (:func:`megatron_layer_bytes`; None:
-    ``core_attn``); a layer's backward holds what they drop again while it runs."""
+    ``core_attn``); a layer's backward holds what they drop again while it runs. ``pipeline_schedule``: "1f1b" and
+    "zero_bubble" hold 1F1B's micro-batches, "dualpipe" two stages a GPU (see the module notes)."""
+    dualpipe = pipeline_schedule == "dualpipe"
     c = prec.compute_bytes
     h, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
     wb = 2 if c == 2 else 4
@@ -139,35 +150,63 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
     layer_params = np.maximum(*one)
     unsharded_grads = np.where(zero >= 2, gb * layer_params, 0.0)
     gathered = np.where(zero >= 3, 2 * wb * layer_params, 0.0)
-    for name, i, layers, start in (("first", 0, first, 0), ("middle", np.minimum(1, pp - 1), middle,
-                                                            np.where(pp > 1, first, 0)), ("last", pp - 1, last, L - last)):
+
+    def stage(i, layers, start):
+        """What a GPU holds of pipeline stage ``i`` (its ``layers`` from layer ``start``): the static terms, one
+        micro-batch's activations, and the backward's recomputed tensors and temporaries."""
         dense = np.clip(dense_total - start, 0, layers) if cfg.is_moe else layers
         embedding, head = i == 0, i == pp - 1
         shared, experts = stage_parameters(cfg, layers, tp, ep, embedding=embedding, head=head, dense_layers=dense)
-        weights = wb * (shared / np.where(zero >= 3, group, 1) + experts / np.where(zero >= 3, group_e, 1))
-        grads = gb * (shared / np.where(zero >= 2, group, 1) + experts / np.where(zero >= 2, group_e, 1))
-        states = per_param * (shared / group + experts / group_e)
-        temps = np.where(gb == 2, 4.0, 0.0) * (shared / group + experts / group_e)   # fp16 grads cast for the step
-        # in flight [micro-batches]: 1F1B's warm-up plus one; interleaved, its chunks' (all when m = pp)
-        warmup = np.where(m == pp, m * v, np.minimum(v * pp + pp - 1 - 2 * i, m * v))
-        chunks = np.where(v > 1, warmup / v, np.minimum(pp - i, m))
-        acts = chunks * (dense * kept_dense + (layers - dense) * kept_moe)
-        acts = acts + np.where(embedding, chunks * T * (8 + (h / sp if cfg.embd_dropout > 0 else 0)), 0.0)
-        # the last stage: final norm and head inputs, labels and loss; the logits of the micro-batches whose
-        # backward waits (none in 1F1B, which runs each one's backward right after its forward)
-        waiting = np.where((v > 1) & (m == pp), m - 1, 0)
-        acts = acts + np.where(head, T * (2 * c * h / sp + 12) + waiting * T * V / tp * c, 0.0)
+        decoder = sum(stage_parameters(cfg, layers, tp, ep, embedding=False, head=False, dense_layers=dense))
         # the layer whose backward runs holds its recomputed tensors: all of them (full), or what selective dropped
         recompute = np.where(layers > dense, one_moe, one_dense)
         if ckpt == Checkpointing.SELECTIVE:
             recompute = recompute - np.where(layers > dense, kept_moe, kept_dense)
-        recompute = np.where(ckpt == Checkpointing.NONE, 0.0, recompute)
-        transient = np.maximum(_layer_transient(cfg, T, c, tp, sp, False),
-                               _layer_transient(cfg, T, c, tp, sp, cfg.is_moe) * (layers > dense))
-        decoder = sum(stage_parameters(cfg, layers, tp, ep, embedding=False, head=False, dense_layers=dense))
-        cache = np.where(fp8, 2.0, 0.0) * decoder
-        static = dict(weights=weights, fp8_weights=cache, gradients=grads, optimizer_states=states,
-                      gathered_weights=gathered, cublas_workspace=runtime)
+        return dict(
+            weights=wb * (shared / np.where(zero >= 3, group, 1) + experts / np.where(zero >= 3, group_e, 1)),
+            fp8_weights=np.where(fp8, 2.0, 0.0) * decoder,
+            gradients=gb * (shared / np.where(zero >= 2, group, 1) + experts / np.where(zero >= 2, group_e, 1)),
+            optimizer_states=per_param * (shared / group + experts / group_e),
+            temporaries=np.where(gb == 2, 4.0, 0.0) * (shared / group + experts / group_e),  # fp16 grads cast
+            micro_batch=dense * kept_dense + (layers - dense) * kept_moe
+            + np.where(embedding, T * (8 + (h / sp if cfg.embd_dropout > 0 else 0)), 0.0),
+            head=head, recompute=np.where(ckpt == Checkpointing.NONE, 0.0, recompute),
+            transient=np.maximum(_layer_transient(cfg, T, c, tp, sp, False),
+                                 _layer_transient(cfg, T, c, tp, sp, cfg.is_moe) * (layers > dense)))
+
+    def layers_of(j):
+        """Layers of stage ``j`` and the index of its first layer (first, middle or last stage)."""
+        return (np.where(j == 0, first, np.where(j == pp - 1, last, middle)),
+                np.where(j == 0, 0, np.where(j == pp - 1, L - last, first + (j - 1) * middle)))
+
+    held = ("weights", "fp8_weights", "gradients", "optimizer_states", "temporaries")
+    for name, i in (("first", 0), ("middle", np.minimum(1, pp - 1)), ("last", pp - 1)):
+        own = stage(i, *layers_of(i))
+        if dualpipe:
+            # DualPipe: this GPU also holds stage pp - 1 - i, whose micro-batches flow the other way (two copies of
+            # the parameters); in flight at its peak, pp - i micro-batches of its own stage and i + 1 of the other,
+            # pp + 1 in all (DeepSeek-AI 2024, Table 2; DualPipe.step's warm-up), out of m / 2 each way
+            mirror = stage(pp - 1 - i, *layers_of(pp - 1 - i))
+            acts = (np.minimum(pp - i, m // 2) * own["micro_batch"] + np.minimum(i + 1, m // 2) * mirror["micro_batch"])
+            parts = {k: own[k] + mirror[k] for k in held}
+            head = own["head"] | mirror["head"]
+            recompute = np.maximum(own["recompute"], mirror["recompute"])
+            transient = np.maximum(own["transient"], mirror["transient"])
+            waiting = 0
+        else:
+            # in flight [micro-batches]: 1F1B's warm-up plus one; interleaved, its chunks' (all when m = pp)
+            warmup = np.where(m == pp, m * v, np.minimum(v * pp + pp - 1 - 2 * i, m * v))
+            chunks = np.where(v > 1, warmup / v, np.minimum(pp - i, m))
+            acts = chunks * own["micro_batch"]
+            parts = {k: own[k] for k in held}
+            head, recompute, transient = own["head"], own["recompute"], own["transient"]
+            # the logits of the micro-batches whose backward waits (none in 1F1B, which runs each one's backward
+            # right after its forward)
+            waiting = np.where((v > 1) & (m == pp), m - 1, 0)
+        # the last stage: final norm and head inputs, labels and loss, and the waiting logits
+        acts = acts + np.where(head, T * (2 * c * h / sp + 12) + waiting * T * V / tp * c, 0.0)
+        temps = parts.pop("temporaries")
+        static = dict(parts, gathered_weights=gathered, cublas_workspace=runtime)
         moments[f"layer_backward@{name}"] = dict(static, activations=acts + recompute + z,
                                                  backward_temporaries=transient + unsharded_grads)
         logits = T * V / tp * c
@@ -176,7 +215,7 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
         moments[f"backward_start@{name}"] = dict(static, activations=acts + z,
                                                  logits_and_loss=np.where(head, 2 * logits, 0.0))
         moments[f"optimizer_step@{name}"] = dict(static, gathered_weights=0.0, optimizer_temporaries=temps + z)
-        steady.append(weights + cache + grads + states + runtime + z)
+        steady.append(sum(parts.values()) + runtime + z)
     return moments, np.max(np.stack(steady), axis=0)
 
 

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..base.errors import ArgumentError
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
-from ..vocabulary import (Checkpointing, Framework, Optimizer, broadcastable, checkpointing_mode, choice,
+from ..vocabulary import (Checkpointing, Framework, Optimizer, PipelineSchedule, broadcastable, check_pipeline_schedule,
+                          checkpointing_mode, choice,
                           deprecated_alias, divides, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
                           within_positions)
@@ -57,7 +58,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     framework: str = "hf", parallelism: Any = None, cp: int = 1, ep: int = 1,
                     virtual_stages: int = 1, shard_group: int | None = None, first_stage_layers: int | None = None,
                     last_stage_layers: int | None = None, fp8: bool = False,
-                    grad_reduce_dtype: str | None = None, recompute_modules: Any = None) -> TrainingMemory:
+                    grad_reduce_dtype: str | None = None, recompute_modules: Any = None,
+                    pipeline_schedule: str = "1f1b") -> TrainingMemory:
     """Peak memory of one training step on one GPU of a (possibly parallel) training job.
 
     Parameters
@@ -147,6 +149,13 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         refused otherwise, naming ``recompute_modules``): "core_attn", "layernorm", "mla_up_proj", "mlp", "moe",
         "moe_act", "shared_experts". Each drops the tensors its submodule keeps for the backward
         (:func:`gpumodel.core.megatron_activations.recomputed_tensors`). None: "core_attn", Megatron-Core's default.
+    pipeline_schedule : {"1f1b", "zero_bubble", "dualpipe"}
+        The pipeline schedule, as :func:`gpumodel.training_step_time` takes it. "1f1b" and "zero_bubble" (ZB-H1,
+        whose peak is 1F1B's) hold 1F1B's in-flight micro-batches; "dualpipe" (``framework="megatron"``, an even
+        ``pp``, an even ``gradient_accumulation_steps`` of at least ``2 pp``) holds two pipeline stages a GPU, their
+        parameters, gradients and optimizer states, and ``pp + 1`` micro-batches of activations
+        (:mod:`gpumodel.core.framework_memory`; DeepSeek-AI 2024, Table 2). Refused where the layout cannot run it
+        (:func:`gpumodel.vocabulary.check_pipeline_schedule`).
 
     Returns
     -------
@@ -210,6 +219,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages = _layout(parallelism, given)
     dp, tp, pp, zero = parallel_degrees(cfg, dp=dp, tp=tp, pp=pp, zero=zero, cp=cp, ep=ep)
     cp, ep, v = positive_int(cp, "cp"), positive_int(ep, "ep"), positive_int(virtual_stages, "virtual_stages")
+    schedule = check_pipeline_schedule(pipeline_schedule, pp, v, m, fw)
     divides(ep, dp * cp, "ep", "dp * cp")
     divides(cp, s, "cp", "seq_len")
     sequence_parallel = flag(sequence_parallel, "sequence_parallel")
@@ -234,6 +244,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                   checkpointing=ckpt.value, attention=attn.value, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
     if recompute_modules is not None:
         inputs["recompute_modules"] = ",".join(sorted(x.value for x in modules))
+    if schedule != PipelineSchedule.ONE_F_ONE_B:
+        inputs["pipeline_schedule"] = schedule.value
     finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
 
     fp8 = fp8_training(fp8, fw)
@@ -244,7 +256,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                                            cp=cp, ep=ep, zero=zero, sequence_parallel=sequence_parallel,
                                            virtual_stages=v, cublas_workspace_bytes=runtime,
                                            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-                                           fp8=fp8, grad_reduce_dtype=reduce_fmt, recompute_modules=modules)
+                                           fp8=fp8, grad_reduce_dtype=reduce_fmt, recompute_modules=modules,
+                                           pipeline_schedule=schedule.value)
         return assemble(moments, steady, contiguous=MEGATRON_BUFFERS, **finish)
     sharding = fw != Framework.HF and not (fw == Framework.FSDP and np.all(np.asarray(zero) < 2))
     if sharding and np.any(np.asarray(zero) < 2) and fw == Framework.FSDP:

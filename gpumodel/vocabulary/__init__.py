@@ -36,6 +36,7 @@ from .precision import (KV_DTYPES, PRECISIONS, TIMED_KV_DTYPES, WEIGHT_DTYPES, C
                         Framework, GradReduce, Optimizer, Precision, checkpointing_mode, fp8_training, grad_reduce_dtype, kv_cache_dtype, precision, precision_on,
                         weight_dtype)
 from .recompute import DEFAULT_RECOMPUTE_MODULES, RecomputeModule, recompute_modules
+from .schedule import PipelineSchedule, check_pipeline_schedule, pipeline_schedule, schedule_runs
 from .resolvers import resolve_gpu, resolve_gpu_or_cc, resolve_gpus, resolve_model, resolve_system
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "bounded_int", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "broadcastable",
     "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "GradReduce", "grad_reduce_dtype", "fp8_training", "checkpointing_mode",
     "RecomputeModule", "recompute_modules", "DEFAULT_RECOMPUTE_MODULES",
+    "PipelineSchedule", "pipeline_schedule", "schedule_runs", "check_pipeline_schedule",
     "format_seconds", "deprecated_alias", "duration", "token_count", "path_argument", "passed_on", "within_positions",
     "divides", "parallel_degrees", "tensor_parallel", "splits_model",
 ]
