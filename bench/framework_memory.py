@@ -106,12 +106,13 @@ def memory(row: dict, cfg: gm.TransformerConfig, framework: str, own: bool = Fal
 
 
 def megatron_options(row: dict, framework: str) -> dict:
-    """The row's Transformer Engine fp8, gradient format and recomputed submodules, which only the Megatron-Core
-    memory model takes."""
+    """The row's Transformer Engine fp8, gradient format, recomputed submodules and pipeline schedule, which only the
+    Megatron-Core memory model takes."""
     if framework != "megatron":
         return {}
     modules = recompute_modules(row) if row["checkpointing"] == "selective" else None
-    return dict(fp8=bool(row.get("fp8")), grad_reduce_dtype=row.get("grad_reduce") or None, recompute_modules=modules)
+    return dict(fp8=bool(row.get("fp8")), grad_reduce_dtype=row.get("grad_reduce") or None, recompute_modules=modules,
+                pipeline_schedule=row.get("schedule") or "1f1b")
 
 
 def table(rows: list[dict]) -> list[dict]:
