@@ -8,7 +8,8 @@ from gpumodel.core.activations import Attention, layer_activation_bytes
 from gpumodel.core.autograd_tape import Graph, Tape
 from gpumodel.core.hf_memory import hf_moments
 from gpumodel.core.memory import CUBLAS_WORKSPACE_BYTES
-from gpumodel.core.memory_parts import largest_layer_tensor
+from gpumodel.core.memory_parts import dense_mlp_width, largest_layer_tensor
+from gpumodel.core.moe_backward import routed_backward_bytes, routing_bytes
 from gpumodel.core.step_graph import ModelTensors, StepGraph, StepShape
 from gpumodel.records.transformer import TransformerConfig
 from gpumodel.vocabulary import Checkpointing, Optimizer, precision
@@ -31,12 +32,24 @@ def test_largest_layer_tensor_is_the_fused_expert_gate_up():
     assert largest_layer_tensor(cfg) == 60 * 2 * 1408 * 2048     # E x 2I x h
 
 
-def test_accumulation_adds_the_new_expert_gradient_and_embedding_comes_last():
+def test_accumulation_adds_the_new_gate_up_gradient_when_the_down_one_is_gone():
     cfg = TransformerConfig.from_hf(QWEN_MOE)
     one, acc = _moments(cfg, 1), _moments(cfg, 2)
-    new_grad = 60 * 2 * 1408 * 2048 * 2                           # bf16 gradient of the gate-up tensor
+    tk = 4 * 1024                                                 # routed copies of 1 x 1024 tokens
+    down, gate_up = 60 * 2048 * 1408 * 2, 60 * 2 * 1408 * 2048 * 2   # bf16 gradients of E x h x I, E x 2I x h
+    # the gate-up grouped mm's backward: its new gradient, less what SiLU and the SiLU x up product saved (the
+    # Tk x 2I gate-up output and the Tk x I SiLU output, gone by then; their Tk x 2I gradient came in their
+    # place), plus the gradients of the layer's output and of the shared expert's output (T x h each, bf16)
+    held = gate_up - 2 * tk * 1408 * 2 + 2 * 2048 * 1024 + 2 * 2048 * 1024
     for key in ("layer_backward", "backward_end"):
-        assert float(acc[key]["backward_temporaries"] - one[key]["backward_temporaries"]) == new_grad
+        assert float(acc[key]["backward_temporaries"]) == held
+    # without accumulation the down projection's gradient, made just before, is the parameter's and stays
+    assert float(one["layer_backward"]["backward_temporaries"]) == held + down
+
+
+def test_embedding_gradient_comes_last():
+    cfg = TransformerConfig.from_hf(QWEN_MOE)
+    one, acc = _moments(cfg, 1), _moments(cfg, 2)
     embed = 151936 * 2048 * 2                                     # the input embedding's bf16 gradient
     # without accumulation the first layer's backward runs before the embedding's gradient exists
     assert float(one["embedding_backward"]["gradients"] - one["backward_end"]["gradients"]) == embed
@@ -128,3 +141,90 @@ def test_fp32_experts_run_whole_token_gemms():
         warnings.simplefilter("ignore", gm.DoesNotFitWarning)
         st = gm.training_step_time(cfg, "h100-sxm", batch_size=2, seq_len=2048, precision="amp_bf16")
     assert st.seconds > 0
+
+
+# ---- the routed experts' backward (gpumodel.core.moe_backward) and the checkpointed Mixtral runs it decides
+MOE = Path(__file__).parent / "data" / "memory" / "moe"
+H, I, E = 4096, 14336, 8                                          # Mixtral-8x7B's layer, 2 experts a token
+GiB = 2**30
+
+
+def test_routed_backward_moments_by_hand():
+    cfg = gm.model("mixtral-8x7b")
+    bf16 = precision("bf16")
+    tk = 2 * 8192
+    product = 3 * tk * H * 4                          # incoming gradient and both of the product's, fp32
+    down = tk * I * 2 + E * H * I * 2                 # the Tk x I input gradient, the new E x h x I gradient
+    silu_up = 2 * tk * I * 2 - tk * H * 2             # two Tk x I gradients; the Tk x h down output is gone
+    gate_up = 2 * E * I * H * 2 - 2 * tk * I * 2      # the new E x 2I x h gradient; gate-up and SiLU outputs gone
+    assert (product, down, silu_up, gate_up) == (805306368, 1409286144, 805306368, 939524096)
+    assert float(routed_backward_bytes(cfg, 8192, bf16, new_gradients=True)) == down            # 1.3125 GiB
+    # four times the tokens: the fp32 routing product, 3 x 65,536 x 4,096 x 4 B = 3 GiB, beats the down projection
+    assert float(routed_backward_bytes(cfg, 32768, bf16, new_gradients=True)) == 3 * GiB
+    # saved by the forward (not recomputed), the product's saved tensors stay while the down output's gradient is
+    # cast to bf16: 65,536 x 4,096 x 2 B more
+    assert float(routed_backward_bytes(cfg, 32768, bf16, new_gradients=True, recomputed=False)) == 3.5 * GiB
+    # without accumulation the down gradient stays: the gate-up projection's moment is the larger
+    assert float(routed_backward_bytes(cfg, 8192, bf16, new_gradients=True, kept_gradients=True)) == (
+        gate_up + E * H * I * 2)
+
+
+def test_mixtral_routing_weights_stay_fp32():
+    bf16 = precision("bf16")
+    assert routing_bytes(gm.model("mixtral-8x7b"), bf16) == 4
+    assert routing_bytes(TransformerConfig.from_hf(QWEN_MOE), bf16) == 2
+    qwen = TransformerConfig.from_hf(QWEN_MOE)
+    # Qwen2-MoE: a bf16 product (3 x Tk x h x 2) and the shared expert's output gradient (T x h x 2)
+    tk = 4 * 64
+    assert float(routed_backward_bytes(qwen, 64, bf16, new_gradients=False)) == max(
+        3 * tk * 2048 * 2, tk * 1408 * 2) + 64 * 2048 * 2
+
+
+def test_the_gate_up_gradient_leaves_the_dense_transient():
+    cfg = gm.model("mixtral-8x7b")
+    assert dense_mlp_width(cfg) == 0                                   # no dense MLP in a Mixtral layer
+    assert largest_layer_tensor(cfg, experts=False) == H * H           # q_proj
+    assert dense_mlp_width(TransformerConfig.from_hf(QWEN_MOE)) == 5632   # the shared expert
+
+
+def _moe_run(shape, prec, optimizer, batch, seq, accum):
+    rows = [json.loads(line) for line in (MOE / "runs.jsonl").read_text().splitlines() if line.strip()]
+    return next(r for r in rows if (r["shape"], r["precision"], r["optimizer"], r["checkpointing"], r["batch"],
+                                    r["seq"], r["gradient_accumulation_steps"], r.get("repeat", False))
+                == (shape, prec, optimizer, True, batch, seq, accum, False))
+
+
+def _moe_cfg(shape):
+    return TransformerConfig.from_hf(json.loads((MOE / "shapes.json").read_text())[shape])
+
+
+def test_checkpointed_mixtral_layer_backward_by_hand():
+    """mixtral-2l, bf16, SGD, checkpointing, 4 x 2048 tokens, 2 micro-batches: the down projection's backward."""
+    cfg, T = _moe_cfg("mixtral-2l"), 4 * 2048
+    moments, _, _ = hf_moments(cfg, 4, 2048, precision("bf16"), Optimizer.SGD, Attention.SDPA, Checkpointing.FULL,
+                               use_cache=True, keep_outputs=False, micro_batches=2, state_bytes=0, foreach=True,
+                               fused=False, zero=0, dp=1, tp=1, pp=1)
+    held = moments["layer_backward"]
+    # the layer output's gradient (T x h, bf16), the down projection's input gradient (2T x I) and new gradient
+    assert float(held["backward_temporaries"]) == 2 * T * H + 2 * T * I * 2 + E * H * I * 2
+    one = float(layer_activation_bytes(cfg, T, 2048, "bf16", "sdpa"))
+    # two checkpoints (T x h, bf16), the token ids and the bf16 RoPE tables, the recomputed layer
+    assert float(held["activations"]) == 2 * T * H * 2 + 8 * T + 2 * 2048 * 128 * 2 + one
+    # no loss buffers, final norm or LM-head input any more
+    run = _moe_run("mixtral-2l", "bf16", "sgd", 4, 2048, 2)
+    peak = gm.training_memory(cfg, 4, 2048, precision="bf16", optimizer="sgd", checkpointing=True,
+                              gradient_accumulation_steps=2)
+    assert peak.peak_moment == "layer_backward"
+    assert abs(peak.peak_bytes / run["phases"]["backward2"]["peak"] - 1) < 0.0005
+
+
+def test_measured_checkpointed_mixtral_with_accumulation():
+    """The four checkpointed Mixtral runs of tests/data/memory/moe whose peak is a layer's backward (H100)."""
+    for shape, prec, optimizer, batch, seq, accum in (("mixtral-4l", "bf16", "adamw", 4, 4096, 2),
+                                                      ("mixtral-2l", "amp_bf16", "adamw", 4, 2048, 2),
+                                                      ("mixtral-2l", "bf16", "sgd", 8, 4096, 4),
+                                                      ("mixtral-2l", "bf16", "sgd", 4, 2048, 2)):
+        run = _moe_run(shape, prec, optimizer, batch, seq, accum)
+        m = gm.training_memory(_moe_cfg(shape), batch, seq, precision=prec, optimizer=optimizer, checkpointing=True,
+                               gradient_accumulation_steps=accum, fused=run["fused"])
+        assert abs(m.peak_bytes / run["peak_allocated"] - 1) < 0.001, (shape, prec, optimizer, batch, seq, accum)

@@ -37,7 +37,8 @@ from ..vocabulary import Precision, choice, precision as _precision
 from ..records.transformer import MLPType, NormType, PositionType, TransformerConfig
 
 __all__ = ["Precision", "Attention", "layer_activation_bytes", "checkpoint_bytes", "head_activation_bytes",
-           "resolve_attention", "precision_bytes", "expert_bytes"]
+           "input_activation_bytes", "routed_activation_bytes", "resolve_attention", "precision_bytes",
+           "expert_bytes"]
 
 
 class Attention(str, enum.Enum):
@@ -89,15 +90,33 @@ def expert_bytes(precision: Precision) -> int:
     return precision.param_bytes
 
 
+def routed_activation_bytes(cfg: TransformerConfig, tokens, precision="amp_bf16", tp: int = 1) -> np.ndarray:
+    """Bytes autograd saves for the routed experts of one mixture-of-experts layer [B] (0 for a dense model).
+
+    Per routed copy (``k`` a token): the gathered normed input (and its cast to the experts' dtype where that
+    differs), the gate-up output, the SiLU output and the product (the down projection's input), the down
+    output (saved for the routing-weight multiply), all in the experts' dtype (:func:`expert_bytes`), and int64
+    indices. They are released once the experts' backward has run, before the router's, the shared expert's and
+    the attention's backward.
+
+    >>> import gpumodel as gm
+    >>> float(routed_activation_bytes(gm.model("mixtral-8x7b"), 1, "bf16"))   # 2 x (2h + 8I + 2h + 24)
+    262192.0
+    """
+    prec = _precision(precision)
+    if not cfg.is_moe:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    r, ew = prec.residual_bytes, expert_bytes(prec)
+    gathered = r * cfg.hidden_size + (ew * cfg.hidden_size if ew != r else 0)
+    per_copy = _ffn_bytes(cfg, prec, ew, cfg.expert_size) + gathered + ew * cfg.hidden_size + 24
+    return np.asarray(tokens, dtype=float) * cfg.experts_per_token * per_copy / tp
+
+
 def _mlp_bytes(cfg: TransformerConfig, precision: Precision, a: int) -> float:
     if not cfg.is_moe:
         return _ffn_bytes(cfg, precision, a, cfg.intermediate_size)
-    k, e, r, ew = cfg.experts_per_token, cfg.num_experts, precision.residual_bytes, expert_bytes(precision)
-    # per routed copy: the gathered normed input (its cast to the experts' dtype where that differs), the
-    # expert activations and the expert output (saved for the routing-weight multiply) in the experts' dtype,
-    # and int64 indices; per token: fp32 router softmax, top-k indices and weights
-    gathered = r * cfg.hidden_size + (ew * cfg.hidden_size if ew != r else 0)
-    n = k * (_ffn_bytes(cfg, precision, ew, cfg.expert_size) + gathered + ew * cfg.hidden_size + 24) + 4 * e + 36
+    # the routed copies (routed_activation_bytes); per token: fp32 router softmax, top-k indices and weights
+    n = float(routed_activation_bytes(cfg, 1, precision)) + 4 * cfg.num_experts + 36
     if cfg.shared_expert_intermediate_size:  # the shared expert (qwen2_moe, deepseek_v3) and its sigmoid gate
         n += _ffn_bytes(cfg, precision, a, cfg.shared_expert_intermediate_size) + a * cfg.hidden_size + 2 * a
     return n
@@ -237,6 +256,13 @@ def head_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="am
     tokens = np.asarray(tokens, dtype=float)
     norm = _norm_bytes(cfg, r)
     head_in = 2 * h if prec.is_amp else a * h
-    per_token = 8 + norm + head_in + (h if cfg.embd_dropout > 0 else 0) + 16  # ids, labels, shifted labels
+    per_token = norm + head_in + (h if cfg.embd_dropout > 0 else 0) + 16  # labels, shifted labels
+    return tokens * per_token + input_activation_bytes(cfg, tokens, seq_len, prec)
+
+
+def input_activation_bytes(cfg: TransformerConfig, tokens, seq_len, precision="amp_bf16") -> np.ndarray:
+    """Bytes outside the layers that a layer's backward still finds: the int64 token ids and the RoPE tables
+    (the final norm's and the LM head's saved tensors went when their backward ran)."""
+    _, _, r = precision_bytes(_precision(precision))
     rope = 2 * np.asarray(seq_len, dtype=float) * cfg.head_dim * (2 if r == 2 else 4) if cfg.position == PositionType.ROPE else 0
-    return tokens * per_token + rope
+    return 8 * np.asarray(tokens, dtype=float) + rope

@@ -16,8 +16,13 @@ What ``torch.cuda.max_memory_allocated`` reports over a step, moment by moment (
     gradients, the hidden-state gradients and the layer's largest backward temporary (with
     math/eager attention two ``S x S`` buffers per head, plus the math kernel's boolean mask); with
     checkpointing, one layer's recomputed activations and weight copies on top of the checkpoints.
+    A mixture of experts' layer runs its routed experts' backward first, with everything the layer saved
+    and no more of the head's, their largest moment (:mod:`gpumodel.core.moe_backward`: Mixtral's fp32
+    routing product, or the down projection's backward with its new expert gradient), then the rest of
+    the layer's, with the routed experts' saved tensors gone and their gradients made.
 ``backward_end``
-    the backward of the first layer: all gradients exist, one layer's activations remain.
+    the backward of the first layer: all gradients exist, one layer's activations remain (a mixture of
+    experts: its routed experts' backward before its own gradients are made, then the rest).
 ``embedding_backward``
     the input embedding's gradient, made after the first layer's backward (untied embeddings): every
     gradient exists and no activation is left; with gradient accumulation the new gradient sits beside
@@ -45,11 +50,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..records.transformer import MLPType, PositionType, TransformerConfig
+from ..records.transformer import MLPType, NormType, PositionType, TransformerConfig
 from ..vocabulary import Checkpointing, Optimizer, Precision
-from .activations import (Attention, checkpoint_bytes, head_activation_bytes, layer_activation_bytes,
+from .activations import (Attention, checkpoint_bytes, head_activation_bytes, input_activation_bytes,
+                          layer_activation_bytes, routed_activation_bytes,
                           precision_bytes, resolve_attention)
-from .memory_parts import largest_layer_tensor, matrix_shapes, optimizer_state_bytes
+from .memory_parts import dense_mlp_width, largest_layer_tensor, matrix_shapes, optimizer_state_bytes
+from .moe_backward import routed_backward_bytes
 
 __all__ = ["hf_moments"]
 
@@ -164,26 +171,36 @@ def hf_moments(cfg: TransformerConfig, b, s, prec: Precision, opt: Optimizer, at
         transient = 2 * s_bytes * nh * s * T
     else:
         transient = a * (cfg.q_dim + 2 * cfg.kv_dim) / tp * T
-    transient = np.maximum(transient, 2 * a * cfg.intermediate_size / tp * T) + 2 * r * h * T
-    # gradient accumulation: a weight's new gradient exists beside the held one until AccumulateGrad adds it;
-    # the largest of a layer is the experts' fused gate-up tensor of a mixture of experts
-    transient = transient + np.where(micro_batches > 1, largest_layer_tensor(cfg) / (tp * (ep if cfg.is_moe else 1)) * wb, 0.0)
+    # the gradients of a dense MLP's gate and up outputs (a mixture of experts: of its shared expert, if any)
+    transient = np.maximum(transient, 2 * a * dense_mlp_width(cfg) / tp * T) + 2 * r * h * T
+    # gradient accumulation: a weight's new gradient exists beside the held one until AccumulateGrad adds it (a
+    # mixture of experts makes its routed experts' gradients in their own backward, below)
+    transient = transient + np.where(micro_batches > 1, largest_layer_tensor(cfg, experts=False) / tp * wb, 0.0)
     new_embed_grad = 0.0 if cfg.tie_word_embeddings else V * h / tp * wb
     # a mixture of experts makes its large expert gradients while the embedding's is not yet made (checked
     # against the allocator traces); dense runs peak at the end of backward with it (measured), so keep it there
     embed_grad = new_embed_grad / np.where(zero >= 2, group, 1) if cfg.is_moe else 0.0
     head_grads = (V * h / tp + h) * wb
+    # a mixture of experts' layer runs the backward of its attention (and shared expert) after its routed experts':
+    # their saved tensors are gone and their gradients made (the routed experts' own backward: below)
+    expert_grads = n_experts / np.where(zero >= 2, shard_e, 1) / layers * wb    # one layer's
+    routed_saved = routed_activation_bytes(cfg, T, prec, tp)
     moments["layer_backward"] = dict(
-        weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads) + z,
-        activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0),
+        weights=weights, optimizer_states=states, gradients=np.maximum(held_grads, head_grads + expert_grads) + z,
+        activations=acts + head + (one_layer if ckpt == Checkpointing.FULL else 0.0) - routed_saved,
         autocast_weight_copies=casts_saved + (layer_casts if ckpt == Checkpointing.FULL else 0.0),
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
     # backward of the first layer, the last to go: all other gradients but the input embedding's exist, one
     # layer's activations (recomputed from its checkpoint when checkpointing) and its weight copies remain
     moments["backward_end"] = dict(
         weights=weights, optimizer_states=states, gradients=grads - np.where(micro_batches > 1, 0.0, embed_grad),
-        activations=head + one_layer, autocast_weight_copies=head_cast + layer_casts,
+        activations=head + one_layer - (0.0 if cfg.first_dense_layers else routed_saved),
+        autocast_weight_copies=head_cast + layer_casts,
         backward_temporaries=transient, gathered_weights=gathered, cublas_workspace=runtime)
+    if cfg.is_moe:      # one layer's gradients, sharded as the gradients are
+        layer_grads = (n_layer / np.where(zero >= 2, group, 1) + n_experts / np.where(zero >= 2, shard_e, 1)) / layers * wb
+        _routed_experts_backward(moments, cfg, T, s, prec, ckpt, micro_batches, acts, one_layer, layer_casts, layers,
+                                 expert_grads, layer_grads, tp, ep, sequence_parallel)
     # then the embedding's backward (a dense V x h gradient): all gradients, no activations
     moments["embedding_backward"] = dict(
         weights=weights, optimizer_states=states, gradients=grads + z,
@@ -194,3 +211,44 @@ def hf_moments(cfg: TransformerConfig, b, s, prec: Precision, opt: Optimizer, at
             moments[key]["model_outputs"] = held_out
     steady = weights + states + gathered + runtime + z
     return moments, steady, (n_shared, n_experts, layer_here)
+
+
+def _routed_experts_backward(moments, cfg, T, s, prec, ckpt, micro_batches, acts, one_layer, layer_casts, layers,
+                             expert_grads, layer_grads, tp, ep, sequence_parallel) -> None:
+    """The routed experts' backward in the last layer (``layer_backward``) and the first (``backward_end``, unless
+    it is dense) of a mixture of experts: each of those moments is the larger of the layer's other backward and
+    this one.
+
+    Held then: the layer's saved tensors (its recomputation from the checkpoint when checkpointing), the other
+    layers' checkpoints or saved tensors, the token ids and RoPE tables (the final norm's and the LM head's saved
+    tensors are gone), the layer's autocast weight copies, the gradient of the layer's output hidden states and
+    the experts' largest backward moment (:func:`~gpumodel.core.moe_backward.routed_backward_bytes`) with the
+    expert gradients it has made: beside the held ones with gradient accumulation, else the parameters' first
+    (the first layer's own gradients are not made yet: the moment holds the others but the embedding's).
+    """
+    full = ckpt == Checkpointing.FULL
+    _, _, r = precision_bytes(prec)
+    h = cfg.hidden_size
+    inputs = input_activation_bytes(cfg, T, s, prec)
+    checkpoint = checkpoint_bytes(cfg, T, prec, tp, sequence_parallel) if full else 0.0
+    # an fp32 residual stream: the first RMSNorm's x.float() is x itself, so the recomputed layer saves its checkpoint
+    recomputed = one_layer - (checkpoint if r == 4 and cfg.norm == NormType.RMSNORM else 0.0)
+    experts = r * h * T + routed_backward_bytes(cfg, T, prec, new_gradients=True, kept_gradients=micro_batches == 1,
+                                                recomputed=full, tp=tp, ep=ep)
+    first_grads = np.where(micro_batches > 1, 0.0, 1.0)     # without accumulation: not made before this backward
+    routed = {
+        "layer_backward": dict(gradients=moments["layer_backward"]["gradients"] - first_grads * expert_grads,
+                               activations=acts + inputs + (recomputed if full else 0.0),
+                               autocast_weight_copies=layer_casts * (1 if full else layers),
+                               backward_temporaries=experts),
+        "backward_end": dict(gradients=moments["backward_end"]["gradients"] - first_grads * layer_grads,
+                             activations=inputs + checkpoint + recomputed, autocast_weight_copies=layer_casts,
+                             backward_temporaries=experts),
+    }
+    if cfg.first_dense_layers:      # the first layer is a dense one (DeepSeek-V3): no routed experts there
+        del routed["backward_end"]
+    for key, parts in routed.items():
+        other = moments[key]
+        mine = dict(other, **parts)
+        larger = sum(mine.values()) > sum(other.values())
+        moments[key] = {k: np.where(larger, mine[k], other[k]) for k in other}

@@ -69,25 +69,49 @@ def matrix_shapes(cfg: TransformerConfig) -> list[tuple[int, int, int]]:
     return mats
 
 
-def largest_layer_tensor(cfg: TransformerConfig) -> int:
+def dense_mlp_width(cfg: TransformerConfig) -> int:
+    """Intermediate size of the widest dense MLP a decoder layer of ``cfg`` has [count].
+
+    A dense model's MLP; for a mixture of experts its shared expert (Qwen2-MoE) and, where the first layers are
+    dense (DeepSeek-V3), theirs; 0 for one whose layers have neither (Mixtral, Qwen3-MoE: ``intermediate_size``
+    is then the experts' width or an unused default).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> dense_mlp_width(gm.model("llama-3.2-1b")), dense_mlp_width(gm.model("mixtral-8x7b"))
+    (8192, 0)
+    """
+    if not cfg.is_moe:
+        return cfg.intermediate_size
+    return max(cfg.shared_expert_intermediate_size, cfg.intermediate_size if cfg.first_dense_layers else 0)
+
+
+def largest_layer_tensor(cfg: TransformerConfig, experts: bool = True) -> int:
     """Elements of the largest parameter tensor of a decoder layer [count].
 
     A mixture of experts keeps its routed experts' gate and up projections in one ``E x 2I x h`` tensor
     (``transformers`` 5); a dense layer's largest is an MLP matrix (gate and up fused where the model fuses
-    them) or the fused QKV projection.
+    them) or the fused QKV projection. ``experts=False`` leaves a mixture of experts' routed experts out (their
+    gradients are made in the experts' own backward, :mod:`gpumodel.core.moe_backward`): its attention, its
+    router or a dense MLP (:func:`dense_mlp_width`).
 
     Examples
     --------
     >>> import gpumodel as gm
     >>> largest_layer_tensor(gm.model("llama-3.2-1b"))     # one 8192 x 2048 MLP matrix
     16777216
+    >>> largest_layer_tensor(gm.model("mixtral-8x7b"), experts=False)     # q_proj, 4096 x 4096
+    16777216
     """
     h, i = cfg.hidden_size, cfg.intermediate_size
     gated = 2 if cfg.mlp.value == "gated" else 1
     attn = (cfg.q_dim + 2 * cfg.kv_dim) * h if cfg.fused_qkv else max(cfg.q_dim, cfg.kv_dim) * h
     mlp = (gated if cfg.fused_gate_up else 1) * i * h
-    if cfg.is_moe:
+    if cfg.is_moe and experts:
         mlp = max(mlp, cfg.num_experts * gated * cfg.expert_size * h)
+    elif cfg.is_moe:
+        mlp = max((gated if cfg.fused_gate_up else 1) * dense_mlp_width(cfg) * h, cfg.num_experts * h)
     return int(max(attn, mlp))
 
 
