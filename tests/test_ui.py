@@ -68,6 +68,17 @@ def test_plan_page_ranks_the_layouts_the_library_ranks(client):
     assert 'value="100B"' in r.text                  # the inputs stay in the form: the link is the answer
 
 
+def test_plan_page_searches_fp8_kernels_and_schedules_as_the_library_does(client):
+    query = {**SMALL_PLAN, "gpus": "16", "fp8": "both", "attention": "sdpa, fa2", "schedule": "1f1b,zero_bubble",
+             "objective": "energy"}
+    r = client.get("/plan", params=query)
+    assert r.status_code == 200, r.text[:500]
+    want = gm.plan_training("llama-3.2-1b", "dgx-h100", tokens="100B", global_batch=64, seq_len=2048, num_gpus=16,
+                            fp8=[False, True], attention_kernel=["sdpa", "fa2"],
+                            pipeline_schedule=["1f1b", "zero_bubble"], objective="energy", top=15)
+    assert _table(r.text, "plan-table")[1:] == want.table(15)
+
+
 def test_plan_over_a_range_searches_its_gpu_counts(client):
     r = client.get("/plan", params={**SMALL_PLAN, "gpus": "2-8"})
     assert r.status_code == 200, r.text[:500]
@@ -126,6 +137,9 @@ def test_serve_page_without_room_for_a_request(client):
     ("plan", {"tokens": "lots"}, "tokens", "tokens='lots'"),
     ("plan", {"price": "-1"}, "price", "price"),
     ("plan", {"seq": "0"}, "seq", "must be >= 1"),
+    ("plan", {"schedule": "1f1b,gpipe"}, "schedule", "pipeline_schedule"),
+    ("plan", {"attention": "sdpa,fa9"}, "attention", "attention_kernel"),
+    ("plan", {"fp8": "on", "framework": "fsdp"}, "fp8", "fp8"),
     ("fit", {"batch": "0"}, "batch", "must be >= 1"),
     ("fit", {"gpu": "h10"}, "gpu", "did you mean"),
     ("fit", {"precision": "fp9"}, "precision", "is not one of"),

@@ -40,7 +40,14 @@ def form() -> Form:
         Field("global_batch", "global batch", "512", "sequences per optimizer step"),
         Field("seq", "sequence", "4096", "tokens per sequence", arguments=("seq_len",)),
         Field("framework", "framework", "megatron", choices=("megatron", "fsdp", "deepspeed", "hf")),
-        Field("objective", "rank by", "time", "cost: GPU-hours within the deadline", choices=("time", "cost")),
+        Field("objective", "rank by", "time", "cost: GPU-hours within the deadline; energy: MWh within it",
+              choices=("time", "cost", "energy")),
+        Field("fp8", "fp8", "off", "Transformer Engine's fp8 GEMMs (megatron, on a GPU with fp8): both searches each",
+              choices=("off", "on", "both")),
+        Field("attention", "attention kernel", "sdpa", "sdpa, cudnn, fa2, fa3, flashinfer, triton; a comma list "
+              "searches each", arguments=("attention_kernel",)),
+        Field("schedule", "pipeline schedule", "1f1b", "1f1b, zero_bubble, dualpipe; a comma list searches each",
+              arguments=("pipeline_schedule",)),
         Field("price", "price per GPU-hour", "", "optional, adds a cost column (USD)",
               arguments=("price_per_gpu_hour",)),
         Field("deadline", "deadline [days]", "", "optional: runs of at most this many days", arguments=("max_days",)),
@@ -64,7 +71,8 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
     plan = gm.plan_training(cfg, sysm, tokens=values["tokens"], global_batch=count(values, "global_batch"),
                             seq_len=count(values, "seq"), num_gpus=counts if len(counts) > 1 else counts[0],
                             objective=values["objective"], framework=values["framework"], price_per_gpu_hour=price,
-                            max_days=deadline, top=CHART_ROWS)
+                            max_days=deadline, top=CHART_ROWS, fp8=FP8[values["fp8"]],
+                            attention_kernel=_names(values["attention"]), pipeline_schedule=_names(values["schedule"]))
     rows, counts = plan.rows, plan.gpu_counts
     parts = [_summary(plan, rows, counts)]
     if not rows:
@@ -80,6 +88,20 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
     parts.append(f'<p class="lead">Answered in {time.perf_counter() - t0:.2f} s (search {plan.search_s:.2f} s); '
                  "times are modelled, not measured.</p>")
     return "".join(parts), {"plan": plan, "rows": rows, "model_name": plan.model}
+
+
+#: The fp8 field's choices as :func:`gpumodel.plan_training` takes them.
+FP8 = {"off": False, "on": True, "both": [False, True]}
+
+
+def _names(text: str) -> str | list[str]:
+    """A comma list of names as the planner takes it: one name, or a list that it searches.
+
+    >>> _names("sdpa"), _names(" 1f1b, dualpipe ")
+    ('sdpa', ['1f1b', 'dualpipe'])
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return names[0] if len(names) == 1 else names
 
 
 def _summary(plan, rows: list, counts: list) -> str:
