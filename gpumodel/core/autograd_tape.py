@@ -12,7 +12,8 @@ backward allocates, and then runs the backward the way ``torch.autograd``'s engi
   first gradient it gets (``AccumulateGrad``);
 * a checkpointed block (``torch.utils.checkpoint`` without reentrance) saves nothing; the first node that needs
   a saved tensor recomputes the block up to its last saved tensor, and recomputed tensors go when the node that
-  unpacked them returns.
+  unpacked them returns. The recomputation stops there by raising, so every tensor its functions' locals still
+  hold (activations and index tensors alike) is freed at that point unless it was saved.
 
 Python's references are explicit: a :class:`Scope` holds what a function's locals hold and drops it where the
 function would. The result is a list of ``(key, bytes)`` events for :func:`~gpumodel.core.allocator.simulate_allocator`.
@@ -286,6 +287,18 @@ class Scope:
             if t is not None:
                 self.held.remove(t.h)
                 self.tape.dec(t.h)
+
+    def new(self, *sizes) -> list[int]:
+        """Allocate storages a local holds outside autograd (index tensors), in order; dropped as the rest."""
+        out = [self.tape.new(n) for n in sizes]
+        self.held += out
+        return out
+
+    def free(self, *handles) -> None:
+        """Release storages taken with :meth:`new`, in the order given."""
+        for h in handles:
+            self.held.remove(h)
+            self.tape.dec(h)
 
     def close(self) -> None:
         while self.held:

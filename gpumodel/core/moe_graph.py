@@ -91,7 +91,7 @@ def experts_block(st, sc, xn, i):
     probs = _softmax(g, sc, lf)
     sc.drop(lf)
     vals = op(g, sc, [probs], Tk, 4, lambda g, gr: [new_grad(g, probs.n)])   # top-k; its indices beside it
-    idx = g.tape.new(Tk * 8)
+    idx, = sc.new(Tk * 8)   # index tensors are the function's locals: freed as it returns or its recompute stops
     if d.norm_topk:
         total = pointwise(g, sc, vals, T, 4)
         weights = mul(g, sc, vals, total, Tk, 4, reduce_b=False)
@@ -99,16 +99,17 @@ def experts_block(st, sc, xn, i):
         weights = cast(g, sc, vals, d.routing_nb)
         sc.drop(vals)
         vals = total = None
-    keep = _small(g, Tk * 8, Tk * 8, Tk * 8)           # flat expert ids, their sort
-    _free(g, _small(g, 2 * Tk * 8 + 1) + [keep.pop()])
-    keep += _small(g, Tk * 8)
+    keep = sc.new(Tk * 8, Tk * 8, Tk * 8)              # flat expert ids, their sort
+    _free(g, _small(g, 2 * Tk * 8 + 1))
+    sc.free(keep.pop())
+    keep += sc.new(Tk * 8)
     xs0 = _gather(g, sc, xn, Tk * d.h, False, Tk)
     xs = view(g, sc, xs0, lambda g, gr: [new_grad(g, xs0.n)])
     sc.drop(xs0)
     sw = op(g, sc, [weights], Tk, d.routing_nb, lambda g, gr: [new_grad(g, weights.n)])
-    keep += _small(g, Tk * 4, d.E * 4, d.E * 4)        # counts and offsets of the groups
+    keep += sc.new(Tk * 4, d.E * 4, d.E * 4)           # counts and offsets of the groups
     _free(g, _small(g, 1023))
-    keep += _small(g, Tk)
+    keep += sc.new(Tk)
     ew = p[f"{i}.gu"].nb    # the experts' dtype: their weights' (fp32 under autocast, see above)
     xw = cast(g, sc, xs, ew)
     sc.drop(xs)
@@ -128,12 +129,12 @@ def experts_block(st, sc, xn, i):
     sc.drop(dn_raw, m)
     wd = mul(g, sc, dn, sw, Tk * d.h, max(ew, d.routing_nb), reduce_b=False)
     sc.drop(dn)
-    inv = _small(g, Tk * 8, Tk * 8)
-    g.tape.dec(inv.pop())
+    inv = sc.new(Tk * 8, Tk * 8)
+    sc.free(inv.pop())
     un = _gather(g, sc, wd, Tk * d.h, True, Tk)
     sc.drop(wd)
     out = op(g, sc, [un], T * d.h, un.nb, lambda g, gr: [share_grad(g, gr[0], view=True, n=un.n)])   # sum over k
-    _free(g, inv)
+    sc.free(*inv)
     if out.nb != xn.nb:     # .to(hidden_states.dtype)
         cast_out = cast(g, sc, out, xn.nb)
         sc.drop(un, out)
@@ -148,6 +149,6 @@ def experts_block(st, sc, xn, i):
         total_out = add(g, sc, out, scaled, T * d.h, max(out.nb, scaled.nb))
         sc.drop(out, scaled, shared, sig)
         out = total_out
-    _free(g, keep + [idx])
+    sc.free(*keep, idx)
     sc.drop(logits, probs, sw, weights, vals, total)
     return out
