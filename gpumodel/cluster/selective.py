@@ -90,7 +90,7 @@ def selective_recompute(cfg: TransformerConfig, modules, st, gpu, *, micro_batch
         seconds = seconds + st.attention_forward
         flops = flops + ops.attention(micro_batch, -(-cfg.num_heads // tp), seq_local, cfg.head_dim, dtype, causal=True,
                                       kv_seq=seq_local * cp).flops
-    dense = min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else cfg.num_layers
+    dense = cfg.num_dense_layers
     moe_share = (cfg.num_layers - dense) / cfg.num_layers
     tp_sublayers = (dense / cfg.num_layers if RecomputeModule.MLP in names else 0.0) + (
         moe_share if RecomputeModule.MOE in names else 0.0)

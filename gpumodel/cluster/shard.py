@@ -81,7 +81,7 @@ def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> Transforme
     kv = max(1, cfg.num_kv_heads // tp)
     width = cfg.intermediate_size
     if cfg.is_moe:
-        dense = min(cfg.first_dense_layers, cfg.num_layers)
+        dense = cfg.num_dense_layers
         moe = cfg.experts_per_token * cfg.expert_size + cfg.shared_expert_intermediate_size
         width = (dense * cfg.intermediate_size + (cfg.num_layers - dense) * moe) // cfg.num_layers
     update = dict(num_layers=1, num_heads=cfg.num_heads // tp, num_kv_heads=kv, head_dim=cfg.head_dim,

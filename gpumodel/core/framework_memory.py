@@ -131,7 +131,7 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
     sp = np.where(np.asarray(sequence_parallel, bool), tp, 1)
     T = b * s / cp
     m, v = np.asarray(micro_batches), np.asarray(virtual_stages)
-    dense_total = min(cfg.first_dense_layers, L) if cfg.is_moe else L
+    dense_total = cfg.num_dense_layers
     first, middle, last = stage_layers(L, pp, first_stage_layers, last_stage_layers)
     runtime = float(cublas_workspace_bytes)
     z = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (T, dp, tp, pp, cp, ep, zero, m, v, sp))))

@@ -199,6 +199,12 @@ class TransformerConfig(Record):
         return self.num_experts > 0
 
     @property
+    def num_dense_layers(self) -> int:
+        """Decoder layers with a dense MLP: a mixture of experts' ``first_dense_layers`` (at most ``num_layers``),
+        every layer of a dense model; the other ``num_layers - num_dense_layers`` hold the experts."""
+        return min(self.first_dense_layers, self.num_layers) if self.is_moe else self.num_layers
+
+    @property
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed keys and values."""
         return self.kv_lora_rank > 0
@@ -276,7 +282,7 @@ class TransformerConfig(Record):
         Tied input/output embeddings count once (as PyTorch's ``parameters()`` does).
         """
         final_norm = self.hidden_size * (2 if self.norm_bias else 1)
-        dense = min(self.first_dense_layers, self.num_layers) if self.is_moe else 0
+        dense = self.num_dense_layers if self.is_moe else 0
         return ((self.num_layers - dense) * self.layer_parameters() + dense * self.layer_parameters(moe=False)
                 + self.embedding_parameters() + final_norm)
 
@@ -285,7 +291,7 @@ class TransformerConfig(Record):
         if not self.is_moe:
             return self.num_parameters()
         per_expert = self._mlp_parameters(self.expert_size)
-        moe_layers = self.num_layers - min(self.first_dense_layers, self.num_layers)
+        moe_layers = self.num_layers - self.num_dense_layers
         return self.num_parameters() - moe_layers * per_expert * (self.num_experts - self.experts_per_token)
 
     # ------------------------------------------------------------------ Hugging Face import

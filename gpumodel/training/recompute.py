@@ -32,8 +32,7 @@ _M = RecomputeModule
 
 def _layer_counts(cfg: TransformerConfig) -> tuple[int, int]:
     """(dense layers, mixture-of-experts layers)."""
-    dense = min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else cfg.num_layers
-    return dense, cfg.num_layers - dense
+    return cfg.num_dense_layers, cfg.num_layers - cfg.num_dense_layers
 
 
 def _mla_up_parameters(cfg: TransformerConfig) -> int:

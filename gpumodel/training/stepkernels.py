@@ -118,7 +118,7 @@ def parameter_tensors(cfg: TransformerConfig) -> int:
     mats = (2 if cfg.fused_gate_up else 3) if cfg.mlp == MLPType.gated else 2
     dense = mats * (1 + cfg.mlp_bias)
     moe = 3 + (dense + cfg.shared_expert_gate if cfg.shared_expert_intermediate_size else 0)  # experts, router
-    n_dense = min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else cfg.num_layers
+    n_dense = cfg.num_dense_layers
     layers = (2 + cfg.extra_norms) * nb * cfg.num_layers + cfg.num_layers * attn
     layers += n_dense * dense + (cfg.num_layers - n_dense) * moe
     embed = 1 + (cfg.position == PositionType.learned) + (not cfg.tie_word_embeddings)

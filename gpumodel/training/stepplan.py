@@ -147,7 +147,7 @@ def step_plan(cfg: TransformerConfig, batch_size: int, seq_len: int, precision: 
     r = max(c, p)
     amp = precision.startswith("amp")
     n_tensors = parameter_tensors(cfg)
-    n_moe = cfg.num_layers - min(cfg.first_dense_layers, cfg.num_layers) if cfg.is_moe else 0
+    n_moe = cfg.num_layers - cfg.num_dense_layers
     layers = [(decoder_layer(cfg, batch_size, seq_len, precision, moe=False, attention_kernel=attention_kernel),
                cfg.num_layers - n_moe)]
     if n_moe:

@@ -84,9 +84,14 @@ def schedule_runs(schedule: Any, pp: Any, virtual_stages: Any = 1, micro_batches
     if s == PipelineSchedule.DUALPIPE:
         ok = ok & (pp % 2 == 0)
         if micro_batches is not None:
-            m = np.asarray(micro_batches)
-            ok = ok & (m % 2 == 0) & (m >= 2 * pp)
+            ok = ok & _dualpipe_feeds(np.asarray(micro_batches), pp)
     return ok
+
+
+def _dualpipe_feeds(micro_batches: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Whether DualPipe can split ``micro_batches`` into its two halves, one from each end: an even number of at
+    least ``2 pp``."""
+    return (micro_batches % 2 == 0) & (micro_batches >= 2 * pp)
 
 
 def check_pipeline_schedule(value: Any, pp: Any = None, virtual_stages: Any = None, micro_batches: Any = None,
@@ -141,7 +146,7 @@ def check_pipeline_schedule(value: Any, pp: Any = None, virtual_stages: Any = No
                             argument=name, value=value, allowed="an even pp")
     if micro_batches is not None and pp is not None:
         m = np.asarray(micro_batches)
-        if np.any((m % 2 != 0) | (m < 2 * p)):
+        if not np.all(_dualpipe_feeds(m, p)):
             raise ArgumentError(f"{name}='dualpipe' splits the micro-batches into two halves, one from each end: it "
                                 f"needs an even number of at least 2 pp, got {_shown(m)} for pp={_shown(p)}",
                                 argument=name, value=value, allowed="an even gradient_accumulation_steps >= 2 pp")
