@@ -94,34 +94,25 @@ def _words(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _kernels(text: str) -> list[str]:
-    """``--attention-kernel``: one library or a comma-separated list, each one of :class:`AttentionKernel`."""
-    names = _words(text)
-    allowed = [k.value for k in AttentionKernel]
-    bad = [n for n in names if n not in allowed] or ([] if names else [text])
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (or a comma-separated list)")
-    return names
+def _names_of(enum, normalise=lambda name: name, unique: bool = False, hint: str = "or a comma-separated list"):
+    """An argparse ``type``: one name or a comma-separated list of them, each (after ``normalise``) a value of the
+    enum ``enum``; repeated names dropped where ``unique``; ``hint`` ends the error message."""
+    def parse(text: str) -> list[str]:
+        names = [normalise(n) for n in _words(text)]
+        allowed = [e.value for e in enum]
+        bad = [n for n in names if n not in allowed] or ([] if names else [text])
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} ({hint})")
+        return list(dict.fromkeys(names)) if unique else names
+    return parse
 
 
-def _schedules(text: str) -> list[str]:
-    """``--schedule``: one pipeline schedule or a comma-separated list, each one of :class:`PipelineSchedule`."""
-    names = [n.lower().replace("-", "_") for n in _words(text)]
-    allowed = [s.value for s in PipelineSchedule]
-    bad = [n for n in names if n not in allowed] or ([] if names else [text])
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (or a comma-separated list)")
-    return list(dict.fromkeys(names))
-
-
-def _modules(text: str) -> list[str]:
-    """``--recompute-modules``: Megatron-Core's module names, comma-separated, each one of :class:`RecomputeModule`."""
-    names = [n.lower() for n in _words(text)]
-    allowed = [m.value for m in RecomputeModule]
-    bad = [n for n in names if n not in allowed] or ([] if names else [text])
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)} (a comma-separated list)")
-    return names
+#: ``--attention-kernel``: one library or a comma-separated list, each one of :class:`AttentionKernel`.
+_kernels = _names_of(AttentionKernel)
+#: ``--schedule``: one pipeline schedule or a comma-separated list, each one of :class:`PipelineSchedule`.
+_schedules = _names_of(PipelineSchedule, lambda n: n.lower().replace("-", "_"), unique=True)
+#: ``--recompute-modules``: Megatron-Core's module names, comma-separated, each one of :class:`RecomputeModule`.
+_modules = _names_of(RecomputeModule, str.lower, hint="a comma-separated list")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
