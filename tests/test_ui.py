@@ -79,6 +79,17 @@ def test_plan_page_searches_fp8_kernels_and_schedules_as_the_library_does(client
     assert _table(r.text, "plan-table")[1:] == want.table(15)
 
 
+def test_plan_page_recomputes_the_modules_named_as_the_library_does(client):
+    query = {**SMALL_PLAN, "gpus": "16", "recompute": "layernorm, mlp"}
+    r = client.get("/plan", params=query)
+    assert r.status_code == 200, r.text[:500]
+    want = gm.plan_training("llama-3.2-1b", "dgx-h100", tokens="100B", global_batch=64, seq_len=2048, num_gpus=16,
+                            recompute_modules=["layernorm", "mlp"], top=2000)
+    assert _table(r.text, "plan-table")[1:] == want.table(15)
+    selective = [row for row in want.rows if row["checkpointing"] == "selective"]
+    assert selective and {row["recompute_modules"] for row in selective} == {"layernorm,mlp"}
+
+
 def test_plan_over_a_range_searches_its_gpu_counts(client):
     r = client.get("/plan", params={**SMALL_PLAN, "gpus": "2-8"})
     assert r.status_code == 200, r.text[:500]
@@ -139,6 +150,8 @@ def test_serve_page_without_room_for_a_request(client):
     ("plan", {"seq": "0"}, "seq", "must be >= 1"),
     ("plan", {"schedule": "1f1b,gpipe"}, "schedule", "pipeline_schedule"),
     ("plan", {"attention": "sdpa,fa9"}, "attention", "attention_kernel"),
+    ("plan", {"recompute": "layernorm,ffn"}, "recompute", "recompute_modules"),
+    ("plan", {"recompute": "mlp", "framework": "fsdp"}, "recompute", "recompute_modules"),
     ("plan", {"fp8": "on", "framework": "fsdp"}, "fp8", "fp8"),
     ("fit", {"batch": "0"}, "batch", "must be >= 1"),
     ("fit", {"gpu": "h10"}, "gpu", "did you mean"),

@@ -48,6 +48,9 @@ def form() -> Form:
               "searches each", arguments=("attention_kernel",)),
         Field("schedule", "pipeline schedule", "1f1b", "1f1b, zero_bubble, dualpipe; a comma list searches each",
               arguments=("pipeline_schedule",)),
+        Field("recompute", "recompute modules", "", "megatron's selective rows: core_attn (its default), layernorm, "
+              "mla_up_proj, mlp, moe, moe_act, shared_experts; a comma list recomputes each",
+              arguments=("recompute_modules",)),
         Field("price", "price per GPU-hour", "", "optional, adds a cost column (USD)",
               arguments=("price_per_gpu_hour",)),
         Field("deadline", "deadline [days]", "", "optional: runs of at most this many days", arguments=("max_days",)),
@@ -72,7 +75,8 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
                             seq_len=count(values, "seq"), num_gpus=counts if len(counts) > 1 else counts[0],
                             objective=values["objective"], framework=values["framework"], price_per_gpu_hour=price,
                             max_days=deadline, top=CHART_ROWS, fp8=FP8[values["fp8"]],
-                            attention_kernel=_names(values["attention"]), pipeline_schedule=_names(values["schedule"]))
+                            attention_kernel=_names(values["attention"]), pipeline_schedule=_names(values["schedule"]),
+                            recompute_modules=_modules(values))
     rows, counts = plan.rows, plan.gpu_counts
     parts = [_summary(plan, rows, counts)]
     if not rows:
@@ -102,6 +106,17 @@ def _names(text: str) -> str | list[str]:
     """
     names = [n.strip() for n in text.split(",") if n.strip()]
     return names[0] if len(names) == 1 else names
+
+
+def _modules(values: dict[str, str]) -> list[str] | None:
+    """The recompute-modules field as the planner takes it: None where empty (Megatron-Core's default), else the
+    list of module names.
+
+    >>> _modules({"recompute": ""}), _modules({"recompute": "layernorm, moe_act"})
+    (None, ['layernorm', 'moe_act'])
+    """
+    text = optional(values, "recompute")
+    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
 
 def _summary(plan, rows: list, counts: list) -> str:
