@@ -65,8 +65,9 @@ def modelled(r: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mem = gm.training_memory(cfg, **opts)
-        fits = bool(gm.fits(cfg, gpu, **opts))
-    return dict(peak=float(mem.peak_bytes), fits=fits)
+        margin = gm.memory_margin(cfg, gpu, **opts)     # gm.fits's answer, with its margin and band
+    return dict(peak=float(mem.peak_bytes), fits=bool(margin.fits), uncertain=bool(margin.uncertain),
+                spare=float(margin.spare_bytes))
 
 
 def simulated(r: dict) -> dict:
@@ -117,12 +118,13 @@ def main(argv=None) -> int:
                     help="also score the default-allocator runs with the caching-allocator model")
     args = ap.parse_args(argv)
     print(f"{'set':22s} {'allocator':10s} {'runs':>4s} {'ran':>4s}  {'peak err median':>15s} {'worst':>6s}  "
-          f"{'fits right':>10s} {'said fits, OOM':>14s} {'said OOM, ran':>13s}  {'reserved/alloc':>14s}")
+          f"{'fits right':>10s} {'said fits, OOM':>14s} {'said OOM, ran':>13s}  {'reserved/alloc':>14s}  "
+          f"{'uncertain (wrong)':>17s}")
     for name in args.sets:
         rows = load(name)
         for expandable in (False, True):
             sel = [r for r in rows if r["expandable_segments"] == expandable]
-            errs, right, false_fit, false_oom, over = [], 0, 0, 0, []
+            errs, right, false_fit, false_oom, over, unsure, unsure_wrong = [], 0, 0, 0, [], 0, 0
             for r in sel:
                 m = modelled(r)
                 ran = r["status"] == "ok"
@@ -132,17 +134,21 @@ def main(argv=None) -> int:
                 right += m["fits"] == ran
                 false_fit += m["fits"] and not ran
                 false_oom += ran and not m["fits"]
+                unsure += m["uncertain"]
+                unsure_wrong += m["uncertain"] and m["fits"] != ran
                 if args.rows:
                     print(f"   {r['shape']:18s} {r['precision']:8s} {r.get('implementation', r['optimizer']):8s} "
                           f"ckpt={int(r['checkpointing'])} {r['batch']:3d}x{r['seq']:<5d} {r['status']:4s} "
                           f"alloc {r['peak_allocated'] / 2**30:6.2f} model {m['peak'] / 2**30:6.2f} GiB "
-                          f"fits={m['fits']}")
+                          f"fits={m['fits']} spare {m['spare'] / 2**30:+6.2f} GiB"
+                          f"{' uncertain' if m['uncertain'] else ''}")
             label = "expandable" if expandable else "default"
             med = f"{100 * np.median(errs):.2f}%" if errs else "-"
             worst = f"{100 * max(errs):.1f}%" if errs else "-"
             ratio = f"{np.median(over):.3f}" if over else "-"
             print(f"{name:22s} {label:10s} {len(sel):4d} {sum(r['status'] == 'ok' for r in sel):4d}  {med:>15s} "
-                  f"{worst:>6s}  {right:>4d}/{len(sel):<5d} {false_fit:>14d} {false_oom:>13d}  {ratio:>14s}")
+                  f"{worst:>6s}  {right:>4d}/{len(sel):<5d} {false_fit:>14d} {false_oom:>13d}  {ratio:>14s}  "
+                  f"{unsure:>11d} ({unsure_wrong})")
         if args.allocator:
             score_allocator(rows, args.rows)
     return 0

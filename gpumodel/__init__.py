@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "TransformerConfig": "records.transformer", "model": "records.transformer", "list_models": "records.transformer",
     "training_memory": "core.memory", "TrainingMemory": "core.memory",
     "inference_memory": "core.inference", "InferenceMemory": "core.inference",
-    "fits": "core.sizing", "max_batch_size": "core.sizing", "max_seq_len": "core.sizing", "min_gpus": "core.sizing",
+    "fits": "core.margin", "memory_margin": "core.margin", "MemoryMargin": "core.margin", "max_batch_size": "core.sizing", "max_seq_len": "core.sizing", "min_gpus": "core.sizing",
     "rank_gpus": "core.sizing", "plot_memory_breakdown": "plots.memory",
     # occupancy
     "occupancy": "core.occupancy", "Occupancy": "core.occupancy", "max_potential_block_size": "core.occupancy_helpers",

@@ -115,6 +115,7 @@ CALLS = {  # name -> (function, valid keyword arguments)
     "inference_memory 8b": (gm.inference_memory, dict(model=M8, batch_size=1, seq_len=128)),
     "fits": (gm.fits, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128)),
     "fits inference": (gm.fits, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128, training=False)),
+    "memory_margin": (gm.memory_margin, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128)),
     "max_batch_size": (gm.max_batch_size, dict(model="gpt2", gpu="h100", seq_len=128)),
     "max_seq_len": (gm.max_seq_len, dict(model="gpt2", gpu="h100", batch_size=2)),
     "min_gpus": (gm.min_gpus, dict(model="gpt2", gpu="h100", batch_size=2, seq_len=128)),
@@ -163,7 +164,7 @@ _OP_DTYPE = {"adamw_step": "param_dtype"}
 
 _SERVING = ("prefill_time", "decode_step_time", "generation_time", "serving_capacity")
 TAKES = {  # kind -> [(function, argument)]
-    "gpu": [("gpu", "name"), ("list_systems", "gpu"), ("compare", "gpu"), ("rank_gpus", "gpu"), ("fits", "gpu"),
+    "gpu": [("gpu", "name"), ("list_systems", "gpu"), ("compare", "gpu"), ("rank_gpus", "gpu"), ("fits", "gpu"), ("memory_margin", "gpu"),
             ("max_batch_size", "gpu"), ("max_seq_len", "gpu"), ("min_gpus", "gpu"), ("training_step_time", "gpu"),
             ("roofline", "gpu"), ("ridge_point", "gpu"), ("estimate_time", "gpu"), ("estimate", "gpu"),
             *[(f, "gpu") for f in _SERVING]],
@@ -172,7 +173,7 @@ TAKES = {  # kind -> [(function, argument)]
                   ("occupancy_curves", "gpu_or_cc")],
     "system": [("system", "name"), ("training_time", "gpu_or_system"), ("plan_training", "gpu_or_system")],
     "model": [("model", "name"), *[(f, "model") for f in (
-        "rank_gpus", "training_memory", "inference_memory", "fits", "max_batch_size", "max_seq_len", "min_gpus",
+        "rank_gpus", "training_memory", "inference_memory", "fits", "memory_margin", "max_batch_size", "max_seq_len", "min_gpus",
         "training_step_time", "training_time", "plan_training", *_SERVING)]],
     "op": [("roofline", "op"), ("arithmetic_intensity", "op"), ("estimate_time", "op"), ("estimate", "op")],
     "positive_int": [
@@ -180,7 +181,8 @@ TAKES = {  # kind -> [(function, argument)]
         ("training_memory", "gradient_accumulation_steps"),
         ("training_memory", "tp"), ("training_memory", "pp"), ("training_memory", "dp"),
         ("inference_memory", "batch_size"), ("inference_memory", "seq_len"), ("inference_memory", "tp"),
-        ("inference_memory", "group_size"), ("fits", "batch_size"), ("fits", "seq_len"), ("rank_gpus", "batch_size"),
+        ("inference_memory", "group_size"), ("fits", "batch_size"), ("fits", "seq_len"), ("memory_margin", "batch_size"),
+        ("memory_margin", "seq_len"), ("rank_gpus", "batch_size"),
         ("rank_gpus", "seq_len"), ("max_batch_size", "seq_len"), ("max_batch_size", "limit"),
         ("max_seq_len", "batch_size"), ("max_seq_len", "multiple_of"), ("max_seq_len", "limit"),
         ("min_gpus", "batch_size"), ("min_gpus", "seq_len"), ("min_gpus", "max_gpus"), ("min_gpus", "max_tp"),
@@ -202,13 +204,13 @@ TAKES = {  # kind -> [(function, argument)]
                         ("occupancy", "registers_per_thread"), ("occupancy", "static_shared_bytes"),
                         ("occupancy", "dynamic_shared_bytes"), ("occupancy", "block_barriers"),
                         ("max_potential_block_size", "registers_per_thread")],
-    "precision": [("training_memory", "precision"), ("fits", "precision"), ("max_batch_size", "precision"),
+    "precision": [("training_memory", "precision"), ("fits", "precision"), ("memory_margin", "precision"), ("max_batch_size", "precision"),
                   ("training_step_time", "precision"), ("training_time", "precision"), ("plan_training", "precision")],
     "weight_dtype": [("inference_memory", "dtype"), ("inference_memory", "kv_dtype"), ("fits inference", "dtype"),
                      *[(f, a) for f in _SERVING for a in ("dtype", "kv_dtype")]],
     "dtype": [("dtype", "name"), ("ridge_point", "dtype"), ("training_memory", "optimizer_dtype")],
     "flag": [*[("training_memory", f) for f in ("use_cache", "keep_outputs", "foreach", "fused", "sequence_parallel")],
-             ("fits", "training"), ("max_batch_size", "training"), ("max_seq_len", "training"),
+             ("fits", "training"), ("memory_margin", "training"), ("max_batch_size", "training"), ("max_seq_len", "training"),
              ("min_gpus", "training"), ("rank_gpus", "training"), ("roofline", "sparse"), ("ridge_point", "sparse"),
              ("estimate_time", "calibrated"),
              ("estimate", "calibrated"), ("training_step_time", "calibrated"), ("max_dynamic_shared_memory", "runtime"),

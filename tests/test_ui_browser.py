@@ -41,6 +41,7 @@ def _fill(driver, name: str, value: str) -> None:
 
 def _submit_and_wait(driver, *, until: str) -> float:
     """Submit the form and wait for the element ``until`` (a CSS selector) of the new page; returns the seconds."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -49,7 +50,15 @@ def _submit_and_wait(driver, *, until: str) -> float:
     t0 = time.perf_counter()
     driver.find_element(By.ID, "submit").click()
     wait = WebDriverWait(driver, 30)
-    wait.until(ec.staleness_of(old))
+
+    def gone(_) -> bool:   # the old page's node left the document (Chrome may say so with a plain WebDriverException
+        try:               # while the new page loads, where staleness_of expects StaleElementReferenceException)
+            old.is_enabled()
+            return False
+        except WebDriverException:
+            return True
+
+    wait.until(gone)
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, until)))
     return time.perf_counter() - t0
 

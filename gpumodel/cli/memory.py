@@ -24,7 +24,9 @@ JSON output (--json), SI units:
   model, parameters [count], gpu, batch_size, seq_len, mode ("training" or "inference"),
   peak_bytes [B], peak_moment (when the peak happens), breakdown {component: bytes [B]},
   reserved_bytes [B] (allocator estimate), total_bytes [B] (with the CUDA context),
-  gpu_memory_bytes [B] (usable), fits (true/false), headroom_bytes [B] (negative: does not fit),
+  gpu_memory_bytes [B] (usable), fits (true/false, as gm.fits decides), headroom_bytes [B] (negative: does not
+  fit), needed_bytes [B] (what fits compared: the reserve, or near the capacity the caching-allocator replay),
+  decided_by ("reserve", "allocator", "allocated"), uncertain (the capacity lies in the need's 80% band),
   max_batch_size (largest batch that fits at --seq), options {keyword: value} (what was passed),
   suggestions (when it does not fit: a list of {change (the options to give), total_bytes [B] per
   GPU, fits (true/false)}), plot (the file written, with --plot).
@@ -127,14 +129,16 @@ def _memory(args: argparse.Namespace) -> int:
                   zero=args.zero, dp=args.dp, tp=args.tp, pp=args.pp, sequence_parallel=args.sp)
         m = gm.training_memory(cfg, args.batch, args.seq, **kw)
     moment = m.peak_moment
-    headroom = gpu.usable_memory_bytes - m.total_bytes
+    margin = gm.memory_margin(cfg, gpu, args.batch, args.seq, training=not args.inference, **kw)
+    headroom = float(margin.spare_bytes)   # as gm.fits decides: the caching allocator's replay near the capacity
     best = max_batch_size(cfg, gpu, args.seq, training=not args.inference, **kw)
     result = dict(model=cfg.name, parameters=cfg.num_parameters(), gpu=gpu.name, batch_size=args.batch,
                   seq_len=args.seq, mode="inference" if args.inference else "training", peak_bytes=m.peak_bytes,
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
-                  total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(headroom >= 0),
-                  headroom_bytes=headroom, max_batch_size=best, options=kw,
-                  suggestions=[] if headroom >= 0 else _suggestions(args, cfg, gpu, kw))
+                  total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(margin.fits),
+                  headroom_bytes=headroom, needed_bytes=float(margin.needed_bytes), decided_by=str(margin.decided_by),
+                  uncertain=bool(margin.uncertain), max_batch_size=best, options=kw,
+                  suggestions=[] if margin.fits else _suggestions(args, cfg, gpu, kw))
     if plot:
         _plot(args, plot, cfg, gpu, m, best, kw)
         result["plot"] = str(plot)
@@ -148,8 +152,14 @@ def _memory(args: argparse.Namespace) -> int:
     rows.append(("reserved (allocator estimate)", f"{m.reserved_bytes / GiB:.2f}", ""))
     rows.append(("total with CUDA context", f"{m.total_bytes / GiB:.2f}", ""))
     print_table(["component", "GiB", "of peak"], rows)
-    verdict = "fits" if headroom >= 0 else "does NOT fit"
-    print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB")
+    verdict = "fits" if margin.fits else "does NOT fit"
+    how = {"reserve": "the fixed allocator reserve", "allocator": "PyTorch's caching allocator replayed step by step",
+           "allocated": "the allocated peak (expandable segments)"}[str(margin.decided_by)]
+    print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB "
+          f"(needs {float(margin.needed_bytes) / GiB:.2f} GiB by {how})")
+    if margin.uncertain:
+        print("at the edge: within the 80% band of that estimate, the step could run or fail (PYTORCH_CUDA_ALLOC_CONF="
+              "expandable_segments:True removes the allocator's fragmentation)")
     print(f"largest batch that fits at seq {args.seq}: {best}")
     if result["suggestions"]:
         print("what would fit (each change alone, then together; total per GPU with the CUDA context):")

@@ -1,9 +1,10 @@
-"""Sizing: does it fit, the largest batch or sequence that fits, the fewest GPUs, which GPUs.
+"""Sizing: the largest batch or sequence that fits, the fewest GPUs, which GPUs.
 
-All answers compare :attr:`TrainingMemory.total_bytes` (allocated peak x allocator reserve +
-CUDA context) or the inference equivalent with the GPU's ``usable_memory_bytes`` (the driver's figure where known). Memory grows
-monotonically with batch size and sequence length, so the searches are bisections over the
-vectorized memory functions.
+Every answer asks :func:`~gpumodel.core.margin.fits` (re-exported here with :func:`~gpumodel.core.margin.memory_margin`):
+:attr:`TrainingMemory.total_bytes` (allocated peak x allocator reserve + CUDA context) or the inference equivalent
+against the GPU's ``usable_memory_bytes`` (the driver's figure where known), and near that capacity the caching
+allocator's replay. Memory grows monotonically with batch size and sequence length, so the searches are bisections
+over the vectorized memory functions.
 
 Examples
 --------
@@ -15,7 +16,6 @@ True
 >>> gm.max_batch_size("llama-3.2-1b", "h100", seq_len=1024, expandable_segments=True)   # no allocator reserve
 18
 """
-
 from __future__ import annotations
 
 import warnings
@@ -23,16 +23,17 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..base.errors import ArgumentError, UnsupportedError
+from ..base.errors import ArgumentError
 from .inference import inference_memory
-from .memory import CUDA_CONTEXT_BYTES, TrainingMemory, training_memory
-from .step_allocations import simulate_training_step
+from .margin import capacity_of, memory_options, fits, memory_margin, MemoryMargin, required_bytes  # noqa: F401 (re-exported)
+from .memory import TrainingMemory, training_memory
 from ..vocabulary.parallel_rules import splits_model
-from ..vocabulary import flag, passed_on, positive_int, positive_number, precision as _precision, \
+from ..vocabulary import flag, positive_int, precision as _precision, \
     resolve_gpu, resolve_gpus, resolve_model, weight_dtype
 from ..vocabulary.gpus import all_gpus
 
-__all__ = ["fits", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan", "required_bytes"]
+__all__ = ["fits", "memory_margin", "MemoryMargin", "max_batch_size", "max_seq_len", "min_gpus", "rank_gpus", "Plan",
+           "required_bytes"]
 
 
 def _compute_dtype(training: bool, kwargs: dict) -> str | None:
@@ -41,111 +42,6 @@ def _compute_dtype(training: bool, kwargs: dict) -> str | None:
         return _precision(kwargs.get("precision", "amp_bf16")).compute_dtype.value
     dt = weight_dtype(kwargs.get("dtype", "bf16")).value
     return dt if dt in ("bf16", "fp16", "fp32", "fp8") else None
-
-
-def _options(training, kwargs: dict, caller: str, taken: tuple = ()) -> dict:
-    """The options ``caller`` passes on to the memory function of the run (refused when it takes no such option)."""
-    target = training_memory if flag(training, "training") else inference_memory
-    return passed_on(kwargs, target, caller, taken=("batch_size", "seq_len", *taken))
-
-
-def _capacity(g, capacity_bytes) -> float:
-    """The memory one GPU offers [B]: ``capacity_bytes`` when given, else the GPU's usable memory."""
-    if capacity_bytes is None:
-        return g.usable_memory_bytes
-    return positive_number(capacity_bytes, "capacity_bytes")
-
-
-def required_bytes(model, batch_size, seq_len, *, training: bool = True, **kwargs):
-    """Bytes one GPU needs in all (allocator reserve and CUDA context included) [B].
-
-    ``kwargs`` go to :func:`~gpumodel.training_memory`, or to :func:`~gpumodel.inference_memory`
-    when ``training=False``.
-    """
-    kwargs = _options(training, kwargs, "required_bytes")
-    if flag(training, "training"):
-        return training_memory(model, batch_size, seq_len, **kwargs).total_bytes
-    return inference_memory(model, batch_size, seq_len, **kwargs).total_bytes
-
-
-def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_bytes=None, **kwargs):
-    """Whether the run fits in one GPU's memory (broadcasts over batch_size and seq_len).
-
-    ``kwargs`` go to :func:`~gpumodel.training_memory` (or :func:`~gpumodel.inference_memory`
-    when ``training=False``). ``capacity_bytes`` [B] replaces the GPU's ``usable_memory_bytes``
-    (e.g. with what ``torch.cuda.mem_get_info`` reports, or less to keep a margin); the other
-    sizing functions pass it on too.
-
-    Parameters
-    ----------
-    model : TransformerConfig, str or dict
-        A config, a preset name (``gm.model``) or a Hugging Face config dict.
-    gpu : GPUSpec or str
-        A GPU record or name (``gm.gpu``).
-    batch_size, seq_len : int or array_like
-        Sequences per GPU [sequences] and sequence length [tokens]; arrays broadcast.
-    training : bool
-        Size a training run (:func:`~gpumodel.training_memory`) or, when False, serving
-        (:func:`~gpumodel.inference_memory`).
-    capacity_bytes : float, optional
-        Memory one GPU offers [bytes], in place of the GPU's ``usable_memory_bytes`` (e.g. what
-        ``torch.cuda.mem_get_info`` reports, or less to keep a margin).
-    **kwargs
-        Options of the memory function (``precision``, ``optimizer``, ``dp``, ``tp``, ``zero``... for
-        training; ``dtype``, ``kv_dtype``, ``tp``... for serving); an option it does not take is an error.
-
-    Returns
-    -------
-    numpy.bool_ or ndarray of bool
-        True where the memory one GPU needs (allocator reserve and CUDA context included) is at most its
-        capacity.
-
-    Notes
-    -----
-    Far from the card's capacity a fixed allocator reserve (:data:`~gpumodel.core.memory.RESERVE_FACTOR`) decides.
-    Within :data:`EDGE_BAND` of it, where fragmentation decides, a one-GPU Hugging Face training step with PyTorch's
-    default allocator is replayed, tensor by tensor, through a model of its caching allocator
-    (:func:`~gpumodel.core.step_allocations.simulate_training_step`: three steps on the capacity less the CUDA
-    context); with ``expandable_segments=True`` there is no fragmentation and the allocated peak decides. Measured on
-    80 training steps at the edge of an H100 (``bench/edge_accuracy.py``): 74 called right with the replay, 59 with
-    the fixed reserve alone; with expandable segments 76 of 76.
-    """
-    cfg, g = resolve_model(model), resolve_gpu(gpu)
-    capacity = _capacity(g, capacity_bytes)
-    kwargs = _options(training, kwargs, "fits")
-    need = required_bytes(cfg, batch_size, seq_len, training=training, **kwargs)
-    out = np.asarray(need) <= capacity
-    if flag(training, "training") and set(kwargs) <= SIMULATED_OPTIONS and not kwargs.get("expandable_segments"):
-        out = _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs)
-    return out if out.ndim else np.bool_(out)
-
-
-#: the options of a one-GPU Hugging Face training step the caching-allocator model replays
-SIMULATED_OPTIONS = frozenset({"precision", "optimizer", "checkpointing", "attention", "foreach", "fused", "use_cache",
-                               "expandable_segments"})
-#: within this fraction of the card, the fixed allocator reserve cannot tell (fragmentation decides): the steps are
-#: replayed through the allocator model (:func:`gpumodel.core.step_allocations.simulate_training_step`)
-EDGE_BAND = 0.12
-#: most configurations of one broadcast call replayed (each takes about 0.1-0.3 s); beyond, the reserve decides
-MAX_REPLAYS = 16
-
-
-def _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs) -> np.ndarray:
-    """``out`` with the configurations whose need lies within :data:`EDGE_BAND` of the capacity decided by the
-    caching-allocator model (PyTorch's default allocator), where it can replay them; the others as they were."""
-    need, out = np.broadcast_arrays(np.asarray(need, dtype=float), np.asarray(out))
-    b, s = (np.broadcast_to(np.asarray(x), need.shape) for x in (batch_size, seq_len))
-    out = np.array(out)
-    edge = np.flatnonzero(np.abs(need / capacity - 1.0).ravel() <= EDGE_BAND)
-    opts = {k: v for k, v in kwargs.items() if k != "expandable_segments"}
-    for i in edge[:MAX_REPLAYS]:
-        try:
-            sim = simulate_training_step(cfg, int(b.ravel()[i]), int(s.ravel()[i]), **opts,
-                                         capacity_bytes=capacity - CUDA_CONTEXT_BYTES, sm_count=g.sm_count)
-        except UnsupportedError:   # a family or option the replay does not cover: the fixed reserve decides
-            continue
-        out.ravel()[i] = sim.fits
-    return out
 
 
 def _largest(ok, limit: int, shape: tuple = ()) -> np.ndarray:
@@ -193,7 +89,8 @@ def max_batch_size(model, gpu, seq_len, *, training: bool = True, limit: int = 1
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     seq_len = positive_int(seq_len, "seq_len")
     limit = positive_int(limit, "limit")
-    kwargs = {**_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"}, "max_batch_size"),
+    kwargs = {**memory_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"},
+                               "max_batch_size"),
               **{k: v for k, v in kwargs.items() if k == "capacity_bytes"}}
     return _scalar_int(_largest(lambda b: fits(cfg, g, b, seq_len, training=training, **kwargs), limit, np.shape(seq_len)))
 
@@ -233,7 +130,8 @@ def max_seq_len(model, gpu, batch_size, *, training: bool = True, multiple_of: i
     multiple_of = positive_int(multiple_of, "multiple_of")
     if np.ndim(multiple_of):
         raise ArgumentError("multiple_of must be one positive integer, got an array")
-    kwargs = {**_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"}, "max_seq_len"),
+    kwargs = {**memory_options(training, {k: v for k, v in kwargs.items() if k != "capacity_bytes"},
+                               "max_seq_len"),
               **{k: v for k, v in kwargs.items() if k == "capacity_bytes"}}
     if limit is None:
         limit = cfg.max_position_embeddings if cfg.position.value == "learned" else 1 << 24
@@ -331,7 +229,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
     """
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     training = flag(training, "training")
-    capacity = _capacity(g, capacity_bytes)
+    capacity = capacity_of(g, capacity_bytes)
     batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
     max_gpus, max_tp = positive_int(max_gpus, "max_gpus"), positive_int(max_tp, "max_tp")
     if np.ndim(batch_size) or np.ndim(seq_len):
@@ -340,7 +238,7 @@ def min_gpus(model, gpu, batch_size, seq_len, max_gpus: int = 4096, max_tp: int 
         raise ArgumentError("min_gpus takes one max_gpus and one max_tp, not arrays")
     sets = ("dp", "tp", "pp", "zero", "zero_stage", "sequence_parallel", "gradient_accumulation_steps") if training \
         else ("tp",)
-    kwargs = _options(training, kwargs, "min_gpus", taken=sets)
+    kwargs = memory_options(training, kwargs, "min_gpus", taken=sets)
     n = 1
     while n <= max_gpus:
         cand = _candidates(cfg, n, max_tp, training)

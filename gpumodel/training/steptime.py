@@ -39,7 +39,7 @@ from ..calibration.bands import HOST_BOUND_NOTE, error_band, step_regime
 from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration
 from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
-from ..core.sizing import fits as memory_fits
+from ..core.margin import fits as memory_fits
 from .hostcost import host_costs_for, timeline
 from .layer import Kernels, attention_kernel_on
 from .recompute import module_flops_per_token
