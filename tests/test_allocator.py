@@ -154,6 +154,24 @@ def test_the_generated_step_allocates_what_the_recorded_one_did(set_name, index)
     assert difflib.SequenceMatcher(None, mine, recorded, autojunk=False).ratio() > 0.99
 
 
+@pytest.mark.parametrize("set_name, index, shape", [("h100_heldout", 13, "llama-3.2-1b"), ("h100", 12, "llama-3.2-3b")])
+def test_a_tied_embedding_sums_its_two_gradients_as_autograd_does(set_name, index, shape):
+    # tied input and output embeddings: bf16 (the head's gradient is the transpose view of an mm) sums the
+    # embedding's gradient into a new tensor; amp (the head's reaches the fp32 weight as the cast's fresh copy) in
+    # place: every allocation and free of at least 1 MiB as recorded, in order
+    run, trace = _trace(set_name, index)
+    cfg = gm.TransformerConfig.from_hf(json.loads((EDGE / "plan.json").read_text())["shapes"][shape])
+    assert run["shape"] == shape and cfg.tie_word_embeddings
+    impl = run.get("implementation", "fused" if run["fused"] else "foreach")
+    alloc = training_step_allocations(cfg, run["batch"], run["seq"], run["precision"], run["optimizer"],
+                                      run["checkpointing"], fused=impl == "fused", foreach=impl == "foreach", steps=2)
+    mine = _tokens(alloc.events[alloc.step_starts[1]:alloc.step_starts[2]])
+    assert mine == _tokens(_step_events(trace, 0))
+    table = cfg.vocab_size * cfg.hidden_size * (2 if run["precision"] == "bf16" else 4)
+    sums = [i for i, (kind, n) in enumerate(mine) if (kind, n) == ("A", table)]
+    assert len(sums) == (3 if run["precision"] == "bf16" else 2)   # the head's, the embedding's (and their sum)
+
+
 def _tokens(events):
     """The step's allocations and frees of at least 1 MiB, as ("A" or "F", bytes)."""
     sizes, out = {}, []

@@ -23,7 +23,7 @@ Examples
 >>> import gpumodel as gm
 >>> sim = simulate_training_step("llama-3.2-1b", batch_size=1, seq_len=256, precision="bf16", steps=2)
 >>> sim.fits, [round(b / 2**30, 2) for b in sim.step_reserved_bytes]
-(True, [11.7, 11.73])
+(True, [11.7, 12.19])
 """
 
 from __future__ import annotations
