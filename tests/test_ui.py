@@ -116,6 +116,21 @@ def test_fit_page_answers_as_the_sizing_functions(client):
     assert table[1][0] == "weights" and float(table[1][1]) == pytest.approx(mem.breakdown["weights"] / 2**30, abs=0.01)
 
 
+def test_fit_page_decides_at_the_edge_as_fits_does(client):
+    # Llama-3-8B in bf16 with checkpointing at 6 x 2048 on an H100: 83 GiB with the fixed reserve, but near the
+    # capacity the caching allocator's replay decides (gm.fits): the page says what gm.fits says, and how sure
+    query = dict(model="llama-3-8b", gpu="h100", batch="6", seq="2048", precision="bf16", optimizer="adamw",
+                 checkpointing="full", framework="hf", dp="1", tp="1", pp="1", zero="0")
+    out = compute("fit", query)
+    margin = gm.memory_margin("llama-3-8b", "h100", batch_size=6, seq_len=2048, precision="bf16", checkpointing="full")
+    assert out["numbers"]["fits"] == bool(margin.fits) == bool(gm.fits("llama-3-8b", "h100", batch_size=6,
+                                                                        seq_len=2048, precision="bf16",
+                                                                        checkpointing="full"))
+    assert str(margin.decided_by) == "allocator" and margin.uncertain
+    r = client.get("/fit", params=query)
+    assert "could go either way" in r.text and "caching allocator replayed" in r.text
+
+
 def test_fit_page_says_when_it_does_not_fit(client):
     r = client.get("/fit", params=dict(model="llama-3-70b", gpu="h100", batch="1", seq="4096", framework="hf",
                                        dp="1", zero="0", checkpointing="none"))

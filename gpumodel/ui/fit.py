@@ -53,24 +53,30 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
                    pp=count(values, "pp"), zero=count(values, "zero", minimum=0))
     mem = gm.training_memory(cfg, batch, seq, **options)
     capacity = g.usable_memory_bytes
-    fits = float(mem.total_bytes) <= capacity
+    margin = gm.memory_margin(cfg, g, batch, seq, **options)     # gm.fits's answer, with what it compared
+    fits, need = bool(margin.fits), float(margin.needed_bytes)
     max_batch = int(gm.max_batch_size(cfg, g, seq_len=seq, **options))
     max_seq = int(gm.max_seq_len(cfg, g, batch_size=batch, multiple_of=SEQ_MULTIPLE, **options))
     runs = {f"batch {batch} x {seq}": mem}
     if max_batch and max_batch != batch:
         runs[f"largest: batch {max_batch}"] = gm.training_memory(cfg, max_batch, seq, **options)
     if fits:
-        verdict = (f"fits: {mem.total_bytes / GiB:,.1f} of {capacity / GiB:,.1f} GiB, "
-                   f"{(capacity - mem.total_bytes) / GiB:,.1f} GiB free")
+        verdict = f"fits: {need / GiB:,.1f} of {capacity / GiB:,.1f} GiB, {(capacity - need) / GiB:,.1f} GiB free"
     else:
-        verdict = f"does not fit: needs {mem.total_bytes / GiB:,.1f} GiB, the {g.name} offers {capacity / GiB:,.1f} GiB"
+        verdict = f"does not fit: needs {need / GiB:,.1f} GiB, the {g.name} offers {capacity / GiB:,.1f} GiB"
+    if margin.uncertain:
+        verdict += " (at the edge: within the estimate's 80% band, it could go either way)"
     lines = [("answer", verdict),
              ("largest micro-batch that fits", f"{max_batch} at {seq:,} tokens" if max_batch else
               f"none: one sequence of {seq:,} tokens does not fit"),
              ("longest sequence that fits", f"{max_seq:,} tokens at batch {batch} (a multiple of {SEQ_MULTIPLE})"
               if max_seq else f"none at batch {batch}"),
              ("peak", f"{mem.peak_bytes / GiB:,.2f} GiB allocated at {mem.peak_moment.replace('_', ' ')}"),
-             ("with reserve and context", f"{mem.total_bytes / GiB:,.2f} GiB (what fits is decided on)"),
+             ("with reserve and context", f"{mem.total_bytes / GiB:,.2f} GiB (the fixed allocator reserve)"),
+             ("decided on", f"{need / GiB:,.2f} GiB: " + {
+                 "reserve": "the fixed allocator reserve",
+                 "allocator": "PyTorch's caching allocator replayed step by step (near the card's capacity)",
+                 "allocated": "the allocated peak (expandable segments)"}[str(margin.decided_by)]),
              ("card", f"{g.name}: {capacity / GiB:,.1f} GiB usable")]
     parts = [section("Answer", facts(lines), "answer"),
              "" if fits else message(verdict[0].upper() + verdict[1:] + ".", "bad", "no-fit"),
