@@ -180,3 +180,32 @@ def test_the_bands_cover_80_percent_in_expectation(measured):
     for name, r in tested.items():
         mean, low, high = r["resampled"]
         assert 0.75 <= mean <= 0.85 and low < mean < high, f"{name}: resampled coverage {mean:.1%}"
+
+
+def test_every_time_answer_gives_its_interval_and_expected_error():
+    """interval(0.8) is the answer's band, at the one level measured; expected_error is its regime's median |e|."""
+    import warnings
+    import gpumodel as gm
+    from gpumodel.base.errors import ArgumentError
+    regimes = load_error_bands().regimes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024)
+        prefill = gm.prefill_time("llama-3-8b", "h100", batch_size=1, prompt_len=1024)
+        run = gm.training_time("llama-3-8b", "dgx-h100", tokens="1T", batch_size=1, seq_len=4096,
+                               parallelism=gm.Parallelism(dp=8), framework="megatron")
+        kernel = gm.estimate(gm.ops.matmul(4096, 4096, 4096), "h100")
+    for answer, regime in ((step, step_regime(step.source, step.host_bound)),
+                           (prefill, serving_regime(prefill.source, prefill.engine)),
+                           (run, "step-parallel"), (kernel, None)):
+        assert answer.interval(0.8) == answer.band and answer.interval() == answer.band
+        low, high = answer.band
+        assert low < float(answer.seconds) < high or low <= float(answer.seconds) <= high
+        if regime is None:   # a kernel's: its family's measured error (TimeEstimate.expected_error)
+            assert 0 < answer.expected_error < 0.5
+        else:
+            assert answer.expected_error == pytest.approx(regimes[regime].median_abs)
+        with pytest.raises(ArgumentError, match="level"):
+            answer.interval(0.9)
+    datasheet = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024, calibrated=False)
+    assert datasheet.interval() is None and datasheet.expected_error is None

@@ -31,8 +31,12 @@ from ..base.errors import ArgumentError, SpecError
 from ..base.numeric import nonnegative_number
 from ..records.specs import describe_errors, read_yaml, shipped_root
 
-__all__ = ["ErrorBand", "ErrorBands", "BANDS_FILE", "HOST_BOUND_NOTE", "PARALLEL_STEP_REGIME", "load_error_bands", "error_band", "fit_band",
-           "kernel_regime", "step_regime", "serving_regime"]
+__all__ = ["ErrorBand", "ErrorBands", "BANDS_FILE", "HOST_BOUND_NOTE", "PARALLEL_STEP_REGIME", "load_error_bands",
+           "error_band", "expected_error", "fit_band", "kernel_regime", "step_regime", "serving_regime", "Interval",
+           "BAND_LEVEL"]
+
+#: the coverage of the shipped bands: every band is an 80% one (its regime's 10th and 90th percentiles)
+BAND_LEVEL = 0.8
 
 #: the shipped file of the bands, in the spec folder (``specs/`` of a checkout, ``gpumodel/specs`` of a wheel)
 BANDS_FILE = "error_bands.yaml"
@@ -124,6 +128,39 @@ def _band(regime: Any) -> ErrorBand:
         raise ArgumentError(f"no error band for regime {regime!r}; known: {known}", argument="regime", value=regime,
                             allowed=known)
     return bands[regime]
+
+
+def expected_error(regime: Any) -> float | None:
+    """A regime's median absolute relative error (``median_abs`` of its fit half) [1], or None without a regime or
+    where it was not recorded.
+
+    >>> expected_error(None) is None
+    True
+    """
+    return None if regime is None else _band(regime).median_abs
+
+
+class Interval:
+    """``interval(level)`` of a time answer that carries ``band`` (its 80% band): the same band, for the one level
+    measured."""
+
+    def interval(self, level: float = BAND_LEVEL) -> tuple[Any, Any] | None:
+        """The band the measured time lies in for ``level`` of its regime's measurements: ``(low, high)`` [s]; None
+        where nothing measured backs the answer (datasheet kernels).
+
+        Parameters
+        ----------
+        level : float
+            The coverage asked for; the shipped bands are measured at 0.8 only (``specs/error_bands.yaml``).
+
+        Returns
+        -------
+        tuple or None
+        """
+        if not isinstance(level, (int, float)) or isinstance(level, bool) or abs(level - BAND_LEVEL) > 1e-9:
+            raise ArgumentError(f"level={level!r}: the error bands are measured at {BAND_LEVEL} only",
+                                argument="level", value=level, allowed=str(BAND_LEVEL))
+        return self.band
 
 
 def error_band(seconds: Any, regime: Any) -> tuple[Any, Any] | None:

@@ -36,7 +36,7 @@ from .model import CalibrationModel, Prediction, default_parameters, predict
 from .record import Calibration, calibration_for, load_calibration
 from .transfer import transfer_for
 from .points import op_family
-from .bands import error_band, kernel_regime
+from .bands import Interval, error_band, kernel_regime
 
 __all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "resolve_calibration", "calibration_key"]
 
@@ -165,7 +165,7 @@ _fmt = format_seconds  # the package's one time formatter
 
 
 @dataclass(frozen=True, repr=False)
-class TimeEstimate(ResultRecord):
+class TimeEstimate(Interval, ResultRecord):
     """Estimated time of an op (or a broadcast array of ops) on one GPU.
 
     Attributes

@@ -23,7 +23,7 @@ import warnings
 from typing import Any
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
-from ..calibration.bands import PARALLEL_STEP_REGIME, error_band
+from ..calibration.bands import PARALLEL_STEP_REGIME, error_band, expected_error
 from ..calibration.estimate import resolve_calibration
 from ..core.memory import training_memory
 from ..records.gpu import GPU_CATALOG
@@ -255,7 +255,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
                     fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value,
-                    source=st.source, band=None if st.source == "datasheet" else error_band(seconds, PARALLEL_STEP_REGIME))
+                    source=st.source, band=None if st.source == "datasheet" else error_band(seconds, PARALLEL_STEP_REGIME),
+                    expected_error=None if st.source == "datasheet" else expected_error(PARALLEL_STEP_REGIME))
 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,

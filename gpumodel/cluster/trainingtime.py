@@ -18,6 +18,7 @@ import numpy as np
 
 from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError
+from ..calibration.bands import Interval
 from ..training.steptime import StepTime
 from ..vocabulary import format_seconds, passed_on, positive_int, positive_number, resolve_system, token_count
 from ..base.reprs import html_table
@@ -34,7 +35,7 @@ def parse_tokens(value: Any, name: str = "tokens") -> float:
 
 
 @dataclass(frozen=True)
-class TrainingTime:
+class TrainingTime(Interval):
     """A whole training run. ``float()`` gives the wall-clock seconds.
 
     Attributes
@@ -81,6 +82,16 @@ class TrainingTime:
         b = self.step.band
         return None if b is None else (self.steps * b[0], self.steps * b[1])
 
+    @property
+    def expected_error(self) -> float | None:
+        """The step's expected relative error (:attr:`StepTime.expected_error`) [1]: the run's, every step alike."""
+        return self.step.expected_error
+
+    @property
+    def source(self) -> str:
+        """Where the step's kernel times come from (:attr:`StepTime.source`)."""
+        return self.step.source
+
     def __float__(self) -> float:
         return float(self.seconds)
 
@@ -88,6 +99,7 @@ class TrainingTime:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}
         out["days"] = self.days
         out["band"] = self.band
+        out["expected_error"] = self.expected_error
         out["step"] = self.step.to_dict()
         return out
 

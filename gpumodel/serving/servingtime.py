@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..base.reprs import html_table
-from ..calibration.bands import HOST_BOUND_NOTE
+from ..calibration.bands import HOST_BOUND_NOTE, Interval
 from ..vocabulary import format_seconds
 
 __all__ = ["ServingTime"]
@@ -25,7 +25,7 @@ def _show(x: Any) -> str:
 
 
 @dataclass(frozen=True)
-class ServingTime:
+class ServingTime(Interval):
     """Estimated time of one prefill or one decode step on one tensor-parallel group.
 
     Attributes
@@ -73,6 +73,11 @@ class ServingTime:
         The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
         engine (``"serving-graph"``, ``"serving-compiled"``, ``"serving-hf"`` in ``specs/error_bands.yaml``,
         :func:`gpumodel.calibration.bands.error_band`); None where the kernels were priced from the datasheet.
+        ``interval(0.8)`` returns it.
+    source : str
+        Where the kernel times come from: ``"calibrated"``, ``"transferred"`` or ``"datasheet"``.
+    expected_error : float or None
+        The engine's regime's median absolute relative error [1]; None for datasheet kernels.
     """
 
     seconds: Any
@@ -98,6 +103,8 @@ class ServingTime:
     peak_bytes: Any = float("nan")
     attention_kernel: str = "sdpa"
     band: Any = None
+    source: str = ""
+    expected_error: Any = None
 
     def __float__(self) -> float:
         return float(self.seconds)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
-from ..calibration.bands import HOST_BOUND_NOTE, error_band, step_regime
+from ..calibration.bands import HOST_BOUND_NOTE, Interval, error_band, expected_error, step_regime
 from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration
 from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
@@ -118,7 +118,7 @@ def recompute_flops_per_token(cfg: TransformerConfig, seq_len: Any, checkpointin
 
 
 @dataclass(frozen=True)
-class StepTime:
+class StepTime(Interval):
     """Estimated time of one training step (one optimizer update).
 
     Attributes
@@ -173,7 +173,9 @@ class StepTime:
         The 80% band ``(low, high)`` [s] of the measured step: where it lay for 80% of the measured steps of its
         regime (kernels calibrated or transferred, GPU- or host-bound: ``"step-calibrated-gpu"``... in
         ``specs/error_bands.yaml``, :func:`gpumodel.calibration.bands.error_band`; a parallel layout's is
-        ``"step-parallel"``, measured on published runs); None for datasheet kernels.
+        ``"step-parallel"``, measured on published runs); None for datasheet kernels. ``interval(0.8)`` returns it.
+    expected_error : float or None
+        The regime's median absolute relative error [1] (its ``median_abs``); None for datasheet kernels.
     """
 
     seconds: float
@@ -193,6 +195,7 @@ class StepTime:
     attention_kernel: str = "sdpa"
     band: Any = None
     source: str = ""
+    expected_error: Any = None
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -410,4 +413,5 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                     kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
                     fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=host_bound,
                     host_calibrated=hc.calibrated, attention_kernel=kernel.value,
-                    band=error_band(seconds, step_regime(source, host_bound)), source=source)
+                    band=error_band(seconds, step_regime(source, host_bound)), source=source,
+                    expected_error=expected_error(step_regime(source, host_bound)))
