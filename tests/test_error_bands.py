@@ -209,3 +209,17 @@ def test_every_time_answer_gives_its_interval_and_expected_error():
             answer.interval(0.9)
     datasheet = gm.training_step_time("llama-3.2-1b", "h200", batch_size=8, seq_len=1024, calibrated=False)
     assert datasheet.interval() is None and datasheet.expected_error is None
+
+
+def test_a_generation_adds_its_steps_bands():
+    import warnings
+    import gpumodel as gm
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = gm.generation_time("llama-3-8b", "h100", batch_size=1, prompt_len=512, new_tokens=128)
+    assert g.ttft_band == g.prefill.band and g.source == g.prefill.source
+    ratio = g.first_decode.band[1] / g.first_decode.seconds           # the decode regime's high edge over the time
+    assert g.tpot_band[1] == pytest.approx(g.tpot_s * ratio)
+    assert g.interval(0.8) == g.band == pytest.approx((g.ttft_band[0] + 127 * g.tpot_band[0],
+                                                        g.ttft_band[1] + 127 * g.tpot_band[1]))
+    assert g.band[0] < g.seconds < g.band[1] and g.expected_error == pytest.approx(g.prefill.expected_error)

@@ -15,6 +15,7 @@ import numpy as np
 from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
+from ..calibration.bands import Interval
 from ..vocabulary import format_seconds, positive_int
 from .timing import ServingTime, memory_check, resolve_serving_args, step_time, warn_unfit
 
@@ -26,7 +27,7 @@ EXACT_STEPS = 32
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(Interval):
     """Estimated latency and throughput of generating ``new_tokens`` tokens for ``batch_size`` prompts.
 
     Attributes
@@ -48,6 +49,10 @@ class Generation:
         ``fits`` (the cache is largest at the last step); None where not checked.
     peak_bytes : float
         The larger of the prefill's and the last decode step's peak allocated bytes per GPU [B].
+
+    The 80% bands (``ttft_band``, ``tpot_band``, and ``band`` with ``interval(0.8)`` for the whole generation) are the
+    steps' (:attr:`ServingTime.band`); the whole generation's adds the prefill's and the decode's edges, as if their
+    errors went the same way (they share the kernels' model). ``source`` and ``expected_error`` likewise.
     """
 
     ttft_s: float
@@ -67,6 +72,44 @@ class Generation:
         return float(self.seconds)
 
     @property
+    def source(self) -> str:
+        """Where the steps' kernel times come from (the prefill's :attr:`ServingTime.source`)."""
+        return self.prefill.source
+
+    @property
+    def ttft_band(self) -> tuple[float, float] | None:
+        """The 80% band of the time to first token [s] (the prefill's); None for datasheet kernels."""
+        return self.prefill.band
+
+    @property
+    def tpot_band(self) -> tuple[float, float] | None:
+        """The 80% band of the time per output token [s]: the decode steps' band, scaled to their mean; None for one
+        new token or datasheet kernels."""
+        d = self.first_decode
+        if d is None or d.band is None:
+            return None
+        return (self.tpot_s * float(d.band[0]) / float(d.seconds), self.tpot_s * float(d.band[1]) / float(d.seconds))
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The 80% band of the whole generation [s]: the prefill's band plus ``new_tokens - 1`` times the decode's."""
+        if self.ttft_band is None:
+            return None
+        tpot = self.tpot_band or (0.0, 0.0)
+        n = self.new_tokens - 1
+        return (self.ttft_band[0] + n * tpot[0], self.ttft_band[1] + n * tpot[1])
+
+    @property
+    def expected_error(self) -> float | None:
+        """The steps' expected relative errors weighted by their share of the generation's time [1]."""
+        p = self.prefill.expected_error
+        d = None if self.first_decode is None else self.first_decode.expected_error
+        if p is None or (self.first_decode is not None and d is None):
+            return None
+        decode_s = self.seconds - self.ttft_s
+        return (self.ttft_s * p + decode_s * (d or 0.0)) / self.seconds
+
+    @property
     def tokens_per_s_per_sequence(self) -> float:
         """Generated tokens per second one sequence sees [token/s]."""
         return self.tokens_per_s / self.batch_size
@@ -77,6 +120,8 @@ class Generation:
         for key in ("prefill", "first_decode", "last_decode"):
             out[key] = out[key].to_dict() if out[key] is not None else None
         out["tokens_per_s_per_sequence"] = self.tokens_per_s_per_sequence
+        out.update(source=self.source, band=self.band, ttft_band=self.ttft_band, tpot_band=self.tpot_band,
+                   expected_error=self.expected_error)
         return out
 
     def __repr__(self) -> str:
