@@ -255,8 +255,14 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
                     fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value,
-                    source=st.source, band=None if st.source == "datasheet" else error_band(seconds, PARALLEL_STEP_REGIME),
-                    expected_error=None if st.source == "datasheet" else expected_error(PARALLEL_STEP_REGIME))
+                    source=st.source, **_band_and_error(seconds, st.source))
+
+
+def _band_and_error(seconds: float, source: str) -> dict:
+    """A parallel step's 80% band and expected error (:data:`PARALLEL_STEP_REGIME`); none for datasheet kernels."""
+    if source == "datasheet":
+        return {"band": None, "expected_error": None}
+    return {"band": error_band(seconds, PARALLEL_STEP_REGIME), "expected_error": expected_error(PARALLEL_STEP_REGIME)}
 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,

@@ -37,7 +37,8 @@ __all__ = ["fits", "memory_margin", "MemoryMargin", "required_bytes", "memory_op
 #: median, 4.1% worst)
 REPLAY_ERROR = 0.032
 #: likewise for the allocated peak that decides under ``expandable_segments`` (:func:`~gpumodel.training_memory`'s
-#: peak against ``max_memory_allocated``: the held-out sets' 54 runs that ran, either allocator; 0.0% median, 2.0% worst)
+#: peak against ``max_memory_allocated``: the held-out sets' 54 runs that ran, either allocator; 0.0% median, 2.0%
+#: worst)
 ALLOCATED_ERROR = 0.003
 #: how each answer of :func:`memory_margin` was decided
 DECIDED_BY = ("reserve", "allocator", "allocated")
@@ -178,7 +179,8 @@ class MemoryMargin(ResultRecord):
                 f"GiB by the {how}{sure})")
 
 
-def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_bytes=None, **kwargs) -> MemoryMargin:
+def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_bytes=None,
+                  **kwargs) -> MemoryMargin:
     """Whether the run fits in one GPU's memory, with the GiB to spare or short and how sure the answer is.
 
     The same decision as :func:`fits` (broadcasts over ``batch_size`` and ``seq_len``; arguments as there), with the

@@ -1,6 +1,7 @@
 """Sizing: the largest batch or sequence that fits, the fewest GPUs, which GPUs.
 
-Every answer asks :func:`~gpumodel.core.margin.fits` (re-exported here with :func:`~gpumodel.core.margin.memory_margin`):
+Every answer asks :func:`~gpumodel.core.margin.fits` (re-exported here with
+:func:`~gpumodel.core.margin.memory_margin`):
 :attr:`TrainingMemory.total_bytes` (allocated peak x allocator reserve + CUDA context) or the inference equivalent
 against the GPU's ``usable_memory_bytes`` (the driver's figure where known), and near that capacity the caching
 allocator's replay. Memory grows monotonically with batch size and sequence length, so the searches are bisections
@@ -25,7 +26,8 @@ import numpy as np
 
 from ..base.errors import ArgumentError
 from .inference import inference_memory
-from .margin import capacity_of, memory_options, fits, memory_margin, MemoryMargin, required_bytes  # noqa: F401 (re-exported)
+from .margin import (capacity_of, memory_options, fits, memory_margin, MemoryMargin,  # noqa: F401 (re-exported)
+                     required_bytes)
 from .memory import TrainingMemory, training_memory
 from ..vocabulary.parallel_rules import splits_model
 from ..vocabulary import flag, positive_int, precision as _precision, \
