@@ -32,7 +32,7 @@ from ..base.numeric import nonnegative_number
 from ..records.specs import describe_errors, read_yaml, shipped_root
 
 __all__ = ["ErrorBand", "ErrorBands", "BANDS_FILE", "HOST_BOUND_NOTE", "PARALLEL_STEP_REGIME", "load_error_bands",
-           "error_band", "expected_error", "fit_band", "kernel_regime", "step_regime", "serving_regime", "Interval",
+           "error_band", "expected_error", "band_and_error", "fit_band", "kernel_regime", "step_regime", "serving_regime", "Interval",
            "BAND_LEVEL"]
 
 #: the coverage of the shipped bands: every band is an 80% one (its regime's 10th and 90th percentiles)
@@ -138,6 +138,16 @@ def expected_error(regime: Any) -> float | None:
     True
     """
     return None if regime is None else _band(regime).median_abs
+
+
+def band_and_error(seconds: Any, regime: Any) -> dict:
+    """``{"band": ..., "expected_error": ...}`` of a time answer of ``regime`` (:func:`error_band`,
+    :func:`expected_error`), as the answers' records take them; both None where ``regime`` is None.
+
+    >>> band_and_error(1.0, None)
+    {'band': None, 'expected_error': None}
+    """
+    return {"band": error_band(seconds, regime), "expected_error": expected_error(regime)}
 
 
 class Interval:

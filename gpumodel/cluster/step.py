@@ -23,7 +23,7 @@ import warnings
 from typing import Any
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
-from ..calibration.bands import PARALLEL_STEP_REGIME, error_band, expected_error
+from ..calibration.bands import PARALLEL_STEP_REGIME, band_and_error
 from ..calibration.estimate import resolve_calibration
 from ..core.memory import training_memory
 from ..records.gpu import GPU_CATALOG
@@ -255,14 +255,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                     model_flops=model_flops, breakdown=breakdown, calibrated=st.calibrated, kernels=0,
                     hardware_flops=hardware_flops, hfu=used_flops / seconds / (n * peak), num_gpus=n,
                     fits=fits, peak_bytes=float(mem.peak_bytes), attention_kernel=kernel.value,
-                    source=st.source, **_band_and_error(seconds, st.source))
-
-
-def _band_and_error(seconds: float, source: str) -> dict:
-    """A parallel step's 80% band and expected error (:data:`PARALLEL_STEP_REGIME`); none for datasheet kernels."""
-    if source == "datasheet":
-        return {"band": None, "expected_error": None}
-    return {"band": error_band(seconds, PARALLEL_STEP_REGIME), "expected_error": expected_error(PARALLEL_STEP_REGIME)}
+                    source=st.source,
+                    **band_and_error(seconds, None if st.source == "datasheet" else PARALLEL_STEP_REGIME))
 
 
 def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,

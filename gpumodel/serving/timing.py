@@ -22,7 +22,7 @@ from ..base.arguments import keyword_only_after, renamed_arguments
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
-from ..calibration.bands import error_band, expected_error, serving_regime
+from ..calibration.bands import band_and_error, serving_regime
 from ..calibration.estimate import estimate as _estimate, resolve_calibration
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
@@ -217,8 +217,7 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         seq_len=step_tokens if phase == "prefill" else cached, tp=tp, dtype=dt.value,
         kv_dtype=kv_cache_dtype(kv, dt).value,
         engine=eng.value, model=cfg.name, gpu=g.name, attention_kernel=setup.attention_kernel,
-        band=error_band(sc(seconds), serving_regime(source, eng.value)), source=source,
-        expected_error=expected_error(serving_regime(source, eng.value)))
+        source=source, **band_and_error(sc(seconds), serving_regime(source, eng.value)))
 
 
 @keyword_only_after(2, "batch_size", "prompt_len", "dtype", "tp", "engine")

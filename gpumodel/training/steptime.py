@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
-from ..calibration.bands import HOST_BOUND_NOTE, Interval, error_band, expected_error, step_regime
+from ..calibration.bands import HOST_BOUND_NOTE, Interval, band_and_error, step_regime
 from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration
 from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
@@ -413,5 +413,4 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                     kernels=count, hardware_flops=hardware_flops, hfu=used_flops / seconds / peak, num_gpus=1,
                     fits=fits, peak_bytes=float(mem.peak_bytes), host_bound=host_bound,
                     host_calibrated=hc.calibrated, attention_kernel=kernel.value,
-                    band=error_band(seconds, step_regime(source, host_bound)), source=source,
-                    expected_error=expected_error(step_regime(source, host_bound)))
+                    source=source, **band_and_error(seconds, step_regime(source, host_bound)))
