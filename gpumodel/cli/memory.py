@@ -153,10 +153,8 @@ def _memory(args: argparse.Namespace) -> int:
     rows.append(("total with CUDA context", f"{m.total_bytes / GiB:.2f}", ""))
     print_table(["component", "GiB", "of peak"], rows)
     verdict = "fits" if margin.fits else "does NOT fit"
-    how = {"reserve": "the fixed allocator reserve", "allocator": "PyTorch's caching allocator replayed step by step",
-           "allocated": "the allocated peak (expandable segments)"}[str(margin.decided_by)]
     print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB "
-          f"(needs {float(margin.needed_bytes) / GiB:.2f} GiB by {how})")
+          f"(needs {float(margin.needed_bytes) / GiB:.2f} GiB by {margin.method})")
     if margin.uncertain:
         print("at the edge: within the 80% band of that estimate, the step could run or fail (PYTORCH_CUDA_ALLOC_CONF="
               "expandable_segments:True removes the allocator's fragmentation)")

@@ -40,8 +40,10 @@ REPLAY_ERROR = 0.032
 #: peak against ``max_memory_allocated``: the held-out sets' 54 runs that ran, either allocator; 0.0% median, 2.0%
 #: worst)
 ALLOCATED_ERROR = 0.003
-#: how each answer of :func:`memory_margin` was decided
-DECIDED_BY = ("reserve", "allocator", "allocated")
+#: how each answer of :func:`memory_margin` was decided (``decided_by``), and in words (``MemoryMargin.method``)
+DECIDED_BY = {"reserve": "the fixed allocator reserve",
+              "allocator": "PyTorch's caching allocator replayed step by step (near the card's capacity)",
+              "allocated": "the allocated peak (expandable segments)"}
 
 
 def memory_options(training, kwargs: dict, caller: str, taken: tuple = ()) -> dict:
@@ -165,6 +167,13 @@ class MemoryMargin(ResultRecord):
     band_bytes: object
     uncertain: object
 
+    @property
+    def method(self) -> str | list:
+        """How the answer was decided, in words (:data:`DECIDED_BY`); a list for an array of answers."""
+        if np.ndim(self.decided_by) == 0:
+            return DECIDED_BY[str(self.decided_by)]
+        return [DECIDED_BY[d] for d in np.ravel(self.decided_by)]
+
     def __repr__(self) -> str:
         if np.ndim(self.spare_bytes):
             return (f"MemoryMargin({np.size(self.spare_bytes)} configurations, {int(np.sum(self.fits))} fit, "
@@ -172,11 +181,9 @@ class MemoryMargin(ResultRecord):
         gib = 2**30
         verdict = (f"fits, {self.spare_bytes / gib:.2f} GiB to spare" if self.fits
                    else f"does not fit, short by {-self.spare_bytes / gib:.2f} GiB")
-        how = {"reserve": "fixed allocator reserve", "allocator": "caching-allocator replay",
-               "allocated": "allocated peak, expandable segments"}[str(self.decided_by)]
         sure = "; within the method's 80% band: could go either way" if self.uncertain else ""
         return (f"MemoryMargin({verdict} of {self.capacity_bytes / gib:.2f} GiB; needs {self.needed_bytes / gib:.2f} "
-                f"GiB by the {how}{sure})")
+                f"GiB by {self.method}{sure})")
 
 
 def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_bytes=None,
@@ -235,7 +242,7 @@ def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, cap
     spread = (need - context) * err                  # the error applies to the allocator's bytes, not the context
     low, high = need - spread, need + spread
     uncertain = (low <= capacity) & (capacity <= high)
-    names = np.array(DECIDED_BY)[how]
+    names = np.array(list(DECIDED_BY))[how]
 
     def out(x):
         return x if np.ndim(x) else x.item() if isinstance(x, np.ndarray) else x
@@ -278,7 +285,7 @@ def _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs) -> tu
     b, s = (np.broadcast_to(np.asarray(x), need.shape) for x in (batch_size, seq_len))
     out, need, how = np.array(out), np.array(need), np.zeros(need.shape, dtype=int)
     edge = np.flatnonzero(np.abs(need / capacity - 1.0).ravel() <= EDGE_BAND)
-    opts = {k: v for k, v in _given(kwargs).items() if k != "expandable_segments"}
+    opts = _given(kwargs)    # expandable segments never get here: the allocated peak decides them (_decide)
     for i in edge[:MAX_REPLAYS]:
         try:
             sim = simulate_training_step(cfg, int(b.ravel()[i]), int(s.ravel()[i]), **opts,

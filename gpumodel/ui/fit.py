@@ -73,10 +73,7 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
               if max_seq else f"none at batch {batch}"),
              ("peak", f"{mem.peak_bytes / GiB:,.2f} GiB allocated at {mem.peak_moment.replace('_', ' ')}"),
              ("with reserve and context", f"{mem.total_bytes / GiB:,.2f} GiB (the fixed allocator reserve)"),
-             ("decided on", f"{need / GiB:,.2f} GiB: " + {
-                 "reserve": "the fixed allocator reserve",
-                 "allocator": "PyTorch's caching allocator replayed step by step (near the card's capacity)",
-                 "allocated": "the allocated peak (expandable segments)"}[str(margin.decided_by)]),
+             ("decided on", f"{need / GiB:,.2f} GiB: {margin.method}"),
              ("card", f"{g.name}: {capacity / GiB:,.1f} GiB usable")]
     parts = [section("Answer", facts(lines), "answer"),
              "" if fits else message(verdict[0].upper() + verdict[1:] + ".", "bad", "no-fit"),
