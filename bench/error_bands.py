@@ -251,9 +251,7 @@ def resampled(pairs: dict, splits: int = SPLITS, seed: int = 0) -> tuple[float, 
     from gpumodel.calibration.bands import fit_band
 
     err = np.asarray(pairs["predicted"], float) / np.asarray(pairs["measured"], float) - 1.0
-    ids = [json.dumps(k, sort_keys=True, default=str) for k in pairs["keys"]]
-    names = sorted(set(ids))
-    index = np.array([names.index(i) for i in ids]) if len(names) < 5000 else np.unique(ids, return_inverse=True)[1]
+    names, index = np.unique([json.dumps(k, sort_keys=True, default=str) for k in pairs["keys"]], return_inverse=True)
     rng = np.random.default_rng(seed)
     cover = []
     for _ in range(splits):
