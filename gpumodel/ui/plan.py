@@ -76,7 +76,7 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
                             objective=values["objective"], framework=values["framework"], price_per_gpu_hour=price,
                             max_days=deadline, top=CHART_ROWS, fp8=FP8[values["fp8"]],
                             attention_kernel=_names(values["attention"]), pipeline_schedule=_names(values["schedule"]),
-                            recompute_modules=_modules(values))
+                            recompute_modules=optional(values, "recompute"))   # a comma list, as the library reads it
     rows, counts = plan.rows, plan.gpu_counts
     parts = [_summary(plan, rows, counts)]
     if not rows:
@@ -106,17 +106,6 @@ def _names(text: str) -> str | list[str]:
     """
     names = [n.strip() for n in text.split(",") if n.strip()]
     return names[0] if len(names) == 1 else names
-
-
-def _modules(values: dict[str, str]) -> list[str] | None:
-    """The recompute-modules field as the planner takes it: None where empty (Megatron-Core's default), else the
-    list of module names.
-
-    >>> _modules({"recompute": ""}), _modules({"recompute": "layernorm, moe_act"})
-    (None, ['layernorm', 'moe_act'])
-    """
-    text = optional(values, "recompute")
-    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
 
 def _summary(plan, rows: list, counts: list) -> str:
