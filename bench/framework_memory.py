@@ -2,9 +2,9 @@
 
 For every layout of ``tests/data/cluster/published_runs.csv`` (Megatron-LM SC21 Tables 1 and 2, the Megatron-LM
 README's GPT-3 and H100 runs, MT-NLG 530B, MegaScale's Megatron-LM baseline, Llama 3 405B, ...), the
-mixture-of-experts layouts below and the variants of :func:`variants`, it prints the memory one GPU needs (``gm.training_memory(...).total_bytes``:
-allocated peak x allocator reserve + CUDA context; Megatron-Core's parameter, gradient and optimizer buffers
-take no reserve) under the engine the run used (the CSV's ``framework``, with its ZeRO stage),
+mixture-of-experts layouts below and the variants of :func:`variants`, it prints the memory one GPU needs
+(``gm.training_memory(...).total_bytes``: allocated peak x allocator reserve + CUDA context + NCCL communicators;
+Megatron-Core's parameter, gradient and optimizer buffers take no reserve) under the engine the run used (the CSV's ``framework``, with its ZeRO stage),
 under ``framework="megatron"``, ``"fsdp"``, ``"deepspeed"`` and ``"hf"``, the stage and moment of the Megatron peak,
 and whether it fits the card. A run published at that
 layout did fit, so "megatron" should say yes for each (the memory models are not measured at these scales;
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{own:>19} {cells}  {r['megatron_peak']} ({parts})")
     fit_own = sum(r["fits"]["own"] for r in out)
     fit_meg = sum(r["fits"]["megatron"] for r in out)
-    print(f"\nGiB per GPU (total: allocated peak x {gm.core.memory.RESERVE_FACTOR} + CUDA context; under Megatron-Core "
-          "its buffers take no reserve); '!' = above the "
+    print(f"\nGiB per GPU (total: allocated peak x {gm.core.memory.RESERVE_FACTOR} + CUDA context + NCCL communicators; "
+          "under Megatron-Core its buffers take no reserve); '!' = above the "
           f"card's usable memory. {fit_own} of {len(out)} published layouts fit under the engine they ran on, "
           f"{fit_meg} under Megatron-Core.")
     return 0

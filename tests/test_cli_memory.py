@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import gpumodel as gm
 from gpumodel.cli import main
 
@@ -66,3 +68,17 @@ def test_serving_memory_suggests_smaller_formats_and_tensor_parallelism(capsys):
     assert rows["--dtype int4"] == (f"{int4 / GiB:,.2f}", "no")         # 70.6B x 0.5 B = 35 GB > 24 GB
     plan = gm.min_gpus("llama-3-70b", "4090", 1, 2048, training=False, new_tokens=256)
     assert rows[f"{plan.num_gpus} GPUs: --tp {plan.tp}"] == (f"{plan.per_gpu_bytes / GiB:,.2f}", "yes")
+
+
+def test_parallel_layout_counts_nccl_communicators(capsys):
+    """On several GPUs the total carries NCCL's buffers (outside the allocator); on one GPU there are none."""
+    args = ["memory", "llama-3-8b", "--gpu", "h100", "--batch", "1", "--seq", "4096"]
+    assert main([*args, "--tp", "2", "--dp", "4", "--zero", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    m = gm.training_memory("llama-3-8b", 1, 4096, tp=2, dp=4, zero=1)
+    assert d["communicator_bytes"] == m.communicator_bytes > 0
+    assert d["total_bytes"] == pytest.approx(m.reserved_bytes + gm.core.memory.CUDA_CONTEXT_BYTES + m.communicator_bytes)
+    assert main([*args, "--tp", "2", "--dp", "4", "--zero", "1"]) == 0
+    assert "NCCL communicators" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["communicator_bytes"] == 0.0

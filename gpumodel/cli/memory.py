@@ -23,7 +23,8 @@ EPILOG = """\
 JSON output (--json), SI units:
   model, parameters [count], gpu, batch_size, seq_len, mode ("training" or "inference"),
   peak_bytes [B], peak_moment (when the peak happens), breakdown {component: bytes [B]},
-  reserved_bytes [B] (allocator estimate), total_bytes [B] (with the CUDA context),
+  reserved_bytes [B] (allocator estimate), total_bytes [B] (with the CUDA context and, on several GPUs, NCCL's
+  communicator buffers), communicator_bytes [B] (those buffers; 0 on one GPU),
   gpu_memory_bytes [B] (usable), fits (true/false, as gm.fits decides), headroom_bytes [B] (negative: does not
   fit), needed_bytes [B] (what fits compared: the reserve, or near the capacity the caching-allocator replay),
   decided_by ("reserve", "allocator", "allocated"), uncertain (the capacity lies in the need's 80% band),
@@ -135,7 +136,8 @@ def _memory(args: argparse.Namespace) -> int:
     result = dict(model=cfg.name, parameters=cfg.num_parameters(), gpu=gpu.name, batch_size=args.batch,
                   seq_len=args.seq, mode="inference" if args.inference else "training", peak_bytes=m.peak_bytes,
                   peak_moment=moment, breakdown=dict(m.breakdown), reserved_bytes=m.reserved_bytes,
-                  total_bytes=m.total_bytes, gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(margin.fits),
+                  total_bytes=m.total_bytes, communicator_bytes=float(getattr(m, "communicator_bytes", 0.0)),
+                  gpu_memory_bytes=gpu.usable_memory_bytes, fits=bool(margin.fits),
                   headroom_bytes=headroom, needed_bytes=float(margin.needed_bytes), decided_by=str(margin.decided_by),
                   uncertain=bool(margin.uncertain), max_batch_size=best, options=kw,
                   suggestions=[] if margin.fits else _suggestions(args, cfg, gpu, kw))
@@ -150,7 +152,10 @@ def _memory(args: argparse.Namespace) -> int:
     rows = [(k, f"{v / GiB:.2f}", f"{100 * v / m.peak_bytes:.1f}%") for k, v in m.breakdown.items() if v]
     rows.append(("peak allocated (" + moment + ")", f"{m.peak_bytes / GiB:.2f}", "100.0%"))
     rows.append(("reserved (allocator estimate)", f"{m.reserved_bytes / GiB:.2f}", ""))
-    rows.append(("total with CUDA context", f"{m.total_bytes / GiB:.2f}", ""))
+    if result["communicator_bytes"]:
+        rows.append(("NCCL communicators (outside the allocator)", f"{result['communicator_bytes'] / GiB:.2f}", ""))
+    rows.append(("total with CUDA context" + (" and NCCL" if result["communicator_bytes"] else ""),
+                 f"{m.total_bytes / GiB:.2f}", ""))
     print_table(["component", "GiB", "of peak"], rows)
     verdict = "fits" if margin.fits else "does NOT fit"
     print(f"{verdict} in {gpu.name} ({gpu.usable_memory_bytes / GiB:.1f} GiB): headroom {headroom / GiB:+.2f} GiB "

@@ -35,6 +35,7 @@ from ..vocabulary import (Checkpointing, Framework, Optimizer, PipelineSchedule,
                           within_positions)
 from ..vocabulary.parallel_rules import parallel_degrees
 from .activations import Attention, resolve_attention
+from .communicators import communicator_bytes as nccl_bytes
 from .framework_memory import MEGATRON_BUFFERS, deepspeed_static, fsdp_static, megatron_moments
 from .hf_memory import hf_moments
 from .memory_parts import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, RESERVE_FACTOR, MemoryArgumentError,
@@ -53,7 +54,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                     zero: int = 0, dp: int = 1,
                     tp: int = 1, pp: int = 1, sequence_parallel: bool = False, zero_stage: int | None = None,
                     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES,
-                    cuda_context_bytes: float = CUDA_CONTEXT_BYTES,
+                    cuda_context_bytes: float = CUDA_CONTEXT_BYTES, communicator_bytes: Any = None,
                     reserve_factor: float | None = None, expandable_segments: bool = False,
                     framework: str = "hf", parallelism: Any = None, cp: int = 1, ep: int = 1,
                     virtual_stages: int = 1, shard_group: int | None = None, first_stage_layers: int | None = None,
@@ -108,6 +109,11 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         Runtime terms [B] (module constants give the measured defaults). ``reserve_factor`` [ratio] is what the
         caching allocator reserves over the allocated peak: :data:`RESERVE_FACTOR` by default, 1 with
         ``expandable_segments``.
+    communicator_bytes : float or array, optional
+        NCCL's buffers outside the allocator, counted in ``total_bytes`` [B]. None (default): those of the process
+        groups the engine communicates on for this layout
+        (:func:`gpumodel.core.communicators.communicator_bytes`: 0 on one GPU, about 3 GiB for a tensor, pipeline
+        and data-parallel Megatron job, more with an expert all-to-all); 0 leaves them out.
     expandable_segments : bool
         ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: the allocator maps 2 MiB pages into one
         growing segment and unmaps free ones before it gives up, so a step needs its allocated peak and no
@@ -195,9 +201,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     >>> for fw in ("megatron", "hf"):
     ...     m = gm.training_memory("llama-3-70b", 1, 4096, gradient_accumulation_steps=16, parallelism=par,
     ...                            framework=fw)
-    ...     print(fw, m.peak_moment, m.peak_stage, round(m.total_bytes / 2**30, 1))
-    megatron layer_backward first 43.3
-    hf forward_loss None 73.0
+    ...     print(fw, m.peak_moment, m.peak_stage, round(m.total_bytes / 2**30, 1),
+    ...           round(m.communicator_bytes / 2**30, 2))
+    megatron layer_backward first 46.5 3.22
+    hf forward_loss None 74.4 1.34
     """
     cfg = resolve_model(model)
     fw = choice(Framework, framework, "framework")
@@ -235,6 +242,10 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         raise ArgumentError(f"reserve_factor must be >= 1, got {reserve_factor!r}")
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
+    if communicator_bytes is None:
+        communicator_bytes = nccl_bytes(fw, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep,
+                                        shard_group=shard_group if fw == Framework.FSDP else None)
+    communicator_bytes = nonnegative_number(communicator_bytes, "communicator_bytes")
     _engine_options(fw, opt, optimizer_dtype, keep_outputs, zero, shard_group)
     sb = prec.param_bytes if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
     within_positions(cfg, s)
@@ -246,7 +257,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         inputs["recompute_modules"] = ",".join(sorted(x.value for x in modules))
     if schedule != PipelineSchedule.ONE_F_ONE_B:
         inputs["pipeline_schedule"] = schedule.value
-    finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs)
+    finish = dict(reserve_factor=reserve_factor, cuda_context_bytes=cuda_context_bytes, inputs=inputs,
+                  communicator_bytes=communicator_bytes)
 
     fp8 = fp8_training(fp8, fw)
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)

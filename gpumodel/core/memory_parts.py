@@ -220,9 +220,12 @@ class TrainingMemory(ResultRecord):
         "embedding_backward", "optimizer_step").
     moments : moment -> total bytes at that moment (the largest over the pipeline stages).
     reserved_bytes : estimate of ``torch.cuda.max_memory_reserved`` (``peak_bytes * reserve_factor``).
-    total_bytes : reserved plus the CUDA context: what a fits-or-not question compares with the card.
+    total_bytes : reserved plus the CUDA context and the NCCL communicators' buffers: what a fits-or-not question
+        compares with the card.
     peak_stage : the pipeline stage of the peak ("first", "middle", "last") where the engine's stages
         differ (``framework="megatron"``); None where every stage is counted alike.
+    communicator_bytes : NCCL's buffers outside the allocator (:func:`gpumodel.core.communicators.communicator_bytes`;
+        0 on one GPU), counted in ``total_bytes``.
     """
 
     peak_bytes: float | np.ndarray
@@ -234,6 +237,7 @@ class TrainingMemory(ResultRecord):
     total_bytes: float | np.ndarray
     inputs: Mapping[str, object] = field(default_factory=dict)
     peak_stage: str | np.ndarray | None = None
+    communicator_bytes: float | np.ndarray = 0.0
 
     def __repr__(self) -> str:
         if np.ndim(self.peak_bytes):
@@ -248,7 +252,7 @@ class TrainingMemory(ResultRecord):
 
 
 def assemble(moments: Mapping[str, Mapping[str, object]], steady, *, reserve_factor, cuda_context_bytes,
-             inputs: Mapping[str, object], contiguous: tuple[str, ...] = ()) -> TrainingMemory:
+             inputs: Mapping[str, object], contiguous: tuple[str, ...] = (), communicator_bytes=0.0) -> TrainingMemory:
     """The :class:`TrainingMemory` of a step from the bytes held at each of its moments.
 
     ``moments`` maps a moment (``"layer_backward"``, or ``"layer_backward@first"`` for one pipeline stage) to its
@@ -256,6 +260,7 @@ def assemble(moments: Mapping[str, Mapping[str, object]], steady, *, reserve_fac
     ``contiguous`` names components the engine allocates once, as buffers it keeps for the whole run (Megatron-Core's
     parameter and gradient buffers, its optimizer's shards): the caching allocator's reserve over the allocated
     bytes (``reserve_factor``) applies to the rest, the blocks freed and allocated again step after step.
+    ``communicator_bytes`` (NCCL's buffers) and ``cuda_context_bytes`` add to ``total_bytes`` outside the allocator.
     """
     shape = np.broadcast_shapes(*(np.shape(v) for m in moments.values() for v in m.values()), np.shape(steady))
     z = np.zeros(shape)
@@ -273,10 +278,11 @@ def assemble(moments: Mapping[str, Mapping[str, object]], steady, *, reserve_fac
     out = (lambda x: float(x)) if scalar else (lambda x: x)
     kept = sum((breakdown[c] for c in contiguous if c in breakdown), z)
     reserved = kept + (peak - kept) * reserve_factor
+    comm = np.asarray(communicator_bytes, float) + z
     return TrainingMemory(
         peak_bytes=out(peak), steady_bytes=out(np.asarray(steady, float) + z),
         breakdown={k: out(v) for k, v in breakdown.items()},
         peak_moment=base[int(idx)] if scalar else np.asarray(base)[idx],
         moments={k: out(t) for k, t in per_moment.items()}, reserved_bytes=out(reserved),
-        total_bytes=out(reserved + cuda_context_bytes), inputs=dict(inputs),
+        total_bytes=out(reserved + cuda_context_bytes + comm), inputs=dict(inputs), communicator_bytes=out(comm),
         peak_stage=(stage[int(idx)] if scalar else np.asarray(stage)[idx]) if staged else None)
