@@ -144,5 +144,8 @@ def test_training_host_costs_pass_through(tmp_path):
     assert _training_time(host=path) == _training_time(host=slow)
     with pytest.raises(gm.ArgumentError, match="host"):
         _parallel_step(host=shipped)
-    with pytest.raises(TypeError):
-        _plan(host=shipped)                      # the planner's parallel model has no host side
+    with pytest.raises(gm.ArgumentError, match="host"):
+        _plan(host=shipped)                      # Megatron's host side is not modelled: refused, naming host
+    # Hugging Face's eager loop: the planner's rows take the host's dispatch as their floor
+    assert _plan(host=shipped, framework="hf") == _plan(framework="hf")
+    assert _plan(host=path, framework="hf") == _plan(host=slow, framework="hf") > _plan(framework="hf")

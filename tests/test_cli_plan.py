@@ -160,3 +160,25 @@ def test_plan_refuses_unknown_schedules_and_modules(capsys):
     assert main(["plan", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--schedule" in text and "--recompute-modules" in text and "pipeline_schedule" in text
+
+
+def test_plan_takes_your_calibration_and_host_costs(capsys, tmp_path):
+    """--calibration prices the layouts with the user's kernel model; --host-costs bounds Hugging Face's rows by
+    the user's host; both are files `gpumodel calibrate` writes (a user H100's, committed)."""
+    from pathlib import Path
+
+    own = Path(__file__).parent / "data" / "calibration" / "user_h100"
+    base = ["plan", "llama-3.2-1b", "--system", "h100-sxm", "--gpus", "8", "--seq", "512", "--global-batch", "64",
+            "--tokens", "1B", "--framework", "hf", "--top", "20", "--json"]
+    assert main(base) == 0
+    shipped = {(r["micro_batch"], r["checkpointing"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert main([*base, "--calibration", str(own / "calibration.yaml"), "--host-costs", str(own / "host.yaml")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"] == "calibrated" and data["inputs"]["host_costs"].endswith("host.yaml")
+    mine = {(r["micro_batch"], r["checkpointing"]): r for r in data["rows"]}
+    assert any(mine[k]["host_s"] != shipped[k]["host_s"] for k in mine)
+    # a missing file is one line naming the option; host costs are refused where the engine has no host model
+    assert main([*base, "--host-costs", str(tmp_path / "nope.yaml")]) == 2
+    assert "--host-costs" in capsys.readouterr().err
+    assert main(["plan", "llama-3-8b", "--gpus", "16", "--host-costs", str(own / "host.yaml")]) == 2
+    assert "host" in capsys.readouterr().err

@@ -101,3 +101,21 @@ def test_serve_help_lists_defaults_and_json_keys(capsys):
     assert "(default: h100)" in text and "(default: 512)" in text and "(default: graph)" in text
     for key in ("max_concurrency", "output_tokens_per_s_per_gpu", "single_request", "gpus_for_rate", "prefill_chunks"):
         assert key in text
+
+
+def test_serve_takes_your_calibration_and_host_costs(capsys):
+    """--calibration and --host-costs reach the API as calibration= and host= (a user H100's files, committed)."""
+    from pathlib import Path
+
+    own = Path(__file__).parent / "data" / "calibration" / "user_h100"
+    cal, host = str(own / "calibration.yaml"), str(own / "host.yaml")
+    assert main(["serve", "llama-3-8b", "--gpu", "h100", "--engine", "hf", "--calibration", cal, "--host-costs", host,
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    cap = gm.serving_capacity("llama-3-8b", "h100", engine="hf", calibration=cal, host=host)
+    assert d["output_tokens_per_s"] == pytest.approx(cap.output_tokens_per_s)
+    assert d["output_tokens_per_s"] != pytest.approx(gm.serving_capacity("llama-3-8b", "h100",
+                                                                          engine="hf").output_tokens_per_s)
+    # CUDA-graph replay has no per-step host dispatch: host costs are refused there, naming the option
+    assert main(["serve", "llama-3-8b", "--gpu", "h100", "--host-costs", host]) == 2
+    assert "host" in capsys.readouterr().err

@@ -307,3 +307,45 @@ def test_schedules_and_recompute_modules_are_refused_naming_the_argument(kw, arg
     with pytest.raises(gm.ArgumentError, match=words) as info:
         gm.plan_training("mixtral-8x7b", "dgx-h100", **dict(MOE, **kw))
     assert info.value.argument == argument
+
+
+def test_hf_rows_are_bounded_by_the_hosts_dispatch():
+    """framework='hf': each row's step is at least the eager loop's host dispatch (one-GPU step plan, accumulation
+    linear), and a row held there says so and changes with the host's costs."""
+    from dataclasses import replace
+
+    from gpumodel.training.hostcost import host_costs_for
+    from gpumodel.training.stepplan import dispatch_seconds, step_plan
+
+    args = dict(tokens="1B", global_batch=64, seq_len=512, framework="hf", num_gpus=[8], top=None)
+    plan = gm.plan_training("llama-3.2-1b", "h100-sxm", **args)
+    cfg, hc = gm.model("llama-3.2-1b"), host_costs_for("h100-sxm")
+    for r in plan.rows:
+        assert r["seconds"] >= r["host_s"] > 0
+        assert r["host_bound"] == (r["bound"] == "host") == (r["seconds"] == r["host_s"])
+    r = next(r for r in plan.rows if r["micro_batch"] == 2 and r["checkpointing"] == "none")
+    m = r["gradient_accumulation_steps"]   # 64 / (8 x 2) = 4 micro-batches: the plan of the step itself
+    assert m == 4
+    direct = dispatch_seconds(step_plan(cfg, 2, 512, "amp_bf16", "adamw", False, host=hc, gradient_accumulation_steps=m),
+                              hc.item_s)
+    assert r["host_s"] == pytest.approx(direct, rel=1e-9)
+    one = next(r for r in plan.rows if r["micro_batch"] == 8 and r["checkpointing"] == "none")   # 64 / (8 x 8) = 1
+    assert one["gradient_accumulation_steps"] == 1
+    assert one["host_s"] == pytest.approx(dispatch_seconds(step_plan(cfg, 8, 512, "amp_bf16", "adamw", False, host=hc),
+                                                           hc.item_s), rel=1e-9)
+    assert any(r["host_bound"] for r in plan.rows) and any("host-bound" in n for n in plan.notes)
+    # a host twice as fast per op: host-bound rows get faster, none slower
+    fast = replace(hc, **{f: getattr(hc, f) / 2 for f in ("op_s", "op_nograd_s", "view_s", "module_s")})
+    quicker = gm.plan_training("llama-3.2-1b", "h100-sxm", host=fast, **args)
+    key = lambda r: (r["micro_batch"], r["checkpointing"])  # noqa: E731
+    before = {key(r): r["seconds"] for r in plan.rows}
+    after = {key(r): r["seconds"] for r in quicker.rows}
+    assert all(after[k] <= before[k] for k in before) and any(after[k] < before[k] for k in before)
+
+
+def test_host_is_refused_where_the_engine_has_no_host_model():
+    with pytest.raises(gm.ArgumentError, match="host"):
+        gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=512, seq_len=4096, num_gpus=64,
+                         host=__file__)
+    plan = gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=512, seq_len=4096, num_gpus=64, top=3)
+    assert all(r["host_bound"] is False and r["host_s"] is None for r in plan.rows)

@@ -211,3 +211,23 @@ def progress(message: str, file=None) -> None:
     if isatty is not None and isatty():
         stream.write(message + "\n")
         stream.flush()
+
+
+def add_own_files(p: argparse.ArgumentParser, host: str) -> None:
+    """``--calibration FILE`` and ``--host FILE``: the two files ``gpumodel calibrate`` writes (``host`` says what
+    the host costs change here)."""
+    p.add_argument("--calibration", metavar="FILE",
+                   help="your GPU's calibration YAML (`gpumodel calibrate --out`): its kernel model prices every answer")
+    p.add_argument("--host-costs", metavar="FILE", dest="host_costs",
+                   help=f"your host's per-op costs YAML (`gpumodel calibrate --host-out`): {host}")
+
+
+def own_files(args: argparse.Namespace) -> dict:
+    """``calibration=`` and ``host=`` from :func:`add_own_files`' options, each checked to be a readable file."""
+    out = {}
+    if getattr(args, "calibration", None):
+        out["calibration"] = str(input_path(args.calibration, "--calibration"))
+    if getattr(args, "host_costs", None):
+        out["host"] = str(input_path(args.host_costs, "--host-costs"))
+    return out
+

@@ -14,7 +14,8 @@ import warnings
 from ..base.readable import format_count
 from ..cluster.planresult import legend_lines
 from ..core.ops import AttentionKernel
-from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
+from ._common import (HelpFormatter, add_own_files, count_type, output_path, own_files, parse_number, print_json,
+                      print_table, progress)
 import gpumodel as gm
 from ..vocabulary import PipelineSchedule, RecomputeModule, resolve_system
 
@@ -64,7 +65,8 @@ JSON output (--json), SI units:
   gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), band_s (the step's 80% band [low, high]
-  [s] from published runs), bound, collapsed (the folded
+  [s] from published runs), bound, host_s (framework hf: what the host needs to dispatch the step [s]; else null),
+  host_bound (true where the step is that, so it depends on the CPU), collapsed (the folded
   settings), attention_kernel, fp8, pipeline_schedule, recompute_modules (of a selective row, where given; else
   null), power_kw [kW], and the step's parts [s]: forward_s, backward_s, recompute_s, optimizer_s, communication_s,
   pipeline_bubble_s; plot (the file written, with --plot).
@@ -163,6 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              ("virtual-stages", _ints, "virtual pipeline stages"),
                              ("overlap", _words, "communication overlap: on, off")):
         p.add_argument(f"--{name}", type=kind, metavar="A,B", help=f"{text} to search (default: all the framework runs)")
+    add_own_files(p, "with --framework hf, each step is at least what this host needs to dispatch Hugging Face's "
+                     "eager loop")
     p.add_argument("--top", type=count_type(1), default=10, help="layouts to print")
     p.add_argument("--pareto", action="store_true",
                    help="only the rows no other beats on both days and cost (fastest first, cheapest last)")
@@ -214,6 +218,7 @@ def _write_plot(plan, path) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     plot = _plot_path(args.plot)
+    own = own_files(args)
     sysm = resolve_system(args.system, "--system")
     where = (f"{'/'.join(map(str, args.gpus[:4]))}{'/...' if len(args.gpus) > 4 else ''} GPUs" if args.gpus
              else f"up to {args.max_gpus or sysm.gpus_per_node} GPUs")
@@ -230,7 +235,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
                                 fp8={"off": False, "on": True, "both": [False, True]}[args.fp8],
-                                pipeline_schedule=args.schedule, recompute_modules=args.recompute_modules,
+                                pipeline_schedule=args.schedule, recompute_modules=args.recompute_modules, **own,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     if plot and plan.rows:
         _write_plot(plan, plot)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from ._common import HelpFormatter, count_type, output_path, parse_number, print_json, print_table, progress
+from ._common import (HelpFormatter, add_own_files, count_type, output_path, own_files, parse_number, print_json,
+                      print_table, progress)
 import gpumodel as gm
 from ..base.errors import UnsupportedError
 from ..core.ops import AttentionKernel
@@ -64,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the library whose flash kernels run the attention: sdpa (PyTorch's own dispatch), cudnn, fa2 "
                         "(flash-attn 2), fa3 (FlashAttention-3, Hopper only), flashinfer, triton")
     p.add_argument("--rate", type=_rate, default=None, help="requests/s to serve: prints the GPUs needed")
+    add_own_files(p, "the engine's per-step host cost on this CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output (SI units; keys below)")
     p.add_argument("--plot", metavar="PNG", help="write the throughput-latency curve")
     p.set_defaults(func=_serve)
@@ -148,15 +150,16 @@ def _serve(args: argparse.Namespace) -> int:
     if args.plot:
         output_path(args.plot, "--plot")
     cfg, g = gm.model(args.model), gm.gpu(args.gpu)
+    own = own_files(args)
     progress(f"modelling {cfg.name} on {args.tp} x {g.name}: serving capacity over the batch sizes...")
     _check_fits(cfg, g, args)
     cap = gm.serving_capacity(cfg, g, prompt_len=args.prompt, output_len=args.output,
                               dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, ttft_slo=args.ttft,
-                              tpot_slo=args.tpot, engine=args.engine, attention_kernel=args.attention_kernel)
+                              tpot_slo=args.tpot, engine=args.engine, attention_kernel=args.attention_kernel, **own)
     _check_fits(cfg, g, args, cap)
     gen = gm.generation_time(cfg, g, batch_size=1, prompt_len=args.prompt, new_tokens=args.output,
                              dtype=args.dtype, kv_dtype=args.kv_dtype, tp=args.tp, engine=args.engine,
-                             attention_kernel=args.attention_kernel)
+                             attention_kernel=args.attention_kernel, **own)
     gpus = cap.gpus_for(args.rate) if args.rate and cap.requests_per_s > 0 else None
     if args.plot:
         from gpumodel.plots.serving import plot_serving_curve

@@ -23,12 +23,14 @@ from ..base.arguments import keyword_only_after
 from ..base.errors import ArgumentError, ArgumentTypeError
 from ..calibration.bands import PARALLEL_STEP_REGIME, error_band
 from ..calibration.estimate import model_for, resolve_calibration
+from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
 from ..vocabulary import (Checkpointing, Framework, Optimizer, bounded_int, check_pipeline_schedule, checkpointing_mode,
                           choice, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           positive_number, precision as _precision, recompute_modules as recompute_modules_of,
                           resolve_model, resolve_system, token_count)
-from .planprice import distinct_rows, parallel_model_error, memory_per_gpu, run_metrics, shard_table, step_parts
+from .planprice import (distinct_rows, host_floor, memory_per_gpu, parallel_model_error, run_metrics, shard_table,
+                        step_parts)
 from .planresult import PlanRow, TrainingPlan
 from .plansearch import CHECKPOINTING, candidates, schedule_grids
 from .step import PHASES
@@ -140,6 +142,9 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
              "recompute": "recompute"}
     worst = max(names, key=lambda k: parts[k][at])
     bound = names[worst] if parts[worst][at] > 0.2 * step else "compute"
+    host = m.get("host_s")
+    if host is not None and host[at] >= step:
+        bound = "host"
     out = {k: int(L[k][si]) for k in ("num_gpus", "dp", "tp", "pp", "cp", "ep")}
     out.update(zero=int(S["zero"][ki]), checkpointing=CHECKPOINTING[S["checkpointing"][ki]],
                micro_batch=int(L["micro_batch"][si]), virtual_stages=int(L["virtual_stages"][si]),
@@ -161,22 +166,26 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
 
 def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, price, days_cap, spend, power_cap,
             objective: str, top, calibrated: bool, calibration, kernel: str, fp8: bool, progress,
-            grad_reduce: str | None, schedule: str = "1f1b", modules: frozenset | None = None) -> dict:
+            grad_reduce: str | None, schedule: str = "1f1b", modules: frozenset | None = None, hc=None) -> dict:
     """Price every candidate of ``grid`` with one attention library, fp8 setting and pipeline schedule (and the
     selective rows with Megatron-Core's recompute ``modules``, None: its default), and rank the feasible ones:
     ``rows`` (the first ``top``, each naming its ``attention_kernel``, ``fp8``, ``pipeline_schedule`` and
     ``recompute_modules``), the counts of feasible and folded candidates, the GPU counts used and the kernel
-    model's source."""
+    model's source. ``hc``: the host costs of Hugging Face's eager loop, whose dispatch bounds each step from below
+    (None: the engine's host side is not modelled)."""
     g, L = sysm.gpu, grid.layouts
     st, error, source = shard_table(cfg, g, L["tp"], L["cp"], L["micro_batch"], s, prec.name, opt.value, fw.value,
                                     calibrated, calibration, kernel, progress, fp8=fp8, recompute_modules=modules,
                                     dtype=prec.compute_dtype.value)
     parts = step_parts(cfg, sysm, prec, fw, st, grid, s, grad_reduce, schedule)
     step = sum(parts[k] for k in PHASES)
+    host = None if hc is None else host_floor(cfg, prec, opt, grid, s, hc, kernel)
+    if host is not None:
+        step = np.maximum(step, host)
     total, peak = memory_per_gpu(cfg, prec, opt.value, fw.value, grid, s, fp8=fp8, grad_reduce_dtype=grad_reduce,
                                  pipeline_schedule=schedule, recompute_modules=modules)
     m = {"seconds": step, **run_metrics(cfg, g, prec, grid, step, n_tokens, B, s, sysm.gpu_power_watts, price, fp8,
-                                        modules)}
+                                        modules), "host_s": host}
     ok = grid.valid & np.isfinite(step) & (total <= g.usable_memory_bytes)
     if days_cap is not None:
         ok &= m["days"] <= days_cap
@@ -191,7 +200,7 @@ def _search(cfg, sysm, prec, opt, fw, grid, s: int, B: int, n_tokens: float, pri
             for i in (ranked if top is None else ranked[:top])]
     named = None if modules is None else ",".join(sorted(x.value for x in modules))
     for r in rows:
-        r.update(attention_kernel=kernel, fp8=fp8, pipeline_schedule=schedule,
+        r.update(host_bound=r["bound"] == "host", attention_kernel=kernel, fp8=fp8, pipeline_schedule=schedule,
                  recompute_modules=named if r["checkpointing"] == "selective" else None,
                  power_kw=r["num_gpus"] * sysm.gpu_power_watts / 1e3, band_s=error_band(r["seconds"], PARALLEL_STEP_REGIME))
     return {"rows": rows, "feasible": int(ok.sum()), "folded": sum(len(v) for v in folded.values()),
@@ -206,7 +215,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   budget: float | None = None, max_power_kw: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
                   zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
                   top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
-                  calibration: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
+                  calibration: Any = None, host: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
                   grad_reduce_dtype: str | None = None, pipeline_schedule: Any = "1f1b",
                   recompute_modules: Any = None) -> TrainingPlan:
     """Rank the parallel layouts that train ``model`` on ``gpu_or_system`` and fit in memory.
@@ -258,6 +267,13 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     calibration : Calibration or path, optional
         Your own calibration of the system's GPU (a record or a YAML path): every layout's kernels are priced
         with it; one measured on another GPU is refused (naming ``calibration``).
+    host : HostCosts or path, optional
+        The per-op host costs of Hugging Face's eager loop (``framework="hf"``; a record or a YAML path as
+        ``gpumodel calibrate --host-out`` writes; default: the shipped ones of the GPU's machine, as
+        :func:`gpumodel.training_step_time` takes them). Each "hf" row's step is at least what the host needs to
+        dispatch it (:func:`gpumodel.training.stepplan.dispatch_seconds`); a row held there is ``bound="host"``
+        with ``host_bound=True``, and its time depends on the CPU that runs it. The other engines' host side is
+        not modelled: ``host`` is refused with them (their rows say ``host_bound=False``).
     attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"} or list of them
         The library whose flash kernels run every layout's 16-bit attention; a list searches each (the rows name
         theirs in ``attention_kernel``).
@@ -307,10 +323,14 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     calibrated = flag(calibrated, "calibrated")
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     prec = _precision(precision)
+    fw = choice(Framework, framework, "framework")
+    if host is not None and fw != Framework.HF:
+        raise ArgumentError(f"host= prices Hugging Face's eager loop (framework='hf'); framework={fw.value!r}'s host "
+                            "side is not modelled", argument="host", value=host, allowed="None, or framework='hf'")
+    hc = host_costs_for(g.name, host) if fw == Framework.HF else None
     kernels = list(dict.fromkeys(_sweep(attention_kernel, "attention_kernel",
                                         lambda v, name: attention_kernel_on(v, g, prec.compute_dtype.value, name).value)))
     opt = choice(Optimizer, optimizer, "optimizer")
-    fw = choice(Framework, framework, "framework")
     fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", lambda v, name: fp8_training(v, fw, g, name))))
     schedules = list(dict.fromkeys(_sweep(pipeline_schedule, "pipeline_schedule",
                                           lambda v, name: check_pipeline_schedule(v, framework=fw, name=name).value)))
@@ -378,7 +398,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
             for f8 in fp8s:
                 found = _search(cfg, sysm, prec, opt, fw, sub, s, B, n_tokens, price, days_cap, spend, power_cap,
                                 objective, top, calibrated, calibration, kernel, f8, progress, reduce_fmt, sched,
-                                modules)
+                                modules, hc)
                 rows += found["rows"]
                 feasible, n_folded = feasible + found["feasible"], n_folded + found["folded"]
                 used |= found["used"]
@@ -386,6 +406,11 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     primary, secondary = _RANK_KEYS[objective]
     rows.sort(key=lambda r: (r[primary], r[secondary]))
     rows = rows if top is None else rows[:top]
+    held = sum(r["host_bound"] for r in rows)
+    if held:
+        notes.append(f"{held} of {len(rows)} rows are host-bound: their step is what the host needs to dispatch "
+                     f"Hugging Face's eager loop, so it depends on the CPU (measure yours with gpumodel calibrate "
+                     f"--host-out host.yaml and give it as host= or --host-costs)")
     if n_folded:
         notes.append(f"{n_folded:,} near-duplicate layouts collapsed: same GPUs, degrees, micro-batch and "
                      f"recomputation within {NEAR_DUPLICATE:.0%} of the fastest step, the simplest setting kept (lower "

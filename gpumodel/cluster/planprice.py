@@ -13,6 +13,9 @@ single-layout step time, over arrays:
 * memory per GPU (:func:`gpumodel.training_memory`) over the layouts times the ZeRO stages, once per
   recomputation mode.
 
+With ``framework="hf"`` each step is at least what the host needs to dispatch Hugging Face's eager loop
+(:func:`host_floor`, from the one-GPU step's plan and the host's per-op costs).
+
 One search prices one pipeline schedule (the step's bubble and the memory it holds) and, for selective
 recomputation, one set of Megatron-Core's ``--recompute-modules`` (their kernels priced per tensor-parallel degree
 over the same arrays as the shard's, :func:`gpumodel.cluster.selective.selective_recompute`).
@@ -27,6 +30,7 @@ import numpy as np
 
 from ..calibration.bands import PARALLEL_STEP_REGIME, load_error_bands
 from ..core.memory import training_memory
+from ..training.stepplan import dispatch_seconds, step_plan
 from ..training.steptime import recompute_flops_per_token
 from .composition import overlaps
 from .plansearch import CHECKPOINTING, Grid
@@ -34,7 +38,7 @@ from .selective import SelectiveRecompute, selective_recompute
 from .shard import shard_config, shard_times
 from .step import PHASES, compose, model_flops_per_token
 
-__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error",
+__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error", "host_floor",
            "run_metrics", "distinct_rows", "SCHEDULE_OVERLAP"]
 
 #: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
@@ -204,3 +208,38 @@ def run_metrics(cfg, gpu, prec, grid: Grid, step: np.ndarray, tokens: float, glo
             "mfu": model_flops / step / (n * peak), "hfu": (model_flops + recompute * tokens_step) / step / (n * peak),
             "days": seconds / 86400, "gpu_hours": gpu_hours, "energy_kwh": power_per_gpu * n * seconds / 3.6e6,
             "cost": None if price is None else price * gpu_hours}
+
+
+def host_floor(cfg, prec, opt, grid, s: int, hc, kernel: str) -> np.ndarray:
+    """Hugging Face's eager loop: what its host needs to dispatch one step of each (layout, setting) [s].
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+    prec, opt : Precision, Optimizer
+    grid : Grid
+        The candidates (their micro-batch, accumulated micro-batches and recomputation).
+    s : int
+        Sequence length [tokens].
+    hc : HostCosts
+        The host's per-op costs.
+    kernel : str
+        The attention library.
+
+    Returns
+    -------
+    ndarray
+        Layouts x settings [s]: :func:`gpumodel.training.stepplan.dispatch_seconds` of the one-GPU step's plan. The
+        micro-batches after the second dispatch what the second does, so three plans give every accumulation count.
+    """
+    b, m, ck = grid.layouts["micro_batch"], grid.layouts["micro_batches"], grid.settings["checkpointing"]
+    out = np.zeros(grid.valid.shape)
+    for bi in np.unique(b):
+        for code in np.unique(ck):
+            one, two, three = (dispatch_seconds(step_plan(cfg, int(bi), s, prec.name, opt.value,
+                                                          CHECKPOINTING[code] == "full", host=hc,
+                                                          gradient_accumulation_steps=a, attention_kernel=kernel),
+                                                hc.item_s) for a in (1, 2, 3))
+            rows = b == bi
+            out[np.ix_(rows, ck == code)] = np.where(m[rows] == 1, one, two + (m[rows] - 2) * (three - two))[:, None]
+    return out

@@ -48,7 +48,8 @@ COLUMNS = (
     ("+-", "expected error of the step time: median relative error of the kernel model as the GPU's numbers come "
            "(calibrated, transferred or datasheet) and of the parallel model on published runs, combined"),
     ("bound", "the largest part of the step besides compute where over a fifth of it: comm (exposed "
-              "communication), bubble (pipeline), optimizer or recompute"),
+              "communication), bubble (pipeline), optimizer or recompute; host: the step is what the host needs to "
+              "dispatch Hugging Face's eager loop (framework hf), so it depends on the CPU"),
 )
 
 HEADERS = [name for name, _ in COLUMNS]
@@ -167,7 +168,9 @@ class TrainingPlan:
         energy_kwh, cost`` (in ``currency``; None without a price), ``power_kw`` (the job's draw [kW]),
         ``peak_bytes, headroom_bytes`` [B],
         ``expected_error`` (of the step time [1], None where nothing measured backs one), ``band_s`` (the step's
-        80% band ``(low, high)`` [s] from the ``step-parallel`` regime of published runs), ``bound``, ``collapsed``
+        80% band ``(low, high)`` [s] from the ``step-parallel`` regime of published runs), ``bound``, ``host_s``
+        (``framework="hf"``: what the host needs to dispatch the step [s]; else None), ``host_bound`` (the step is
+        that: it depends on the CPU), ``collapsed``
         (the settings of near-duplicate rows folded into this one), ``attention_kernel``, ``fp8`` and
         ``pipeline_schedule`` (the attention library, fp8 setting and pipeline schedule the row runs),
         ``recompute_modules`` (Megatron-Core's recomputed modules of a selective row, comma-separated, where the plan

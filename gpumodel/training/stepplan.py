@@ -42,7 +42,7 @@ from .layer import (COMPUTE_DTYPE, ELEMENT_BYTES, PARAM_DTYPE, Kernels, Layer, a
 from .stepkernels import FUSED_PASSES, OPTIMIZER_PASSES, decoder_layer, parameter_tensors
 from ..records.transformer import PositionType, TransformerConfig
 
-__all__ = ["Block", "step_plan", "training_step"]
+__all__ = ["Block", "step_plan", "training_step", "dispatch_seconds"]
 
 Entry = tuple  # (OpCost or None, host seconds, sync after)
 
@@ -271,3 +271,36 @@ def training_step(cfg: TransformerConfig, batch_size: int, seq_len: int, precisi
             if op is not None:
                 phases[phase].append((op, block.repeat))
     return phases
+
+
+def dispatch_seconds(blocks: list[Block], item_s: float) -> float:
+    """What the host alone needs for a step: every kernel's dispatch and every synchronisation's round trip [s].
+
+    A lower bound of the step whatever the GPU (:func:`gpumodel.training.hostcost.timeline` reaches it when the
+    device never has to be waited for): ``sum(repeat * host seconds) + n * item_s``, with ``n`` the synchronised
+    segments the timeline cuts the step into (every marked kernel but a last one ends a segment; the last segment
+    ends with one).
+
+    Parameters
+    ----------
+    blocks : list of Block
+        The step (:func:`step_plan`).
+    item_s : float
+        One synchronisation round trip [s] (:attr:`~gpumodel.training.hostcost.HostCosts.item_s`).
+
+    Returns
+    -------
+    float
+        [s].
+
+    Examples
+    --------
+    >>> b = [Block("forward", [(None, 2e-6, False), (None, 3e-6, True)], repeat=4)]
+    >>> round(dispatch_seconds(b, 1e-5) * 1e6, 1)    # 4 x 5 us of dispatch, 4 segments of 10 us round trips
+    60.0
+    """
+    host = sum(b.repeat * sum(k[1] for k in b.kernels) for b in blocks)
+    syncs = sum(b.repeat * sum(bool(k[2]) for k in b.kernels) for b in blocks)
+    last = bool(blocks[-1].kernels[-1][2]) if blocks and blocks[-1].kernels else False
+    return float(host + (syncs - last + 1) * item_s)
+
