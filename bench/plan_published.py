@@ -90,7 +90,7 @@ def rank_row(row: dict, own_engine: bool = True) -> dict:
         plan = gm.plan_training(cfg, row["system"], tokens=row["tokens"] or 1e12, global_batch=row["global_batch"],
                                 seq_len=row["seq_len"], num_gpus=row["gpus"], framework=row["framework"],
                                 precision=row["precision"], attention_kernel=row["attention_kernel"] or "sdpa",
-                                fp8=bool(row["fp8"]), grad_reduce_dtype=row["grad_reduce"] or None, top=None,
+                                fp8=row["fp8"] or False, grad_reduce_dtype=row["grad_reduce"] or None, top=None,
                                 pipeline_schedule=list(dict.fromkeys(["1f1b", schedule])),
                                 recompute_modules=recompute_modules(row), **engine)
     rank, match = None, None

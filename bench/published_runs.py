@@ -112,7 +112,7 @@ def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
                                            framework=row["framework"], attention=row["attention"],
                                            attention_kernel=row["attention_kernel"],
                                            comm_overlap=overlap(row["comm_overlap"]), first_stage_layers=first,
-                                           last_stage_layers=last, fp8=bool(row["fp8"]),
+                                           last_stage_layers=last, fp8=row["fp8"] or False,
                                            pipeline_schedule=row["schedule"] or "1f1b",
                                            grad_reduce_dtype=row["grad_reduce"] or None,
                                            recompute_modules=recompute_modules(row))

@@ -140,8 +140,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the library (or libraries, comma-separated, to search) whose flash kernels run the attention: "
                         "sdpa (PyTorch's own dispatch), cudnn, fa2 (flash-attn 2), fa3 (FlashAttention-3, Hopper "
                         "only), flashinfer, triton")
-    p.add_argument("--fp8", default="off", choices=["off", "on", "both"],
-                   help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on, or both searched")
+    p.add_argument("--fp8", default="off", choices=["off", "on", "both", "delayed", "current", "mxfp8", "blockwise"],
+                   help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on (its default recipe, "
+                        "delayed scaling), both searched, or a recipe: delayed, current, mxfp8 (Blackwell), blockwise")
     p.add_argument("--schedule", default=["1f1b"], type=_schedules, metavar="S[,S]",
                    help="the pipeline schedule (or schedules, comma-separated, to search): 1f1b (interleaved with "
                         "virtual stages), zero_bubble (ZB-H1), dualpipe (DeepSeek's; megatron, even pp)")
@@ -234,7 +235,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
-                                fp8={"off": False, "on": True, "both": [False, True]}[args.fp8],
+                                fp8={"off": False, "on": True, "both": [False, True]}.get(args.fp8, args.fp8),
                                 pipeline_schedule=args.schedule, recompute_modules=args.recompute_modules, **own,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     if plot and plan.rows:

@@ -26,7 +26,7 @@ from ..calibration.estimate import model_for, resolve_calibration
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
 from ..vocabulary import (Checkpointing, Framework, Optimizer, bounded_int, check_pipeline_schedule, checkpointing_mode,
-                          choice, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
+                          choice, flag, fp8_recipe, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           positive_number, precision as _precision, recompute_modules as recompute_modules_of,
                           resolve_model, resolve_system, token_count)
 from .planprice import (distinct_rows, host_floor, memory_per_gpu, parallel_model_error, run_metrics, shard_table,
@@ -277,10 +277,12 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     attention_kernel : {"sdpa", "cudnn", "fa2", "fa3", "flashinfer", "triton"} or list of them
         The library whose flash kernels run every layout's 16-bit attention; a list searches each (the rows name
         theirs in ``attention_kernel``).
-    fp8 : bool or list of bool
+    fp8 : bool, str or list of them
         Transformer Engine's fp8 GEMMs (``framework="megatron"`` on a GPU with fp8 tensor cores; see
-        :func:`gpumodel.training_step_time`): True plans fp8 runs, ``[False, True]`` searches both (the rows say
-        which in ``fp8``). An fp8 row's MFU is against the fp8 peak.
+        :func:`gpumodel.training_step_time`): True plans fp8 runs with TE's default recipe (delayed scaling), a
+        recipe's name (``"delayed"``, ``"current"``, ``"mxfp8"`` on Blackwell, ``"blockwise"``) with that one,
+        ``[False, True]`` searches both (the rows say which in ``fp8``: False, True or the recipe's name). An fp8
+        row's MFU is against the fp8 peak.
     grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
         Megatron-LM's gradient buffer and reduction format (``framework="megatron"``; None: its default), as
         :func:`gpumodel.training_step_time` takes it.
@@ -331,7 +333,11 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     kernels = list(dict.fromkeys(_sweep(attention_kernel, "attention_kernel",
                                         lambda v, name: attention_kernel_on(v, g, prec.compute_dtype.value, name).value)))
     opt = choice(Optimizer, optimizer, "optimizer")
-    fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", lambda v, name: fp8_training(v, fw, g, name))))
+    def fp8_value(v, name):   # False, True (Transformer Engine's default recipe) or a recipe's name
+        recipe = fp8_recipe(v, fw, g, name)
+        return False if recipe is None else True if isinstance(v, (bool, np.bool_)) else recipe.value
+
+    fp8s = list(dict.fromkeys(_sweep(fp8, "fp8", fp8_value)))
     schedules = list(dict.fromkeys(_sweep(pipeline_schedule, "pipeline_schedule",
                                           lambda v, name: check_pipeline_schedule(v, framework=fw, name=name).value)))
     modules = None if recompute_modules is None else recompute_modules_of(recompute_modules, Checkpointing.SELECTIVE,

@@ -29,7 +29,7 @@ COLUMNS = (
                "schedule); z1 shards the optimizer states over the data-parallel ranks (ZeRO-1, Megatron's "
                "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); ov = "
                "communication overlapped with compute (Megatron-Core's --overlap-grad-reduce, --overlap-param-gather, "
-               "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs; zb = the zero-bubble pipeline schedule "
+               "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs (fp8-current, fp8-mxfp8, fp8-blockwise: that recipe; else delayed scaling); zb = the zero-bubble pipeline schedule "
                "(ZB-H1), dualpipe = DeepSeek's DualPipe (otherwise 1F1B); a library name (fa3, cudnn, ...) = the "
                "attention kernel, where the plan searched several"),
     ("recompute", "activation recomputation: none, sel (selective: the attention core, or the plan's "
@@ -90,7 +90,8 @@ def layout_label(r: dict, kernel: bool = False) -> str:
     parts += [f"v{r['virtual_stages']}"] if r["virtual_stages"] > 1 else []
     parts += [f"z{r['zero']}"]
     parts += ["ov"] if r.get("comm_overlap") else []
-    parts += ["fp8"] if r.get("fp8") else []
+    f8 = r.get("fp8")
+    parts += ([] if not f8 else ["fp8"] if isinstance(f8, (bool, np.bool_)) else [f"fp8-{f8}"])
     parts += [_SCHEDULE[r["pipeline_schedule"]]] if r.get("pipeline_schedule", "1f1b") != "1f1b" else []
     parts += [str(r["attention_kernel"])] if kernel and r.get("attention_kernel") else []
     return " ".join(parts)

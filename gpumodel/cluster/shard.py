@@ -26,7 +26,8 @@ from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
 from .kernelprice import price_kernels
 
-__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels", "FP8_SPLIT_ACCUMULATION"]
+__all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels", "FP8_SPLIT_ACCUMULATION",
+           "FP8_SPLIT_PHASES"]
 
 _COMPUTE = {"matmul", "attention", "bmm"}
 
@@ -145,15 +146,25 @@ def fp8_linear(op, vocab: int) -> list:
     return [(ops.matmul(sh["m"], sh["n"], sh["k"], "fp8"), 1)]
 
 
-def fp8_cast_kernels(cfg: TransformerConfig, tokens) -> dict:
+def fp8_cast_kernels(cfg: TransformerConfig, tokens, recipe: str = "delayed") -> dict:
     """The cast kernels Transformer Engine runs around one decoder layer's fp8 GEMMs, per micro-batch.
 
-    Megatron-Core's Transformer Engine layer fuses the cast of the two normalised inputs (QKV and MLP-up
-    GEMMs) into its layer norm, which writes fp8; the attention output and the activation output are cast by
-    ``cast_transpose`` (read bf16, write fp8 in both layouts: this GEMM's and the transposed copy the weight
-    gradient reads); the normalised inputs' transposed copies are made from their fp8 (read 1 byte, write 1).
-    In the backward every GEMM's output gradient is cast by ``cast_transpose`` (the data and weight gradient
-    GEMMs read it in both layouts). These kernels are not Megatron's fused layer kernels, so they add to them.
+    With the default recipe (delayed scaling), Megatron-Core's Transformer Engine layer fuses the cast of the two
+    normalised inputs (QKV and MLP-up GEMMs) into its layer norm, which writes fp8; the attention output and the
+    activation output are cast by ``cast_transpose`` (read bf16, write fp8 in both layouts: this GEMM's and the
+    transposed copy the weight gradient reads); the normalised inputs' transposed copies are made from their fp8
+    (read 1 byte, write 1). In the backward every GEMM's output gradient is cast by ``cast_transpose`` (the data
+    and weight gradient GEMMs read it in both layouts). These kernels are not Megatron's fused layer kernels, so
+    they add to them. The other recipes (:class:`~gpumodel.vocabulary.FP8Recipe`) change what the casts move:
+
+    * ``"current"``: each tensor's scale needs its amax before its cast: a reduction reading every 16-bit input of
+      a cast (2 bytes an element), and the norm writes its output in 16 bits for that pass (one byte more an
+      element written, and read by the cast).
+    * ``"mxfp8"``: the 1 x 32 blocks' scales are found inside the cast, but the transposed copy is quantised along
+      the other axis, so the norm writes both layouts (the normalised inputs' transpose pass goes); every fp8 copy
+      carries a one-byte scale per 32 elements.
+    * ``"blockwise"``: 1 x 128 tiles, found inside the cast; the norm writes 16 bits and one ``cast_transpose`` of
+      each normalised input makes both layouts; a scale (4 bytes) per 128 elements of each copy.
 
     Parameters
     ----------
@@ -161,19 +172,24 @@ def fp8_cast_kernels(cfg: TransformerConfig, tokens) -> dict:
         One tensor-parallel rank's layer (:func:`shard_config`).
     tokens : int or array
         Tokens of the micro-batch on the rank (micro-batch x local sequence).
+    recipe : {"delayed", "current", "mxfp8", "blockwise"}
+        The fp8 recipe (:func:`gpumodel.vocabulary.fp8_recipe`).
 
     Returns
     -------
     dict
         ``{"forward": [OpCost, ...], "backward": [OpCost, ...]}``, memory-bound kernels
         (:func:`gpumodel.training.layer.memory_kernel`). With ``a`` the attention width, ``q`` the QKV width,
-        ``i`` the MLP width (``u`` its up-projection's, ``2 i`` when gated) and ``h`` the hidden size:
-        forward ``4 t (a + i)`` + ``2 t (2 h)`` bytes, backward ``4 t (q + 2 h + u)`` bytes.
+        ``i`` the MLP width (``u`` its up-projection's, ``2 i`` when gated) and ``h`` the hidden size, delayed
+        scaling moves forward ``4 t (a + i)`` + ``2 t (2 h)`` bytes, backward ``4 t (q + 2 h + u)`` bytes.
 
     References
     ----------
     NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/layernorm_linear.py`` and ``linear.py``
-    (fp8 ``cast_transpose`` of inputs and output gradients); Megatron-Core ``transformer_engine`` layer spec.
+    (fp8 ``cast_transpose`` of inputs and output gradients), ``transformer_engine/common/recipe`` (DelayedScaling,
+    Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling); Megatron-Core ``transformer_engine`` layer spec and
+    ``--fp8-recipe``. OCP Microscaling Formats (MX) v1.0 (32-element blocks, E8M0 scales). DeepSeek-AI,
+    "DeepSeek-V3 Technical Report", 2024, section 3.3.2 (1 x 128 and 128 x 128 scaling).
 
     Examples
     --------
@@ -181,13 +197,36 @@ def fp8_cast_kernels(cfg: TransformerConfig, tokens) -> dict:
     >>> k = fp8_cast_kernels(gm.model("llama-2-7b"), 4096)
     >>> round(sum(o.bytes for o in k["forward"]) / 2**20)    # 4 x 4096 x (4096 + 11008) + 2 x 4096 x 8192 B
     300
+    >>> c = fp8_cast_kernels(gm.model("llama-2-7b"), 4096, "current")   # + 2 x 4096 x (15104 + 8192) + 2 x 4096 x 8192
+    >>> round(sum(o.bytes for o in c["forward"]) / 2**20)
+    546
     """
     d = cfg.head_dim
     a, q = cfg.num_heads * d, (cfg.num_heads + 2 * cfg.num_kv_heads) * d
     h, i = cfg.hidden_size, cfg.intermediate_size
     up = 2 * i if cfg.mlp == MLPType.GATED else i
-    return {"forward": [memory_kernel(tokens * (a + i), 2, 2), memory_kernel(tokens * 2 * h, 1, 1)],
-            "backward": [memory_kernel(tokens * (q + 2 * h + up), 2, 2)]}
+    casts, normed, grads = tokens * (a + i), tokens * 2 * h, tokens * (q + 2 * h + up)
+    if recipe == "mxfp8":
+        s = 1 / 32                        # one E8M0 scale byte per 32 elements of each copy
+        return {"forward": [memory_kernel(casts, 2, 2 + 2 * s), memory_kernel(normed, 0, 1 + 2 * s)],
+                "backward": [memory_kernel(grads, 2, 2 + 2 * s)]}
+    if recipe == "blockwise":
+        s = 4 / 128                       # one fp32 scale per 128 elements of each copy
+        return {"forward": [memory_kernel(casts + normed, 2, 2 + 2 * s), memory_kernel(normed, 0, 1)],
+                "backward": [memory_kernel(grads, 2, 2 + 2 * s)]}
+    forward = [memory_kernel(casts, 2, 2), memory_kernel(normed, 1, 1)]
+    backward = [memory_kernel(grads, 2, 2)]
+    if recipe == "current":               # the amax passes, and the norm's output in 16 bits for them
+        forward += [memory_kernel(casts + normed, 2, 0), memory_kernel(normed, 1, 1)]
+        backward += [memory_kernel(grads, 2, 0)]
+    return {"forward": forward, "backward": backward}
+
+
+#: The phases whose fp8 GEMMs take :data:`FP8_SPLIT_ACCUMULATION`: Transformer Engine's split accumulator in the
+#: data- and weight-gradient GEMMs; with 128-element scaling blocks along ``k`` every GEMM promotes its partial sums
+#: to fp32 once a block (DeepSeek-V3 report, section 3.3.2), the forward's too.
+FP8_SPLIT_PHASES = {"delayed": ("backward",), "current": ("backward",), "mxfp8": ("backward",),
+                    "blockwise": ("forward", "backward")}
 
 
 def _phase_times(kernels, prices, slower: float = 1.0):
@@ -241,18 +280,20 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     (:class:`~gpumodel.core.ops.AttentionKernel`, checked by the caller). ``calibration`` (a record, or a YAML path
     read here) prices every kernel; results are cached per shard, sizes, attention kernel and calibration (by its
     parameters, not its identity). ``fp8``: the decoder layers' linear layers run Transformer Engine's fp8 GEMMs
-    (:func:`fp8_linear`); attention, the embedding and the LM head stay in the compute dtype.
+    (:func:`fp8_linear`) with the casts of its recipe (True: ``"delayed"``; or a recipe's name,
+    :func:`fp8_cast_kernels`); attention, the embedding and the LM head stay in the compute dtype.
     """
     cal = _Keyed(resolve_calibration(calibration, gpu))
     micro_batch, seq_local, cp = (tuple(np.ravel(x).tolist()) if np.ndim(x) else x for x in (micro_batch, seq_local, cp))
     return _shard_times(cfg, gpu, micro_batch, seq_local, cp, precision, optimizer, framework, calibrated, cal,
-                        attention, str(getattr(attention_kernel, "value", attention_kernel)), bool(fp8))
+                        attention, str(getattr(attention_kernel, "value", attention_kernel)),
+                        ("delayed" if isinstance(fp8, (bool, np.bool_)) else str(getattr(fp8, "value", fp8))) if fp8 else "")
 
 
 @functools.lru_cache(maxsize=4096)
 def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, cp: int, precision: str,
                  optimizer: str, framework: str, calibrated: bool, keyed: _Keyed, attention: str,
-                 attention_kernel: str, fp8: bool = False) -> ShardTimes:
+                 attention_kernel: str, fp8: str = "") -> ShardTimes:
     """:func:`shard_times` with its calibration resolved and keyed (the cached evaluation)."""
     calibration = keyed.record
     mb, sl, cp = (np.asarray(x) if isinstance(x, tuple) else x for x in (micro_batch, seq_local, cp))
@@ -265,11 +306,11 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
             k = {ph: [(o, n * j) for op, n in ks for o, j in fp8_linear(op, cfg.vocab_size)] for ph, ks in k.items()}
         expanded[layers] = {ph: [(o, n * m, op.name == "attention") for op, n in ks for o, m in _with_impl(op, attention, dtype)]
                             for ph, ks in k.items()}
-    casts = fp8_cast_kernels(cfg, mb * sl) if fp8 else {"forward": [], "backward": []}
+    casts = fp8_cast_kernels(cfg, mb * sl, fp8) if fp8 else {"forward": [], "backward": []}
     every = [op for by_phase in expanded.values() for ks in by_phase.values() for op, _, _ in ks]
     every += casts["forward"] + casts["backward"]
     prices = dict(zip(map(id, every), price_kernels(every, gpu, calibrated=calibrated, calibration=calibration)))
-    split = {"backward": FP8_SPLIT_ACCUMULATION}
+    split = {ph: FP8_SPLIT_ACCUMULATION for ph in FP8_SPLIT_PHASES.get(fp8, ())}
     phases = {layers: {ph: _phase_times(ks, prices, split.get(ph, 1.0)) for ph, ks in by_phase.items()}
               for layers, by_phase in expanded.items()}
     timed = [(np.sum(n * prices[id(op)].seconds), prices[id(op)]) for ph in ("forward", "backward")

@@ -32,7 +32,7 @@ from ..records.transformer import TransformerConfig
 from ..training.layer import attention_kernel_on
 from ..training.steptime import StepTime, model_flops_per_token, recompute_flops_per_token, single_gpu_step_time
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
-                          fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
+                          fp8_recipe, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
                           resolve_system)
 from .composition import PHASES, compose, overlaps
@@ -130,12 +130,15 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         ``"tp"``, ``"dp"``, ``"pp"`` (``"dp,pp"``: FSDP's prefetched gathers with asynchronous pipeline sends),
         and ``"ep"``: the expert-parallel all-to-alls under another micro-batch's compute.
         Default False (all exposed, as Megatron-LM before 2023).
-    fp8 : bool
-        Transformer Engine's fp8 training (delayed or current scaling alike here): the decoder layers' linear
-        layers run fp8 GEMMs (forward, input and weight gradients) with a cast of each GEMM's input; attention,
-        the embedding and the LM head stay in the compute dtype (:func:`gpumodel.cluster.shard.fp8_linear`).
-        Its memory: :func:`gpumodel.training_memory` with ``fp8=True``. Refused on a GPU without an fp8
-        tensor-core rate, and with a framework other than "megatron".
+    fp8 : bool or str
+        Transformer Engine's fp8 training: the decoder layers' linear layers run fp8 GEMMs (forward, input and
+        weight gradients) with a cast of each GEMM's input; attention, the embedding and the LM head stay in the
+        compute dtype (:func:`gpumodel.cluster.shard.fp8_linear`). True is TE's default recipe, ``"delayed"``
+        scaling; ``"current"``, ``"mxfp8"`` (Blackwell) and ``"blockwise"`` (``"fine-grained"``, DeepSeek-V3's)
+        change what the casts move and, for ``"blockwise"``, the forward GEMMs' accumulation
+        (:func:`gpumodel.cluster.shard.fp8_cast_kernels`, :data:`~gpumodel.cluster.shard.FP8_SPLIT_PHASES`). Its
+        memory: :func:`gpumodel.training_memory` with ``fp8=True``. Refused on a GPU without an fp8 tensor-core
+        rate, ``"mxfp8"`` before Blackwell, and with a framework other than "megatron".
     grad_reduce_dtype : {None, "fp32", "bf16", "fp16"}
         Megatron-LM's gradient buffer and data-parallel reduction format (``framework="megatron"`` only; None: its
         default, fp32 for bf16 training): "bf16" halves the reduction's bytes and the gradients' memory.
@@ -206,7 +209,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
-    fp8 = fp8_training(fp8, fw, g)
+    recipe = fp8_recipe(fp8, fw, g)
+    fp8 = recipe is not None
     calibration = resolve_calibration(calibration, g)   # a path read once; another GPU's record refused
     if par.num_gpus > sysm.gpus_per_node and sysm.inter_node is None:
         raise ArgumentError(f"{par.num_gpus} GPUs exceed one node of {sysm.name}, which has no network")
@@ -221,7 +225,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                             "attention_kernel='sdpa'", argument="attention_kernel", value=kernel.value,
                             allowed="'sdpa' with attention='naive'")
     st = shard_times(shard, g, b, s_loc, cp, prec.name, opt.value, fw.value, calibrated, calibration, attention,
-                     kernel.value, fp8=fp8)
+                     kernel.value, fp8=recipe.value if fp8 else False)
     code = {Checkpointing.NONE: 0, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 2}[ckpt]
     selective = None if recompute_modules is None or ckpt != Checkpointing.SELECTIVE else selective_recompute(
         cfg, modules, st, g, micro_batch=b, seq_local=s_loc, cp=cp, tp=tp, sequence_parallel=par.sequence_parallel,

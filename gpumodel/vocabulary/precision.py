@@ -24,7 +24,8 @@ from ..records.dtypes import DType, UnknownDTypeError, dtype as _dtype
 from ..records.gpu import UnsupportedDTypeError
 
 __all__ = ["Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
-           "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "checkpointing_mode"]
+           "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "checkpointing_mode",
+           "FP8Recipe", "fp8_recipe", "fp8_training"]
 
 
 # ---------------------------------------------------------------------------------------------- precisions
@@ -268,22 +269,67 @@ def grad_reduce_dtype(value: Any, framework: Any, name: str = "grad_reduce_dtype
     return fmt
 
 
-def fp8_training(value: Any, framework: Any, gpu: Any = None, name: str = "fp8") -> bool:
-    """``fp8=``: Transformer Engine's fp8 recipe as Megatron-Core runs it, refused naming ``name`` with another
-    ``framework`` or on a ``gpu`` (when given) without fp8 tensor cores.
+class FP8Recipe(StrEnum):
+    """Transformer Engine's fp8 recipes (Megatron-Core's ``--fp8-recipe``): how each tensor's scale is found.
 
-    >>> fp8_training(True, Framework.MEGATRON), fp8_training(False, Framework.HF)
-    (True, False)
+    * ``delayed``: one scale a tensor from the amax history of earlier steps (TE's ``DelayedScaling``, its and
+      Megatron-Core's default); the cast that writes fp8 records this step's amax as it goes.
+    * ``current``: one scale a tensor from its own amax (``Float8CurrentScaling``): a reduction pass over each
+      16-bit tensor before its cast.
+    * ``mxfp8``: a power-of-two scale for every 32 elements (``MXFP8BlockScaling``, Blackwell's block-scaled tensor
+      cores): scales found inside the cast, the transposed copy quantised from the 16-bit tensor.
+    * ``blockwise``: a scale for every 1 x 128 tile of activations and gradients and every 128 x 128 block of
+      weights (``Float8BlockScaling``; DeepSeek-V3's "fine-grained" quantisation): scales found inside the cast, and
+      on Hopper every GEMM promotes its partial sums to fp32 every 128 elements of ``k``.
     """
-    on = flag(value, name)
-    if on and framework != Framework.MEGATRON:
-        raise ArgumentError(f"{name}=True is Transformer Engine's fp8 recipe as Megatron-Core runs it; framework="
+
+    DELAYED = "delayed"
+    CURRENT = "current"
+    MXFP8 = "mxfp8"
+    BLOCKWISE = "blockwise"
+
+
+#: Other names of the recipes: DeepSeek-V3's and TE's class names.
+_RECIPE_ALIASES = {"fine-grained": "blockwise", "fine_grained": "blockwise", "tensorwise": "current",
+                   "delayedscaling": "delayed", "float8currentscaling": "current", "mxfp8blockscaling": "mxfp8",
+                   "float8blockscaling": "blockwise"}
+
+
+def fp8_recipe(value: Any, framework: Any, gpu: Any = None, name: str = "fp8") -> FP8Recipe | None:
+    """``fp8=``: False (or None) for no fp8, True for Transformer Engine's default recipe (``"delayed"``), or a
+    recipe's name (:class:`FP8Recipe`; ``"fine-grained"`` is ``"blockwise"``); refused naming ``name`` with another
+    ``framework`` than Megatron-Core, on a ``gpu`` (when given) without fp8 tensor cores, and ``"mxfp8"`` before
+    Blackwell.
+
+    >>> fp8_recipe(True, Framework.MEGATRON), fp8_recipe("fine-grained", Framework.MEGATRON), fp8_recipe(False, "hf")
+    (<FP8Recipe.DELAYED: 'delayed'>, <FP8Recipe.BLOCKWISE: 'blockwise'>, None)
+    """
+    if value is None or isinstance(value, (bool, np.bool_)) or not isinstance(value, str):
+        recipe = FP8Recipe.DELAYED if flag(value if value is not None else False, name) else None
+    else:
+        key = value.strip().lower()
+        recipe = choice(FP8Recipe, _RECIPE_ALIASES.get(key, key), name)
+    if recipe is not None and framework != Framework.MEGATRON:
+        raise ArgumentError(f"{name}={value!r} is Transformer Engine's fp8 recipe as Megatron-Core runs it; framework="
                             f"{getattr(framework, 'value', framework)!r} is not modelled with it", argument=name,
                             value=value, allowed="False, or framework='megatron'")
-    if on and gpu is not None and not gpu.supports("fp8"):
-        raise ArgumentError(f"{name}=True needs fp8 tensor cores; {gpu.name} has none", argument=name, value=value,
-                            allowed="False on this GPU")
-    return on
+    if recipe is not None and gpu is not None and not gpu.supports("fp8"):
+        raise ArgumentError(f"{name}={value!r} needs fp8 tensor cores; {gpu.name} has none", argument=name,
+                            value=value, allowed="False on this GPU")
+    if recipe == FP8Recipe.MXFP8 and gpu is not None and int(str(gpu.compute_capability or "0.0").split(".")[0]) < 10:
+        raise ArgumentError(f"{name}='mxfp8' needs Blackwell's block-scaled tensor cores (compute capability 10.0 or "
+                            f"later); {gpu.name} has {gpu.compute_capability}", argument=name, value=value,
+                            allowed="'delayed', 'current' or 'blockwise' on this GPU")
+    return recipe
+
+
+def fp8_training(value: Any, framework: Any, gpu: Any = None, name: str = "fp8") -> bool:
+    """Whether ``fp8=`` asks for fp8 training (:func:`fp8_recipe` checks it), as the memory model reads it.
+
+    >>> fp8_training(True, Framework.MEGATRON), fp8_training("current", Framework.MEGATRON), fp8_training(False, Framework.HF)
+    (True, True, False)
+    """
+    return fp8_recipe(value, framework, gpu, name) is not None
 
 
 class ExpertsImplementation(StrEnum):
