@@ -168,6 +168,7 @@ def test_serve_page_without_room_for_a_request(client):
     ("plan", {"recompute": "layernorm,ffn"}, "recompute", "recompute_modules"),
     ("plan", {"recompute": "mlp", "framework": "fsdp"}, "recompute", "recompute_modules"),
     ("plan", {"fp8": "on", "framework": "fsdp"}, "fp8", "fp8"),
+    ("plan", {"fp8": "mxfp8"}, "fp8", "Blackwell"),
     ("fit", {"batch": "0"}, "batch", "must be >= 1"),
     ("fit", {"gpu": "h10"}, "gpu", "did you mean"),
     ("fit", {"precision": "fp9"}, "precision", "is not one of"),

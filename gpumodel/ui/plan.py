@@ -42,8 +42,9 @@ def form() -> Form:
         Field("framework", "framework", "megatron", choices=("megatron", "fsdp", "deepspeed", "hf")),
         Field("objective", "rank by", "time", "cost: GPU-hours within the deadline; energy: MWh within it",
               choices=("time", "cost", "energy")),
-        Field("fp8", "fp8", "off", "Transformer Engine's fp8 GEMMs (megatron, on a GPU with fp8): both searches each",
-              choices=("off", "on", "both")),
+        Field("fp8", "fp8", "off", "Transformer Engine's fp8 GEMMs (megatron, on a GPU with fp8): both searches each; "
+              "on is its default recipe, delayed scaling; mxfp8 needs Blackwell",
+              choices=("off", "on", "both", "current", "mxfp8", "blockwise")),
         Field("attention", "attention kernel", "sdpa", "sdpa, cudnn, fa2, fa3, flashinfer, triton; a comma list "
               "searches each", arguments=("attention_kernel",)),
         Field("schedule", "pipeline schedule", "1f1b", "1f1b, zero_bubble, dualpipe; a comma list searches each",
@@ -95,7 +96,7 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
 
 
 #: The fp8 field's choices as :func:`gpumodel.plan_training` takes them.
-FP8 = {"off": False, "on": True, "both": [False, True]}
+FP8 = {"off": False, "on": True, "both": [False, True], "current": "current", "mxfp8": "mxfp8", "blockwise": "blockwise"}
 
 
 def _names(text: str) -> str | list[str]:
