@@ -180,6 +180,9 @@ def test_the_bands_cover_80_percent_in_expectation(measured):
     for name, r in tested.items():
         mean, low, high = r["resampled"]
         assert 0.75 <= mean <= 0.85 and low < mean < high, f"{name}: resampled coverage {mean:.1%}"
+        # 10-fold cross-validation by identity: every row held out once, judged by a band fitted without it
+        folded, judged = r["crossval"]
+        assert judged == r["n"] + r["held_out"] and 0.75 <= folded <= 0.85, f"{name}: 10-fold coverage {folded:.1%}"
 
 
 def test_every_time_answer_gives_its_interval_and_expected_error():
@@ -223,3 +226,17 @@ def test_a_generation_adds_its_steps_bands():
     assert g.interval(0.8) == g.band == pytest.approx((g.ttft_band[0] + 127 * g.tpot_band[0],
                                                         g.ttft_band[1] + 127 * g.tpot_band[1]))
     assert g.band[0] < g.seconds < g.band[1] and g.expected_error == pytest.approx(g.prefill.expected_error)
+
+
+def test_crossval_holds_every_row_out_once():
+    """10-fold cross-validation by identity: on errors drawn from one distribution the pooled coverage of the 80%
+    band is near 80%, every row is judged once, and rows of one identity share a fold."""
+    eb = load_bench("error_bands")
+    rng = np.random.default_rng(3)
+    keys = [("k", i // 2) for i in range(2000)]              # each identity measured twice
+    e = rng.normal(0.0, 0.05, len(keys))
+    pairs = {"predicted": 1.0 + e, "measured": np.ones(len(keys)), "keys": keys}
+    coverage, judged = eb.crossval(pairs)
+    assert judged == 2000 and 0.77 <= coverage <= 0.83
+    assert all(eb.fold_of(keys[2 * i]) == eb.fold_of(keys[2 * i + 1]) for i in range(1000))
+    assert len({eb.fold_of(k) for k in keys}) == eb.FOLDS
