@@ -26,9 +26,13 @@ def test_one_gpu_holds_none():
 
 
 def test_ddp_two_and_many_ranks():
-    # the default group and DDP's group: two pair communicators on 2 GPUs, two collective ones on 8
-    assert communicator_bytes("hf", dp=2) == 2 * 544 * MiB
-    assert communicator_bytes("hf", dp=8) == 2 * 688 * MiB
+    # DDP reduces on the default group: one pair communicator on 2 GPUs, one collective one on 8
+    assert communicator_bytes("hf", dp=2) == 544 * MiB
+    assert communicator_bytes("hf", dp=8) == 688 * MiB
+    # a model split 4 ways on 4 GPUs: the tensor-parallel mesh is the whole job, one communicator; beside dp 2 its
+    # own group (688) and DDP's (544) beside the default group (688)
+    assert communicator_bytes("hf", tp=4) == 688 * MiB
+    assert communicator_bytes("hf", tp=4, dp=2) == (688 + 688 + 544) * MiB
 
 
 def test_megatron_3d_layout_by_hand():

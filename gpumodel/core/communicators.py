@@ -23,7 +23,8 @@ The groups each engine communicates on (ranks > 1 only; one GPU holds none):
   gradient norm), and with experts the expert (all-to-all) and expert data-parallel groups;
 * ``"deepspeed"``: data x context, tensor, pipeline (a pair communicator to each neighbouring stage), expert;
 * ``"fsdp"``: the sharding group, the replicating group of HSDP, tensor, pipeline, expert;
-* ``"hf"``: DDP's data-parallel group.
+* ``"hf"``: DDP reduces on the default group (a data-parallel group of its own only beside other degrees), and a
+  tensor-parallel mesh's group and pipeline sends where the job splits the model.
 
 The sizes are those measured on A100 and H100 nodes and reported to NCCL's maintainers; NCCL's memory grows
 with its channel count, which is larger on H100 (32 channels a pair) than on A100 (24), so on Hopper and later
@@ -120,8 +121,9 @@ def communicator_bytes(framework: Any = "hf", *, dp: Any = 1, tp: Any = 1, pp: A
     group = dp * cp
     world = group * tp * pp
     total = _group(world)
-    if fw == Framework.HF:
-        total = total + _group(dp)
+    if fw == Framework.HF:   # DDP reduces on the default group; a tensor or pipeline split opens its own
+        total = total + np.where((dp > 1) & (dp < world), _group(dp), 0.0) \
+            + np.where((tp > 1) & (tp < world), _group(tp), 0.0) + _pair(pp)
     else:
         total = total + _group(tp) + _pair(pp)
         if fw == Framework.FSDP:

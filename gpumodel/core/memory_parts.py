@@ -244,8 +244,10 @@ class TrainingMemory(ResultRecord):
             return f"TrainingMemory(peak_bytes=array(shape={np.shape(self.peak_bytes)}), ...)"
         parts = ", ".join(f"{k}={v / 2**30:.2f}" for k, v in self.breakdown.items() if v)
         where = self.peak_moment + (f" ({self.peak_stage} stage)" if self.peak_stage else "")
+        comm = float(self.communicator_bytes)
+        nccl = f" with {comm / 2**30:.2f} of NCCL's" if comm else ""
         return (f"TrainingMemory(peak={self.peak_bytes / 2**30:.2f} GiB at {where}, "
-                f"steady={self.steady_bytes / 2**30:.2f} GiB, total={self.total_bytes / 2**30:.2f} GiB; {parts} GiB)")
+                f"steady={self.steady_bytes / 2**30:.2f} GiB, total={self.total_bytes / 2**30:.2f} GiB{nccl}; {parts} GiB)")
 
     def _repr_html_(self) -> str:
         return breakdown_html("TrainingMemory", self.peak_bytes, self.peak_moment, self.breakdown)
