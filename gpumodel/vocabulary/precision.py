@@ -296,11 +296,33 @@ _RECIPE_ALIASES = {"fine-grained": "blockwise", "fine_grained": "blockwise", "te
 
 
 def fp8_recipe(value: Any, framework: Any, gpu: Any = None, name: str = "fp8") -> FP8Recipe | None:
-    """``fp8=``: False (or None) for no fp8, True for Transformer Engine's default recipe (``"delayed"``), or a
-    recipe's name (:class:`FP8Recipe`; ``"fine-grained"`` is ``"blockwise"``); refused naming ``name`` with another
-    ``framework`` than Megatron-Core, on a ``gpu`` (when given) without fp8 tensor cores, and ``"mxfp8"`` before
-    Blackwell.
+    """The fp8 recipe ``fp8=`` asks for.
 
+    Parameters
+    ----------
+    value : bool, str or None
+        False (or None) for no fp8, True for Transformer Engine's default recipe (``"delayed"``), or a recipe's name
+        (:class:`FP8Recipe`, any case; ``"fine-grained"`` is ``"blockwise"``, TE's class names are taken too).
+    framework : Framework or str
+        The training engine: only Megatron-Core (with Transformer Engine) is modelled with fp8.
+    gpu : GPUSpec, optional
+        The GPU, when known: one without fp8 tensor cores is refused, and ``"mxfp8"`` before Blackwell (compute
+        capability 10.0).
+    name : str
+        The argument's name, for the errors.
+
+    Returns
+    -------
+    FP8Recipe or None
+        None for no fp8.
+
+    Raises
+    ------
+    ArgumentError
+        An unknown recipe, another framework, or a GPU that cannot run it (naming ``name``).
+
+    Examples
+    --------
     >>> fp8_recipe(True, Framework.MEGATRON), fp8_recipe("fine-grained", Framework.MEGATRON), fp8_recipe(False, "hf")
     (<FP8Recipe.DELAYED: 'delayed'>, <FP8Recipe.BLOCKWISE: 'blockwise'>, None)
     """
