@@ -182,3 +182,14 @@ def test_plan_takes_your_calibration_and_host_costs(capsys, tmp_path):
     assert "--host-costs" in capsys.readouterr().err
     assert main(["plan", "llama-3-8b", "--gpus", "16", "--host-costs", str(own / "host.yaml")]) == 2
     assert "host" in capsys.readouterr().err
+
+
+def test_plan_fp8_recipe(capsys):
+    """--fp8 takes a recipe: its rows name it; mxfp8 before Blackwell is one line naming fp8."""
+    args = ["plan", "llama-3-8b", "--gpus", "16", "--tokens", "100B", "--seq", "4096", "--global-batch", "256",
+            "--top", "3"]
+    assert main([*args, "--fp8", "current", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(r["fp8"] == "current" for r in rows)
+    assert main([*args, "--fp8", "mxfp8"]) == 2
+    assert "Blackwell" in capsys.readouterr().err
