@@ -72,8 +72,22 @@ def held_out(key) -> bool:
     >>> held_out(("llama-160m", 8, 1024)) == held_out(["llama-160m", 8, 1024])
     True
     """
-    text = json.dumps(key, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 1
+    return identity_digest(key)[0] % 2 == 1
+
+
+def identity_digest(key) -> bytes:
+    """The SHA-256 of a row's identity written as JSON with sorted keys: the split and the folds read its bytes."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode("utf-8")).digest()
+
+
+def signed_errors(pairs: dict) -> np.ndarray:
+    """``predicted / measured - 1`` of a regime's rows [1]."""
+    return np.asarray(pairs["predicted"], float) / np.asarray(pairs["measured"], float) - 1.0
+
+
+def inside(err, band) -> np.ndarray:
+    """Which errors lie in the band ``(q10, q90)``, edges included."""
+    return (err >= band[0]) & (err <= band[1])
 
 
 def _rel(paths) -> list[str]:
@@ -226,7 +240,7 @@ def score(pairs: dict) -> dict:
     """
     from gpumodel.calibration.bands import fit_band
 
-    err = np.asarray(pairs["predicted"], float) / np.asarray(pairs["measured"], float) - 1.0
+    err = signed_errors(pairs)
     out_ = np.array([held_out(k) for k in pairs["keys"]], dtype=bool)
     fit, test = err[~out_], err[out_]
     q10, q90 = fit_band(fit)
@@ -234,8 +248,8 @@ def score(pairs: dict) -> dict:
     s10, s90 = fit_band(test) if test.size else (np.nan, np.nan)
     return {"n": int(fit.size), "held_out": int(test.size), "q10": q10, "q90": q90,
             "median_abs": float(np.median(np.abs(fit))),
-            "coverage": float(((test >= q10) & (test <= q90)).mean()) if test.size else float("nan"),
-            "swapped": float(((fit >= s10) & (fit <= s90)).mean()) if test.size else float("nan"),
+            "coverage": float(inside(test, (q10, q90)).mean()) if test.size else float("nan"),
+            "swapped": float(inside(fit, (s10, s90)).mean()) if test.size else float("nan"),
             "width": 1.0 / (1.0 + q10) - 1.0 / (1.0 + q90), "percentiles": [float(x) for x in np.percentile(fit, [10, 90])],
             "distinct": (len({json.dumps(k, sort_keys=True, default=str) for k, o in zip(pairs["keys"], out_) if not o}),
                          len({json.dumps(k, sort_keys=True, default=str) for k, o in zip(pairs["keys"], out_) if o}))}
@@ -252,7 +266,7 @@ def resampled(pairs: dict, splits: int = SPLITS, seed: int = 0) -> tuple[float, 
     strays."""
     from gpumodel.calibration.bands import fit_band
 
-    err = np.asarray(pairs["predicted"], float) / np.asarray(pairs["measured"], float) - 1.0
+    err = signed_errors(pairs)
     names, index = np.unique([json.dumps(k, sort_keys=True, default=str) for k in pairs["keys"]], return_inverse=True)
     rng = np.random.default_rng(seed)
     cover = []
@@ -261,9 +275,7 @@ def resampled(pairs: dict, splits: int = SPLITS, seed: int = 0) -> tuple[float, 
         out_ = side[index]
         if out_.all() or not out_.any():
             continue
-        q10, q90 = fit_band(err[~out_])
-        test = err[out_]
-        cover.append(float(((test >= q10) & (test <= q90)).mean()))
+        cover.append(float(inside(err[out_], fit_band(err[~out_])).mean()))
     return float(np.mean(cover)), float(np.percentile(cover, 10)), float(np.percentile(cover, 90))
 
 
@@ -278,8 +290,7 @@ def fold_of(key, folds: int = FOLDS) -> int:
     >>> fold_of(("llama-160m", 8, 1024)) == fold_of(["llama-160m", 8, 1024]) < FOLDS
     True
     """
-    text = json.dumps(key, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).digest()[1] % folds
+    return identity_digest(key)[1] % folds
 
 
 def crossval(pairs: dict, folds: int = FOLDS) -> tuple[float, int]:
@@ -290,19 +301,16 @@ def crossval(pairs: dict, folds: int = FOLDS) -> tuple[float, int]:
     ones one half)."""
     from gpumodel.calibration.bands import fit_band
 
-    err = np.asarray(pairs["predicted"], float) / np.asarray(pairs["measured"], float) - 1.0
+    err = signed_errors(pairs)
     fold = np.array([fold_of(k, folds) for k in pairs["keys"]])
-    inside = 0
-    judged = 0
+    covered = judged = 0
     for f in range(folds):
         out_ = fold == f
         if not out_.any() or out_.all():
             continue
-        q10, q90 = fit_band(err[~out_])
-        test = err[out_]
-        inside += int(((test >= q10) & (test <= q90)).sum())
-        judged += int(test.size)
-    return (inside / judged if judged else float("nan")), judged
+        covered += int(inside(err[out_], fit_band(err[~out_])).sum())
+        judged += int(out_.sum())
+    return (covered / judged if judged else float("nan")), judged
 
 
 def evaluate(names=None) -> dict:

@@ -24,6 +24,7 @@ from ..training.layer import COMPUTE_DTYPE, memory_kernel
 from ..training.stepkernels import OPTIMIZER_PASSES
 from ..training.steptime import step_kernels
 from ..records.transformer import MLPType, TransformerConfig
+from ..vocabulary import fp8_recipe
 from .kernelprice import price_kernels
 
 __all__ = ["ShardTimes", "shard_config", "shard_times", "fp8_linear", "fp8_cast_kernels", "FP8_SPLIT_ACCUMULATION",
@@ -287,7 +288,7 @@ def shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, c
     micro_batch, seq_local, cp = (tuple(np.ravel(x).tolist()) if np.ndim(x) else x for x in (micro_batch, seq_local, cp))
     return _shard_times(cfg, gpu, micro_batch, seq_local, cp, precision, optimizer, framework, calibrated, cal,
                         attention, str(getattr(attention_kernel, "value", attention_kernel)),
-                        ("delayed" if isinstance(fp8, (bool, np.bool_)) else str(getattr(fp8, "value", fp8))) if fp8 else "")
+                        getattr(fp8_recipe(fp8, framework), "value", ""))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -243,8 +243,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     cublas_workspace_bytes = nonnegative_number(cublas_workspace_bytes, "cublas_workspace_bytes")
     cuda_context_bytes = nonnegative_number(cuda_context_bytes, "cuda_context_bytes")
     if communicator_bytes is None:
-        communicator_bytes = nccl_bytes(fw, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep,
-                                        shard_group=shard_group if fw == Framework.FSDP else None)
+        communicator_bytes = nccl_bytes(fw, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, shard_group=shard_group)
     communicator_bytes = nonnegative_number(communicator_bytes, "communicator_bytes")
     _engine_options(fw, opt, optimizer_dtype, keep_outputs, zero, shard_group)
     sb = prec.param_bytes if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
