@@ -28,6 +28,19 @@ def test_max_concurrency_is_the_kv_memory_over_one_request():
                                        and cap.requests_per_s >= cap.curve["requests_per_s"][-1])
 
 
+def test_tensor_parallel_replicas_leave_the_nccl_communicator_out_of_the_kv_cache():
+    # the same weights and workspace per GPU: Llama-3-70B's shard on 4 and on 8 H200s differs, so compare one
+    # shape's budget with the hand sum: usable - weights - prefill workspace - NCCL, times the fraction
+    MiB = 2 ** 20
+    for tp, nccl in ((1, 0.0), (2, 544 * MiB), (8, 688 * MiB)):
+        cap = gm.serving_capacity("llama-3-70b", "h200", prompt_len=1024, output_len=128, tp=tp)
+        one = gm.inference_memory("llama-3-70b", 1, 1024, new_tokens=128, tp=tp)
+        work = gm.inference_memory("llama-3-70b", 1, cap.max_num_tokens, new_tokens=0, tp=tp)
+        workspace = work.peak_bytes - work.weights_bytes - work.breakdown["kv_cache"]
+        free = gm.gpu("h200").usable_memory_bytes - one.weights_bytes - workspace - nccl
+        assert cap.kv_budget_bytes == pytest.approx(max(free, 0.0) * C.KV_MEMORY_FRACTION)
+
+
 def test_targets_are_met_and_cost_throughput():
     free = gm.serving_capacity("llama-3-70b", "h200", prompt_len=2048, output_len=256, tp=4)
     slo = gm.serving_capacity("llama-3-70b", "h200", prompt_len=2048, output_len=256, tp=4, tpot_slo="30ms",

@@ -1,7 +1,9 @@
 """What one replica (``tp`` GPUs) serves under continuous batching, and how many GPUs a load needs.
 
-Memory first: the KV cache may use ``kv_memory_fraction`` of what the weights and the prefill
-workspace leave on each GPU (:func:`gpumodel.inference_memory`); each request reserves its full
+Memory first: the KV cache may use ``kv_memory_fraction`` of what the weights, the prefill workspace and,
+for ``tp > 1``, the tensor-parallel group's NCCL communicator (outside PyTorch's allocator:
+:func:`gpumodel.core.communicators.communicator_bytes`) leave on each GPU (:func:`gpumodel.inference_memory`);
+each request reserves its full
 ``prompt_len + output_len`` positions (the "guaranteed no evict" policy of TensorRT-LLM, the
 worst case of a paged cache), which gives ``max_concurrency``.
 
@@ -41,6 +43,7 @@ import numpy as np
 from ..base.arguments import keyword_only_after
 from ..base.reprs import html_table
 from ..base.errors import ArgumentError
+from ..core.communicators import communicator_bytes
 from ..core.inference import inference_memory
 from ..vocabulary import duration, format_seconds, kv_cache_dtype, positive_int, positive_number
 from .generation import EXACT_STEPS
@@ -170,13 +173,19 @@ def _concurrencies(limit: int) -> np.ndarray:
 
 
 def kv_budget(setup, prompt_len: int, output_len: int, chunk: int, fraction: float) -> tuple[float, float]:
-    """(KV bytes one request reserves on each GPU, KV bytes each GPU can give the cache)."""
+    """(KV bytes one request reserves on each GPU, KV bytes each GPU can give the cache).
+
+    The free memory is the card's usable memory less the weights' shard, one prefill step's workspace and the NCCL
+    communicator of the tensor-parallel group (engines profile it as memory outside PyTorch's, before sizing the
+    cache: 544 MiB for two GPUs, 688 MiB for more; none for one).
+    """
     kvname = setup.kv_dtype.value if setup.kv_dtype is not None else None
     kw = dict(dtype=setup.dtype.value, kv_dtype=kvname, tp=setup.tp, group_size=setup.group_size)
     one = inference_memory(setup.cfg, 1, prompt_len, new_tokens=output_len, **kw)
     work = inference_memory(setup.cfg, 1, chunk, new_tokens=0, **kw)
     workspace = float(work.peak_bytes) - float(work.weights_bytes) - float(work.breakdown["kv_cache"])
-    free = setup.gpu.usable_memory_bytes - float(one.weights_bytes) - workspace
+    nccl = float(communicator_bytes("hf", tp=setup.tp))     # the tensor-parallel group is the whole replica
+    free = setup.gpu.usable_memory_bytes - float(one.weights_bytes) - workspace - nccl
     return float(one.kv_cache_bytes), max(free, 0.0) * fraction
 
 
