@@ -17,7 +17,7 @@ from ..core.ops import AttentionKernel
 from ._common import (HelpFormatter, add_own_files, count_type, output_path, own_files, parse_number, print_json,
                       print_table, progress)
 import gpumodel as gm
-from ..vocabulary import PipelineSchedule, RecomputeModule, resolve_system
+from ..vocabulary import FP8_SEARCH, PipelineSchedule, RecomputeModule, resolve_system
 
 #: Rows kept for --plot and --pareto (the first-ranked): the chart's cloud and the front are drawn from them.
 PLOT_ROWS = 20_000
@@ -140,7 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the library (or libraries, comma-separated, to search) whose flash kernels run the attention: "
                         "sdpa (PyTorch's own dispatch), cudnn, fa2 (flash-attn 2), fa3 (FlashAttention-3, Hopper "
                         "only), flashinfer, triton")
-    p.add_argument("--fp8", default="off", choices=["off", "on", "both", "delayed", "current", "mxfp8", "blockwise"],
+    p.add_argument("--fp8", default="off", choices=list(FP8_SEARCH),
                    help="Transformer Engine's fp8 GEMMs (megatron, GPUs with fp8): off, on (its default recipe, "
                         "delayed scaling), both searched, or a recipe: delayed, current, mxfp8 (Blackwell), blockwise")
     p.add_argument("--schedule", default=["1f1b"], type=_schedules, metavar="S[,S]",
@@ -235,7 +235,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
-                                fp8={"off": False, "on": True, "both": [False, True]}.get(args.fp8, args.fp8),
+                                fp8=FP8_SEARCH[args.fp8],
                                 pipeline_schedule=args.schedule, recompute_modules=args.recompute_modules, **own,
                                 progress=_progress if sys.stderr.isatty() and not args.json else None)
     if plot and plan.rows:

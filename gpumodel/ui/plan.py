@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import gpumodel as gm
-from ..vocabulary import resolve_system
+from ..vocabulary import FP8_SEARCH, resolve_system
 from . import charts
 from .forms import Field, Form, blame, count, gpu_counts, number, optional
 from .inputs import model_argument, model_field, system_names
@@ -44,7 +44,7 @@ def form() -> Form:
               choices=("time", "cost", "energy")),
         Field("fp8", "fp8", "off", "Transformer Engine's fp8 GEMMs (megatron, on a GPU with fp8): both searches each; "
               "on is its default recipe, delayed scaling; mxfp8 needs Blackwell",
-              choices=("off", "on", "both", "current", "mxfp8", "blockwise")),
+              choices=tuple(FP8_SEARCH)),
         Field("attention", "attention kernel", "sdpa", "sdpa, cudnn, fa2, fa3, flashinfer, triton; a comma list "
               "searches each", arguments=("attention_kernel",)),
         Field("schedule", "pipeline schedule", "1f1b", "1f1b, zero_bubble, dualpipe; a comma list searches each",
@@ -75,7 +75,7 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
     plan = gm.plan_training(cfg, sysm, tokens=values["tokens"], global_batch=count(values, "global_batch"),
                             seq_len=count(values, "seq"), num_gpus=counts if len(counts) > 1 else counts[0],
                             objective=values["objective"], framework=values["framework"], price_per_gpu_hour=price,
-                            max_days=deadline, top=CHART_ROWS, fp8=FP8[values["fp8"]],
+                            max_days=deadline, top=CHART_ROWS, fp8=FP8_SEARCH[values["fp8"]],
                             attention_kernel=_names(values["attention"]), pipeline_schedule=_names(values["schedule"]),
                             recompute_modules=optional(values, "recompute"))   # a comma list, as the library reads it
     rows, counts = plan.rows, plan.gpu_counts
@@ -93,10 +93,6 @@ def answer(values: dict[str, str], config: dict | None) -> tuple[str, dict[str, 
     parts.append(f'<p class="lead">Answered in {time.perf_counter() - t0:.2f} s (search {plan.search_s:.2f} s); '
                  "times are modelled, not measured.</p>")
     return "".join(parts), {"plan": plan, "rows": rows, "model_name": plan.model}
-
-
-#: The fp8 field's choices as :func:`gpumodel.plan_training` takes them.
-FP8 = {"off": False, "on": True, "both": [False, True], "current": "current", "mxfp8": "mxfp8", "blockwise": "blockwise"}
 
 
 def _names(text: str) -> str | list[str]:

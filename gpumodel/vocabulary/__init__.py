@@ -33,7 +33,7 @@ from ..base.numeric import (bounded_int, broadcastable, nonnegative_int, nonnega
 from ..base.readable import duration, token_count
 from .parallel_rules import divides, parallel_degrees, splits_model, tensor_parallel
 from .precision import (KV_DTYPES, PRECISIONS, TIMED_KV_DTYPES, WEIGHT_DTYPES, Checkpointing, ExpertsImplementation,
-                        FP8Recipe, Framework, GradReduce, Optimizer, Precision, checkpointing_mode, fp8_recipe, fp8_training,
+                        FP8Recipe, FP8_SEARCH, Framework, GradReduce, Optimizer, Precision, checkpointing_mode, fp8_recipe, fp8_training,
                         grad_reduce_dtype, kv_cache_dtype, precision, precision_on,
                         weight_dtype)
 from .recompute import DEFAULT_RECOMPUTE_MODULES, RecomputeModule, recompute_modules
@@ -44,7 +44,7 @@ __all__ = [
     "Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
     "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model", "resolve_gpu_or_cc", "resolve_system", "resolve_gpus",
     "bounded_int", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "broadcastable",
-    "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "GradReduce", "grad_reduce_dtype", "fp8_training", "fp8_recipe", "FP8Recipe",
+    "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "GradReduce", "grad_reduce_dtype", "fp8_training", "fp8_recipe", "FP8Recipe", "FP8_SEARCH",
     "checkpointing_mode",
     "RecomputeModule", "recompute_modules", "DEFAULT_RECOMPUTE_MODULES",
     "PipelineSchedule", "pipeline_schedule", "schedule_runs", "check_pipeline_schedule",

@@ -289,6 +289,10 @@ class FP8Recipe(StrEnum):
     BLOCKWISE = "blockwise"
 
 
+#: The fp8 choices of a plan's search, by the word a user picks (``gpumodel plan --fp8``, the Plan page), as
+#: ``plan_training(fp8=...)`` takes them: off, on (the default recipe), both searched, or one recipe by name.
+FP8_SEARCH = {"off": False, "on": True, "both": [False, True], **{r.value: r.value for r in FP8Recipe}}
+
 #: Other names of the recipes: DeepSeek-V3's and TE's class names.
 _RECIPE_ALIASES = {"fine-grained": "blockwise", "fine_grained": "blockwise", "tensorwise": "current",
                    "delayedscaling": "delayed", "float8currentscaling": "current", "mxfp8blockscaling": "mxfp8",
