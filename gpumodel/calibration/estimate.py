@@ -38,7 +38,8 @@ from .transfer import transfer_for
 from .points import op_family
 from .bands import Interval, error_band, kernel_regime
 
-__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "resolve_calibration", "calibration_key"]
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "sustained_slowdown_for", "resolve_calibration",
+           "calibration_key"]
 
 _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
 
@@ -138,6 +139,32 @@ def model_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> 
     """
     model, _, detail, _ = _resolve(resolve_gpu(gpu), flag(calibrated, "calibrated"), calibration)
     return model, detail
+
+
+def sustained_slowdown_for(gpu: Any, *, calibrated: bool = True, calibration: Any = None) -> float:
+    """The ``sustained_slowdown`` of the model that prices ``gpu``'s kernels [ratio]: 1 where it has none.
+
+    Parameters
+    ----------
+    gpu : GPUSpec or str
+        The GPU.
+    calibrated : bool
+        As :func:`model_for` takes it.
+    calibration : Calibration, path or None
+        As :func:`model_for` takes it.
+
+    Returns
+    -------
+    float
+        Compute-bound kernels back to back over alone (:mod:`gpumodel.calibration.sustained`); 1.0 for the datasheet
+        model.
+
+    Examples
+    --------
+    >>> sustained_slowdown_for("h200") > 1.0, sustained_slowdown_for("h200", calibrated=False)
+    (True, 1.0)
+    """
+    return float(model_for(gpu, calibrated=calibrated, calibration=calibration)[0].params.get("sustained_slowdown", 1.0))
 
 
 #: the added relative uncertainty of an attention library's kernels the calibration did not time (the flash-attn

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.bands import HOST_BOUND_NOTE, Interval, band_and_error, step_regime
-from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration
+from ..calibration.estimate import estimate as _estimate, resolve_calibration, sustained_slowdown_for
 from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
 from ..core.margin import fits as memory_fits
@@ -276,11 +276,6 @@ def _expert_load(cfg: TransformerConfig, expert_load: Any) -> np.ndarray:
     return load
 
 
-def _slowdown(g: Any, calibrated: bool, calibration: Any) -> float:
-    """The ``sustained_slowdown`` of the model that prices the GPU's kernels [ratio] (1 where it has none)."""
-    return float(model_for(g, calibrated=calibrated, calibration=calibration)[0].params.get("sustained_slowdown", 1.0))
-
-
 def single_gpu_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int, seq_len: int,
                          precision: str = "amp_bf16", optimizer: str = "adamw", checkpointing: Any = False, *,
                          fused: bool = False, foreach: bool = True, gradient_accumulation_steps: int = 1,
@@ -364,7 +359,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
             alone_s, loaded_s, _ = priced[id(op)]
             isolated_s += block.repeat * alone_s
             extra_s += block.repeat * (loaded_s - alone_s)
-    share = clock_share(isolated_s, extra_s, _slowdown(g, calibrated, calibration))
+    share = clock_share(isolated_s, extra_s, sustained_slowdown_for(g, calibrated=calibrated, calibration=calibration))
 
     def device_s(op) -> tuple[float, bool]:
         if op is None:
