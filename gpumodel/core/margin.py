@@ -118,19 +118,19 @@ def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_byt
 
 
 def _decide(model, gpu, batch_size, seq_len, training, capacity_bytes, kwargs, caller):
-    """(fits, bytes needed, how it was decided as an index of :data:`DECIDED_BY`, capacity): the one decision behind
-    :func:`fits` and :func:`memory_margin`."""
+    """(fits, bytes needed, how it was decided as an index of :data:`DECIDED_BY`, capacity, the allocated need where
+    the allocator replay failed): the one decision behind :func:`fits` and :func:`memory_margin`."""
     cfg, g = resolve_model(model), resolve_gpu(gpu)
     capacity = capacity_of(g, capacity_bytes)
     kwargs = memory_options(training, kwargs, caller)
     need = np.asarray(required_bytes(cfg, batch_size, seq_len, training=training, **kwargs), dtype=float)
     out = need <= capacity
-    how = np.zeros(need.shape, dtype=int)
+    how, floor = np.zeros(need.shape, dtype=int), np.full(need.shape, np.nan)
     if flag(training, "training") and kwargs.get("expandable_segments"):
         how[...] = 2
     elif flag(training, "training") and set(_given(kwargs)) <= SIMULATED_OPTIONS:
-        out, need, how = _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs)
-    return out, need, how, capacity
+        out, need, how, floor = _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs)
+    return out, need, how, capacity, floor
 
 
 @dataclass(frozen=True, repr=False)
@@ -223,7 +223,11 @@ def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, cap
     band is marked ``uncertain``. The replay runs on the card's capacity: a step that ran short returned its cached
     blocks and tried again, so its reserved peak (what ``torch.cuda.max_memory_reserved`` would show) lies just
     under the capacity, little to spare; where it failed, the need is the reserved memory then plus the request
-    that failed.
+    that failed, and the band reaches down to the allocated peak plus the CUDA context: whether the real allocator
+    finds room for that request depends on where the program's earlier blocks fell, which its history moves (on an
+    H100, Llama-3.2-1B's amp step at 32 x 1024 with checkpointing ran at 68.1 GiB reserved, and failed when repeated
+    later in the same process, asking for 15.7 GiB at 67.7 GiB; ``tests/data/memory/edge/h100_amp_traces``), so where
+    the allocated peak fits such an answer is ``uncertain``.
 
     Examples
     --------
@@ -235,12 +239,15 @@ def memory_margin(model, gpu, batch_size, seq_len, *, training: bool = True, cap
     >>> str(m.decided_by), round(float(m.band_bytes[1] / m.needed_bytes - 1), 3)
     ('allocated', 0.003)
     """
-    fit, need, how, capacity = _decide(model, gpu, batch_size, seq_len, training, capacity_bytes, kwargs,
-                                       "memory_margin")
+    fit, need, how, capacity, floor = _decide(model, gpu, batch_size, seq_len, training, capacity_bytes, kwargs,
+                                              "memory_margin")
     context = CUDA_CONTEXT_BYTES if flag(training, "training") else 0.0
     err = np.array([np.nan, REPLAY_ERROR, ALLOCATED_ERROR])[how]
     spread = (need - context) * err                  # the error applies to the allocator's bytes, not the context
     low, high = need - spread, need + spread
+    # a replay that ran out of memory failed on where its blocks fell, which the real program's history moves (the
+    # same step ran, then failed when repeated in one process): down to the allocated peak it could go either way
+    low = np.where(np.isfinite(floor), np.minimum(low, floor), low)
     uncertain = (low <= capacity) & (capacity <= high)
     names = np.array(list(DECIDED_BY))[how]
 
@@ -277,13 +284,15 @@ def _training_defaults() -> dict:
 
 
 def _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs) -> tuple:
-    """``(out, need, how)`` with the configurations whose need lies within :data:`EDGE_BAND` of the capacity decided
-    by the caching-allocator model (PyTorch's default allocator), where it can replay them (``need``: its reserved
-    peak plus the CUDA context; where a step fails, the reserved memory then plus the failing request; ``how`` 1);
-    the others as they were (``how`` 0)."""
+    """``(out, need, how, floor)`` with the configurations whose need lies within :data:`EDGE_BAND` of the capacity
+    decided by the caching-allocator model (PyTorch's default allocator), where it can replay them (``need``: its
+    reserved peak plus the CUDA context; where a step fails, the reserved memory then plus the failing request; ``how``
+    1); the others as they were (``how`` 0). ``floor`` is, where the replay failed, the allocated peak plus the CUDA
+    context (what a placement that leaves no hole needs), else nan."""
     need, out = np.broadcast_arrays(np.asarray(need, dtype=float), np.asarray(out))
     b, s = (np.broadcast_to(np.asarray(x), need.shape) for x in (batch_size, seq_len))
     out, need, how = np.array(out), np.array(need), np.zeros(need.shape, dtype=int)
+    floor = np.full(need.shape, np.nan)
     edge = np.flatnonzero(np.abs(need / capacity - 1.0).ravel() <= EDGE_BAND)
     opts = _given(kwargs)    # expandable segments never get here: the allocated peak decides them (_decide)
     for i in edge[:MAX_REPLAYS]:
@@ -295,4 +304,7 @@ def _at_the_edge(out, need, capacity, cfg, g, batch_size, seq_len, kwargs) -> tu
         out.ravel()[i] = sim.fits
         need.ravel()[i] = CUDA_CONTEXT_BYTES + sim.peak_reserved_bytes + (0 if sim.fits else sim.failed_request_bytes)
         how.ravel()[i] = 1
-    return out, need, how
+        if not sim.fits:
+            peak = training_memory(cfg, int(b.ravel()[i]), int(s.ravel()[i]), **kwargs).peak_bytes
+            floor.ravel()[i] = CUDA_CONTEXT_BYTES + float(peak)
+    return out, need, how, floor
