@@ -110,8 +110,9 @@ def fits(model, gpu, batch_size, seq_len, *, training: bool = True, capacity_byt
     default allocator is replayed, tensor by tensor, through a model of its caching allocator
     (:func:`~gpumodel.core.step_allocations.simulate_training_step`: three steps on the capacity less the CUDA
     context); with ``expandable_segments=True`` there is no fragmentation and the allocated peak decides. Measured on
-    80 training steps at the edge of an H100 (``bench/edge_accuracy.py``): 74 called right with the replay, 59 with
-    the fixed reserve alone; with expandable segments 76 of 76.
+    83 training steps at the edge of an H100 (``bench/edge_accuracy.py``): 76 called right with the replay (the 7
+    others :func:`memory_margin` marks ``uncertain``), 59 of 80 with the fixed reserve alone; with expandable
+    segments 76 of 76.
     """
     out = _decide(model, gpu, batch_size, seq_len, training, capacity_bytes, kwargs, "fits")[0]
     return out if out.ndim else np.bool_(out)
@@ -153,7 +154,8 @@ class MemoryMargin(ResultRecord):
         the allocated peak, no reserve (``expandable_segments=True``).
     band_bytes : tuple of (float or ndarray) or None
         80% band of ``needed_bytes`` [B] where the deciding method's error was measured on held-out runs
-        (:data:`REPLAY_ERROR`, :data:`ALLOCATED_ERROR`); nan for the fixed reserve, measured on none at this distance.
+        (:data:`REPLAY_ERROR`, :data:`ALLOCATED_ERROR`), down to the allocated peak plus the CUDA context where the
+        replay ran out of memory; nan for the fixed reserve, measured on none at this distance.
     uncertain : bool or ndarray
         The capacity lies inside the band: the answer could go either way (the caching allocator's placement of
         blocks, or the allocated peak, within its measured error).
@@ -181,7 +183,7 @@ class MemoryMargin(ResultRecord):
         gib = 2**30
         verdict = (f"fits, {self.spare_bytes / gib:.2f} GiB to spare" if self.fits
                    else f"does not fit, short by {-self.spare_bytes / gib:.2f} GiB")
-        sure = "; within the method's 80% band: could go either way" if self.uncertain else ""
+        sure = "; inside the answer's band: could go either way" if self.uncertain else ""
         return (f"MemoryMargin({verdict} of {self.capacity_bytes / gib:.2f} GiB; needs {self.needed_bytes / gib:.2f} "
                 f"GiB by {self.method}{sure})")
 
