@@ -13,6 +13,7 @@ One JSON line a (kernel, idle) run: ``case``, ``idle_s``, ``t_s`` (each call's s
 the events) and ``call_s``, and ``smi`` (the samples: wall time since the run's start, SM clock, power, temperature).
 
     python bench/measure_clock_ramp.py --out ramp.jsonl             # on the GPU, about 40 s
+    python bench/measure_clock_ramp.py --out long.jsonl --cases 0 --seconds 120 --idle 4   # minutes under load
     python bench/measure_clock_ramp.py --out ramp.jsonl --dry-run   # CPU: the loop and the file, no torch
 """
 
@@ -69,6 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--seconds", type=float, default=3.0, help="back-to-back load of each run [s]")
     p.add_argument("--idle", type=float, nargs="+", default=[4.0, 0.3], help="idle before each run [s]")
+    p.add_argument("--cases", type=int, nargs="+", help="which of CASES (indices; default all): one GEMM for a long run")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     cuda = not args.dry_run
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     else:   # the CPU smoke test: the loop and the file, with a Python call for a kernel
         torch, env = None, {"device_name": "cpu"}
     cases, seconds = (TINY, 0.05) if args.dry_run else (CASES, args.seconds)
+    if args.cases and not args.dry_run:
+        cases = [CASES[i] for i in args.cases]
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(json.dumps({"environment": {**env, "mode": "clock_ramp"}}) + "\n")
         for case in cases:
