@@ -25,7 +25,7 @@ from ..records.gpu import UnsupportedDTypeError
 
 __all__ = ["Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
            "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "checkpointing_mode",
-           "FP8Recipe", "fp8_recipe", "fp8_training"]
+           "FP8Recipe", "FP8_SEARCH", "fp8_recipe", "fp8_training"]
 
 
 # ---------------------------------------------------------------------------------------------- precisions
