@@ -214,62 +214,6 @@ def sustained_carried(path: Path, models: dict, last_windows: int = 8) -> dict:
     return out
 
 
-def _record(gpu: str, cal, divide: float = 1.0):
-    """``cal`` (or, for None, the transfer as a record) with every clock-bound rate divided by ``divide``."""
-    from gpumodel.calibration.record import Calibration, calibration_for
-    from gpumodel.calibration.sustained import COMPUTE_RATE_PREFIXES
-    from gpumodel.calibration.transfer import REFERENCE, transfer_for
-    from gpumodel.vocabulary import resolve_gpu
-
-    if cal is None:
-        moved = transfer_for(gpu).model
-        cal = Calibration.model_validate({**calibration_for(REFERENCE).model_dump(), "gpu": resolve_gpu(gpu).name,
-                                          "points": [], "parameters": dict(moved.params)})
-    params = {k: v / divide if k.startswith(COMPUTE_RATE_PREFIXES) else v for k, v in cal.parameters.items()}
-    return cal.model_copy(update={"parameters": params})
-
-
-def prefill_with_share(rows: list[dict], gpu: str, cal, slowdown: float) -> np.ndarray:
-    """Prefill steps [s] priced as back-to-back work: each step takes the share of ``slowdown`` its clock-bound
-    kernels' time gives it (:func:`gpumodel.calibration.sustained.clock_share`), ``t = t_alone + f (t_loaded -
-    t_alone)``, where ``t_loaded`` divides the clock-bound rates by ``slowdown``. ``cal`` None is the transfer."""
-    import serving_accuracy as sa
-    from gpumodel.calibration.sustained import clock_share
-
-    alone = sa.predict_steps(rows, "prefill", gpu, _record(gpu, cal))[0]
-    loaded = sa.predict_steps(rows, "prefill", gpu, _record(gpu, cal, slowdown))[0]
-    return alone + clock_share(alone, loaded - alone, slowdown) * (loaded - alone)
-
-
-def share_trial(folder: Path, cal, carried: dict) -> dict:
-    """The prefill steps' errors (``n``, ``median``, ``signed``) with each calibration taking the share of the
-    back-to-back slowdown over its own times of the sustained-load kernels (``carried``, :func:`sustained_carried`);
-    the same for the shipped calibration on its own GPU's serving steps (``tests/data/serving/measured.jsonl``,
-    held-out and fit rows) with its own sustained-load run (``tests/data/calibration/sustained.jsonl``)."""
-    import serving_accuracy as sa
-    from gpumodel.calibration.estimate import model_for
-    from gpumodel.calibration.record import calibration_for
-    from gpumodel.calibration.transfer import REFERENCE
-
-    rows = _prefill_rows(folder)
-    meas = np.array([r["seconds"] for r in rows])
-    out = {name: {"slowdown": carried[name]["median_sustained_over_model"],
-                  **errors(prefill_with_share(rows, cal.gpu, c, carried[name]["median_sustained_over_model"]), meas)}
-           for name, c in (("transfer", None), ("user", cal))}
-    ref = sa.load_measured(ROOT / "tests" / "data" / "serving" / "measured.jsonl")
-    ref = [r for r in ref if r["engine"] == "graph" and r["kind"] == "prefill"]
-    shipped = calibration_for(REFERENCE)
-    slow = sustained_carried(DATA / "sustained.jsonl", {"shipped": model_for(REFERENCE)[0]})["shipped"]
-    t_alone = sa.predict_steps(ref, "prefill", REFERENCE)[0]
-    t_share = prefill_with_share(ref, REFERENCE, shipped, slow["median_sustained_over_model"])
-    split = np.array([r["split"] for r in ref])
-    m = np.array([r["seconds"] for r in ref])
-    out["reference"] = {"gpu": shipped.gpu, "slowdown": slow["median_sustained_over_model"],
-                        **{f"{part} {how}": errors(t[split == part], m[split == part])
-                           for part in ("holdout", "fit") for how, t in (("alone", t_alone), ("share", t_share))}}
-    return out
-
-
 def kernel_sets(folder: Path) -> list[dict]:
     """Every kernel timed alone on the folder's GPU: its fresh kernels, the calibration run's points, and the GPU's
     other committed kernel sets (``tests/data/calibration/<gpu>/validation_round*.jsonl``)."""
@@ -283,15 +227,13 @@ def kernel_sets(folder: Path) -> list[dict]:
 def detail(folder: Path) -> dict:
     """Where the user's calibration and the transfer part on the prefill steps (see the module docstring)."""
     from gpumodel.calibration.estimate import model_for
-    from gpumodel.calibration.record import load_calibration
 
-    cal = load_calibration(folder / "calibration.yaml")
+    cal = current_calibration(folder)
     models = {"transfer": model_for(cal.gpu)[0], "user": cal.model()}
     out = {"families": prefill_families(folder, cal.gpu, cal), "by_length": prefill_by_length(folder, cal.gpu, cal),
            "gemms": gemms_by_duration(kernel_sets(folder), models, cal.gpu)}
     if (folder / "sustained.jsonl").exists():
         out["sustained"] = sustained_carried(folder / "sustained.jsonl", models)
-        out["share_trial"] = share_trial(folder, cal, out["sustained"])
     return out
 
 
@@ -321,25 +263,29 @@ def print_detail(d: dict) -> None:
                 for n in ("transfer", "user")))
         print("  median: " + "; ".join(f"{n} {s[n]['median_model_over_isolated']:.3f}, "
                                        f"{s[n]['median_sustained_over_model']:.3f}" for n in ("transfer", "user")))
-        t = d["share_trial"]
-        print("prefill steps as back-to-back work (each step's clock-bound share of the back-to-back slowdown over "
-              "the model's own times above):")
-        for n in ("transfer", "user"):
-            print(f"  {n:8s} slowdown {t[n]['slowdown']:.3f}: median {t[n]['median']:.1%}, signed {t[n]['signed']:+.1%}")
-        r = t["reference"]
-        print(f"  the shipped {r['gpu']} calibration on its own prefill steps (slowdown {r['slowdown']:.3f}): "
-              + "; ".join(f"{part} {r[part + ' alone']['median']:.1%} -> {r[part + ' share']['median']:.1%} "
-                          f"({r[part + ' alone']['signed']:+.1%} -> {r[part + ' share']['signed']:+.1%})"
-                          for part in ("holdout", "fit")))
     print()
+
+
+def current_calibration(folder: Path):
+    """The folder's ``calibration.yaml`` with its ``sustained_slowdown`` reduced from its ``sustained.jsonl`` as
+    ``gpumodel calibrate`` reduces it now: back-to-back time over the fitted model's price
+    (:func:`gpumodel.calibration.fit.model_slowdown`); a record written before took the isolated timing."""
+    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.record import load_calibration
+    from gpumodel.calibration.sustained import read_rows
+
+    cal = load_calibration(folder / "calibration.yaml")
+    if not (folder / "sustained.jsonl").exists():
+        return cal
+    slow = round(model_slowdown(cal.model(), read_rows(folder / "sustained.jsonl")), 4)
+    return cal.model_copy(update={"parameters": {**cal.parameters, "sustained_slowdown": slow}})
 
 
 def evaluate(folder: Path) -> dict:
     """Every row of one GPU's folder, and where its files come from."""
-    from gpumodel.calibration.record import load_calibration
     from gpumodel.training.hostcost import load_host_costs
 
-    cal = load_calibration(folder / "calibration.yaml")
+    cal = current_calibration(folder)
     host = load_host_costs(folder / "host.yaml")
     rows = (kernel_rows(folder, cal.gpu, cal) + serving_rows(folder, cal.gpu, cal)
             + step_rows(folder, cal.gpu, cal, host))

@@ -193,11 +193,14 @@ def test_a_step_takes_the_share_of_the_slowdown_its_compute_bound_kernels_give_i
     assert np.allclose(clock_share(np.array([2.0, 4.0]), np.array([0.12, 0.12]), 1.12), [0.5, 0.25])
     assert clock_share(1.0, 0.5, 1.0) == 0.0                              # no slowdown measured
     # an 8B model's step, about half its time in clock-bound kernels (f ~ 0.5): its clock slows by (s - 1) f, those
-    # kernels by as much, so the step by about (s - 1) f^2, a quarter of the 13.2% its GEMMs alone would take
+    # kernels by as much, so the step by about (s - 1) f^2, a quarter of what its GEMMs alone would take
+    from gpumodel.calibration.estimate import sustained_slowdown_for
+
+    excess = sustained_slowdown_for("h100") - 1.0                       # 0.069
     kw = dict(batch_size=1, seq_len=2048, precision="bf16", optimizer="sgd")
     big = gm.training_step_time("llama-3-8b", "h100", **kw)
     alone = gm.training_step_time("llama-3-8b", "h100", calibration=_without_slowdown("h100"), **kw)
-    assert 1.0 + 0.132 * 0.4**2 < big.seconds / alone.seconds < 1.0 + 0.132 * 0.6**2
+    assert 1.0 + excess * 0.4**2 < big.seconds / alone.seconds < 1.0 + excess * 0.6**2
 
 
 def _without_slowdown(gpu: str) -> Calibration:
@@ -210,7 +213,7 @@ def _without_slowdown(gpu: str) -> Calibration:
 
 def test_the_committed_h100_calibration_against_the_transfer():
     """``bench/user_calibration.py`` on ``tests/data/calibration/user_h100/``: kernels and training steps better than
-    the transfer, the steps within the bar; prefill worse (its README says why)."""
+    the transfer, the steps within the bar; the serving steps within theirs."""
     from benchscript import load_bench
 
     from pathlib import Path
@@ -218,10 +221,11 @@ def test_the_committed_h100_calibration_against_the_transfer():
     folder = Path(__file__).parent / "data" / "calibration" / "user_h100"
     res = load_bench("user_calibration").evaluate(folder)
     rows = {r["what"]: r for r in res["rows"]}
-    assert len(res["measured_families"]) == 19 and res["sustained_slowdown"] == pytest.approx(1.12)
-    for what in ("kernels, fresh", "kernels, held out of the fit", "training steps, 1-8B"):
+    # the slowdown over the fitted model (gpumodel calibrate now), not the record's 1.12 over the isolated timings
+    assert len(res["measured_families"]) == 19 and res["sustained_slowdown"] == pytest.approx(1.106, abs=5e-4)
+    for what in ("kernels, fresh", "kernels, held out of the fit", "training steps, 1-8B", "serving, prefill steps"):
         assert rows[what]["user"]["median"] < rows[what]["transfer"]["median"], what
     steps = rows["training steps, 1-8B"]["user"]
     assert steps["n"] == 12 and steps["median"] <= 0.10 and abs(steps["signed"]) <= 0.05
     assert rows["serving, decode steps"]["user"]["median"] <= 0.05
-    assert rows["serving, prefill steps"]["user"]["signed"] < rows["serving, prefill steps"]["transfer"]["signed"] < 0
+    assert rows["serving, prefill steps"]["user"]["median"] <= 0.05

@@ -280,11 +280,20 @@ def test_attention_libraries_on_the_h100_measured_one_by_one():
 
 
 def test_the_h100s_own_sustained_slowdown():
-    # measured on the H100 (tests/data/calibration/h100/sustained.jsonl): the median of three compute-bound ratios
-    from gpumodel.calibration.sustained import sustained_slowdown
+    # measured on the H100 (tests/data/calibration/h100/sustained.jsonl): the median of the compute-bound kernels'
+    # back-to-back time over the transfer's price of them
+    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.sustained import read_rows, sustained_slowdown
 
-    measured = sustained_slowdown(DATA / "h100" / "sustained.jsonl")
-    assert measured == pytest.approx(1.132, abs=5e-4)
-    assert transfer("h100-sxm").model.params["sustained_slowdown"] == 1.132
+    moved = transfer("h100-sxm").model
+    runs = [DATA / name / "sustained.jsonl" for name in ("h100", "user_h100", "user_h100_rerun")]
+    measured = [model_slowdown(moved, read_rows(p)) for p in runs]
+    assert measured[0] == pytest.approx(1.069, abs=5e-4)
+    assert moved.params["sustained_slowdown"] == 1.069
+    # three H100 machines on three days agree within half a point against the model (1.065-1.069); against their
+    # kernels timed after a pause they part by seven (1.061-1.132): how far the clock fell before the timing
+    assert max(measured) - min(measured) < 0.005
+    plain = [sustained_slowdown(p) for p in runs]
+    assert max(plain) - min(plain) > 0.05
     assert transfer("h100-pcie").model.params["sustained_slowdown"] == calibration_for("h200").parameters[
         "sustained_slowdown"]                                    # no measurement of its own: the reference's

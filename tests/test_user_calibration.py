@@ -18,10 +18,8 @@ def uc():
 
 
 @pytest.fixture(scope="module")
-def cal():
-    from gpumodel.calibration.record import load_calibration
-
-    return load_calibration(FOLDER / "calibration.yaml")
+def cal(uc):
+    return uc.current_calibration(FOLDER)
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +33,16 @@ def test_the_gemms_are_the_family_the_two_calibrations_part_on(uc, cal):
     d = uc.prefill_families(FOLDER, cal.gpu, cal)
     fams = d["families"]
     assert d["n"] == 57 and d["measured_s"] == pytest.approx(sum(r["seconds"] for r in uc._prefill_rows(FOLDER)))
-    # the family's time moves by the ratio of the two bf16 rates: 761.7 / 800.2 TFLOP/s = 0.952
-    from gpumodel.calibration.estimate import model_for
+    # the family's time moves by the ratio of the two bf16 rates (761.7 / 800.2 TFLOP/s = 0.952), less what the
+    # user's larger back-to-back slowdown over its faster rates gives back (at most 1.106 / 1.069 = 1.035)
+    from gpumodel.calibration.estimate import model_for, sustained_slowdown_for
 
     rate = model_for(cal.gpu)[0].params["flops_bf16"] / cal.parameters["flops_bf16"]
-    assert fams["matmul"]["ratio"] == pytest.approx(rate, abs=0.01)
+    back = sustained_slowdown_for(cal.gpu, calibration=cal) / sustained_slowdown_for(cal.gpu)
+    assert 1.02 < back < 1.05
+    assert rate + 0.005 < fams["matmul"]["ratio"] < rate * back
     others = sum(abs(r["moves"]) for f, r in fams.items() if f != "matmul")
-    assert fams["matmul"]["moves"] < -0.02 and abs(fams["matmul"]["moves"]) > 4 * others
+    assert fams["matmul"]["moves"] < -0.01 and abs(fams["matmul"]["moves"]) > 3 * others
     for r in fams.values():   # moves = (user - transfer) / measured, summed
         assert r["moves"] == pytest.approx((r["user_s"] - r["transfer_s"]) / d["measured_s"])
 
@@ -50,7 +51,7 @@ def test_prefill_errors_fall_with_the_steps_length(uc, cal):
     bins = uc.prefill_by_length(FOLDER, cal.gpu, cal)
     assert [b["n"] for b in bins] == [10, 10, 19, 18]
     for who in ("transfer", "user"):
-        assert bins[-1][who] < bins[0][who] - 0.04      # steps of 100 ms and more: 4+ points more too fast
+        assert bins[-1][who] < bins[0][who] - 0.02      # steps of 100 ms and more: 2+ points more too fast
     assert all(b["user"] < b["transfer"] for b in bins)
 
 
@@ -88,31 +89,3 @@ def test_what_each_model_makes_of_the_sustained_load_run(uc, models):
         r = s[who]
         prod = np.array(r["model_over_isolated"]) * np.array(r["sustained_over_model"])
         assert np.allclose(prod, s["sustained_over_isolated"])   # (model / alone) (back to back / model)
-
-
-def test_the_share_of_the_slowdown_lies_between_alone_and_loaded(uc, cal):
-    import serving_accuracy as sa
-
-    rows = uc._prefill_rows(FOLDER)[:6]
-    alone = sa.predict_steps(rows, "prefill", cal.gpu, cal)[0]
-    assert np.allclose(uc.prefill_with_share(rows, cal.gpu, cal, 1.0), alone)
-    loaded = sa.predict_steps(rows, "prefill", cal.gpu, uc._record(cal.gpu, cal, 1.1))[0]
-    shared = uc.prefill_with_share(rows, cal.gpu, cal, 1.1)
-    assert np.all(alone < shared) and np.all(shared < loaded)
-
-
-def test_the_transfer_as_a_record_prices_as_the_transfer(uc, cal):
-    import serving_accuracy as sa
-
-    rows = uc._prefill_rows(FOLDER)[:6]
-    assert np.allclose(sa.predict_steps(rows, "prefill", cal.gpu, uc._record(cal.gpu, None))[0],
-                       sa.predict_steps(rows, "prefill", cal.gpu)[0], rtol=1e-12)
-
-
-def test_the_share_trial_that_was_not_kept(uc, cal, models):
-    """The back-to-back share of the slowdown over each model's own times fixes this calibration's prefill steps but
-    puts the shipped H200 calibration's held-out prefill steps 2-3 points further off (the README's account)."""
-    t = uc.share_trial(FOLDER, cal, uc.sustained_carried(FOLDER / "sustained.jsonl", models))
-    assert t["user"]["median"] < 0.03 and t["transfer"]["median"] < 0.035
-    ref = t["reference"]
-    assert ref["holdout share"]["median"] > ref["holdout alone"]["median"] + 0.02

@@ -30,13 +30,14 @@ from .points import (PointSet, family_of, load_points, median_of_runs, median_ti
 from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
+from .sustained import slowdown
 from .transfer import transfer_for
 from ..records.specs import UnknownNameError
 from . import bench
 
 __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_files", "point_set", "fit_model",
            "starting_parameters",
-           "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
+           "relative_errors", "accuracy_table", "model_slowdown", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
            "tied_rates", "family_of", "op_family"]
 
 #: parameters that are fractions or exponents, with their upper bounds
@@ -239,6 +240,36 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
     return model, {"free": free, "tied": dict(tied), "iterations": it + 1, "cost": cost}
 
 
+def model_slowdown(model: CalibrationModel, rows: list[dict], last_windows: int = 8) -> float:
+    """How much slower compute-bound kernels run under sustained load than ``model`` prices them [ratio, >= 1].
+
+    :func:`~gpumodel.calibration.sustained.slowdown` with each kernel's back-to-back time per call compared with the
+    model's prediction, not with the kernel's own isolated timing. A calibration times each kernel for about a tenth
+    of a second, while the clock falls from its boost (the clock ramp: ``bench/measure_clock_ramp.py``), so its
+    fitted compute rates already carry part of the slowdown; compared with the isolated timing, that part would be
+    counted twice.
+
+    Parameters
+    ----------
+    model : CalibrationModel
+        The fitted (or transferred) model of the GPU the rows were measured on.
+    rows : list of dict
+        :func:`~gpumodel.calibration.sustained.measure_sustained`'s rows (``op``, ``dtype``, ``shape``, ``sustained``).
+    last_windows : int
+        Windows at the end of each back-to-back run whose median time per call is compared.
+
+    Returns
+    -------
+    float
+        :math:`\\max(1, \\mathrm{median}_i\\, t_{sus,i} / \\hat t_i)` over the compute-bound kernels [ratio].
+    """
+    predicted: list[float | None] = []
+    for row in rows:   # a file's header row (the environment) has no kernel
+        ps = point_set([{**row, "time_s": 1.0}]) if "shape" in row and "op" in row else None
+        predicted.append(float(_predict_all(model, ps)[0]) if ps is not None else None)
+    return max(1.0, slowdown(rows, last_windows, reference=predicted))
+
+
 def datasheet_bounds(gpu: Any) -> dict[str, float]:
     """Upper bounds no fitted rate may pass: the datasheet's dense peaks and bandwidth."""
     out = {"bandwidth": gpu.memory_bandwidth, "sm_bandwidth": gpu.memory_bandwidth}
@@ -267,12 +298,14 @@ def accuracy_table(model: CalibrationModel, ps: PointSet) -> dict[str, dict[str,
 
 def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any] | None = None,
                     keep_points: bool = True, validation: list[dict] | None = None, source: str = "",
-                    sustained_slowdown: float | None = None, anchor: float | None = None):
+                    sustained_slowdown: float | None = None, anchor: float | None = None,
+                    sustained_rows: list[dict] | None = None):
     """Fit a :class:`~gpumodel.calibration.record.Calibration` for ``gpu`` to measured ``points``.
 
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
-    ``sustained_slowdown`` (measured: :func:`gpumodel.calibration.sustained.sustained_slowdown`) is kept as
-    that parameter, which no fit touches.
+    ``sustained_rows`` (measured: :func:`gpumodel.calibration.sustained.measure_sustained`) give the parameter
+    ``sustained_slowdown``, against the fitted model (:func:`model_slowdown`); a given ``sustained_slowdown`` is kept
+    as it is. No fit touches it.
 
     Parameters
     ----------
@@ -291,10 +324,12 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     source : str
         Where the measurements come from, in words (kept in the record).
     sustained_slowdown : float, optional
-        Measured slowdown of compute-bound kernels under sustained load [ratio, >= 1].
+        Slowdown of compute-bound kernels under sustained load, over the fitted model [ratio, >= 1].
     anchor : float, optional
         Pseudo-measurements of its starting value per free parameter [points] (:func:`fit_model`); default
         :data:`ANCHOR_POINTS` where the fit starts from a transfer, else 0.
+    sustained_rows : list of dict, optional
+        Compute-bound kernels timed alone and back to back on the same GPU (not with ``sustained_slowdown``).
 
     Returns
     -------
@@ -315,6 +350,10 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     kept = [MeasuredPoint.from_point(p) for p in ps.points] if keep_points else []
     val = accuracy_table(model, point_set(validation)) if validation else {}
     params = {k: float(f"{v:.6g}") for k, v in model.params.items()}
+    if sustained_rows is not None:
+        if sustained_slowdown is not None:
+            raise ValueError("give sustained_slowdown or sustained_rows, not both")
+        sustained_slowdown = model_slowdown(model, sustained_rows)
     if sustained_slowdown is not None:
         params["sustained_slowdown"] = float(f"{sustained_slowdown:.4g}")
     return Calibration.from_environment(

@@ -28,7 +28,7 @@ import numpy as np
 from .bench import FLUSH_BYTES, make_runner, time_events
 from .cases import make_case
 
-__all__ = ["sustained_slowdown", "slowdown", "measure_sustained", "clock_share", "SUSTAINED_CASES",
+__all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "SUSTAINED_CASES",
            "COMPUTE_RATE_PREFIXES"]
 
 #: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
@@ -45,7 +45,7 @@ COMPUTE_RATE_PREFIXES = ("flops_", "attn_flops_", "unaligned_flops")
 _COMPUTE_OPS = ("matmul", "bmm", "attention")
 
 
-def slowdown(rows: Iterable[dict], last_windows: int = 8) -> float:
+def slowdown(rows: Iterable[dict], last_windows: int = 8, reference: Iterable[float | None] | None = None) -> float:
     """The median slowdown of the compute-bound kernels among ``rows`` (as :func:`measure_sustained` returns them).
 
     Parameters
@@ -54,20 +54,29 @@ def slowdown(rows: Iterable[dict], last_windows: int = 8) -> float:
         ``op``, ``isolated_s`` [s] and ``sustained`` (windows with ``per_call_s`` [s]) per kernel.
     last_windows : int
         Windows at the end of each run whose median time per call is compared with the isolated time.
+    reference : iterable of float, optional
+        The time each row is compared with [s], one per row (None to skip a row): a fitted model's prediction of
+        the kernel (:func:`gpumodel.calibration.fit.model_slowdown`). Default: the row's ``isolated_s``.
 
     Returns
     -------
     float
-        Median of (sustained time per call / isolated time) over the compute-bound kernels [ratio].
+        Median of (sustained time per call / reference time) over the compute-bound kernels [ratio].
 
     >>> slowdown([{"op": "matmul", "isolated_s": 1.0, "sustained": [{"per_call_s": 1.2}] * 8}])
     1.2
+    >>> slowdown([{"op": "matmul", "isolated_s": 1.0, "sustained": [{"per_call_s": 1.2}] * 8}], reference=[1.1])
+    1.0909090909090908
     """
+    rows = list(rows)
+    refs = [row.get("isolated_s") for row in rows] if reference is None else list(reference)
+    if len(refs) != len(rows):
+        raise ValueError(f"reference has {len(refs)} times for {len(rows)} rows")
     ratios = []
-    for row in rows:
-        if row.get("op") in _COMPUTE_OPS and row.get("sustained") and row.get("isolated_s"):
+    for row, ref in zip(rows, refs):
+        if row.get("op") in _COMPUTE_OPS and row.get("sustained") and ref:
             tail = [w["per_call_s"] for w in row["sustained"][-last_windows:]]
-            ratios.append(statistics.median(tail) / row["isolated_s"])
+            ratios.append(statistics.median(tail) / ref)
     if not ratios:
         raise ValueError("no compute-bound kernel with sustained timings")
     return float(statistics.median(ratios))
@@ -190,9 +199,14 @@ def sustained_slowdown(path: str | Path, last_windows: int = 8) -> float:
     >>> round(sustained_slowdown(fh.name), 6); os.remove(fh.name)
     1.2
     """
-    with open(path, encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
+    rows = read_rows(path)
     try:
         return slowdown(rows, last_windows)
     except ValueError:
         raise ValueError(f"{path}: no compute-bound kernel with sustained timings") from None
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a ``measure_sustained.py`` file (JSON lines), as :func:`measure_sustained` returns them."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

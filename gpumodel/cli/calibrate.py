@@ -4,8 +4,8 @@ Measuring (the default) times kernels of every family the time model prices, as 
 (:func:`gpumodel.calibration.budget.budget_plan`: each family sampled at one rate, a few kernels at least), holds
 every fifth one out of the fit to report the fit's error beside the transfer's on them, measures this host's
 per-op costs of eager PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and
-the slowdown of compute-bound kernels under sustained load (kept as ``sustained_slowdown``; ``--no-sustained``
-skips it). The record lists the families measured (``measured_families``); every parameter the run does not
+the slowdown of compute-bound kernels under sustained load over the fitted model's price of them (kept as
+``sustained_slowdown``; ``--no-sustained`` skips it). The record lists the families measured (``measured_families``); every parameter the run does not
 determine keeps the value of the shipped calibration carried to this GPU.
 
 Examples::
@@ -53,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="separate measurements to report the error on (not fitted); several files are pooled")
     p.add_argument("--source", default="", help="text for the record's source field")
     p.add_argument("--sustained", metavar="JSONL",
-                   help="isolated vs sustained timings (bench/measure_sustained.py): keep their median slowdown of "
-                        "compute-bound kernels as the record's sustained_slowdown (used for training steps)")
+                   help="isolated vs sustained timings (bench/measure_sustained.py): keep the median slowdown of "
+                        "their compute-bound kernels over the fitted model as the record's sustained_slowdown "
+                        "(used for training steps)")
     p.add_argument("--out", required=True, metavar="FILE", help="calibration YAML to write")
     p.add_argument("--gpu", help="GPU spec name (default: from the device name torch reports)")
     p.add_argument("--points", metavar="JSONL", help="also keep the raw measurements as JSON lines")
@@ -143,12 +144,12 @@ def _run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {host_out}: host costs per op (op {hc.op_s * 1e6:.1f} us, backward {hc.backward_op_s * 1e6:.1f} us)")
     if not args.no_sustained and not args.sustained:
-        from gpumodel.calibration.sustained import measure_sustained, slowdown
+        from gpumodel.calibration.sustained import measure_sustained
 
         rows = measure_sustained(plan.sustained_s)
         if args.sustained_points:
             _write_rows(args.sustained_points, rows)
-        args.measured_slowdown = slowdown(rows)
+        args.sustained_rows = rows
     return _fit_and_save(args, g, env, points, validation)
 
 
@@ -180,16 +181,18 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     from gpumodel.calibration.transfer import transfer_for
 
     g = g or gpu_for_device(str(env.get("device_name", "")))
-    slow = getattr(args, "measured_slowdown", None)
+    rows = getattr(args, "sustained_rows", None)
     if getattr(args, "sustained", None):
-        from gpumodel.calibration.sustained import sustained_slowdown
+        from gpumodel.calibration.sustained import read_rows, sustained_slowdown
 
         input_path(args.sustained, "--sustained")
         try:
-            slow = sustained_slowdown(args.sustained)
+            sustained_slowdown(args.sustained)   # refuses a file without compute-bound kernels timed back to back
+            rows = read_rows(args.sustained)
         except (ValueError, KeyError, TypeError) as exc:
             raise ArgumentError(f"--sustained {args.sustained}: {exc}") from None
-    cal = fit_calibration(points, g, env, validation=validation, source=args.source, sustained_slowdown=slow)
+    cal = fit_calibration(points, g, env, validation=validation, source=args.source, sustained_rows=rows)
+    slow = cal.parameters.get("sustained_slowdown") if rows is not None else None
     path = cal.save(args.out)
     moved = transfer_for(g) if validation else None
     transferred = accuracy_table(moved.model, point_set(validation)) if moved is not None else {}
@@ -197,7 +200,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
         print_json({"file": str(path), "gpu": cal.gpu, "parameters": cal.parameters, "fit_error": cal.fit_error,
                     "validation_error": cal.validation_error, "transfer_validation_error": transferred,
                     "host_file": getattr(args, "host_file", None),
-                    "sustained_slowdown": cal.parameters.get("sustained_slowdown") if slow is not None else None,
+                    "sustained_slowdown": slow,
                     "measured_families": cal.measured_families, "budget_s": getattr(args, "budget_s", None),
                     "kernels": len(points) + len(validation or [])})
         return 0

@@ -23,7 +23,8 @@ from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
 from ..calibration.bands import band_and_error, serving_regime
-from ..calibration.estimate import estimate as _estimate, resolve_calibration
+from ..calibration.estimate import estimate as _estimate, resolve_calibration, sustained_slowdown_for
+from ..calibration.sustained import clock_share
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
 from ..core.inference import inference_memory
@@ -168,10 +169,20 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
     times: dict[str, Any] = {}
     by_bound: dict[str, dict[str, Any]] = {}
     count, calibrated, wbytes, source = 0, False, 0.0, "datasheet"
-    for fam, op, n in kerns:
-        est = _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration)
+    # each kernel alone and under sustained load (compute rates over the slowdown): an engine runs its steps back
+    # to back, and a step takes the share of the slowdown its clock-bound kernels' time gives it (clock_share)
+    priced = [(fam, op, n, _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration),
+               _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration, sustained=True))
+              for fam, op, n in kerns]
+    alone_s = sum(n * np.asarray(est.seconds, dtype=float) for _, _, n, est, _ in priced) + zeros
+    extra_s = sum(n * (np.asarray(lo.seconds, dtype=float) - np.asarray(est.seconds, dtype=float))
+                  for _, _, n, est, lo in priced) + zeros
+    share = clock_share(alone_s, extra_s, sustained_slowdown_for(g, calibrated=setup.calibrated,
+                                                                 calibration=setup.calibration))
+    for fam, op, n, est, loaded in priced:
         source = est.source   # one model prices every kernel of the step
         t = np.asarray(est.seconds, dtype=float)
+        t = t + share * (np.asarray(loaded.seconds, dtype=float) - t)
         # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
         # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
         per_op = np.asarray(est.kernels, dtype=float)
