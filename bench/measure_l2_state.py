@@ -104,7 +104,7 @@ def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
         chain()
     graph.replay()
     out["graph_s"] = _events(torch, graph.replay, 20) / len(fns)
-    del graph, fns
+    graph.reset()
     return out
 
 

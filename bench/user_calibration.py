@@ -269,8 +269,8 @@ def print_detail(d: dict) -> None:
 def current_calibration(folder: Path):
     """The folder's ``calibration.yaml`` with its ``sustained_slowdown`` reduced from its ``sustained.jsonl`` as
     ``gpumodel calibrate`` reduces it now: back-to-back time over the fitted model's price
-    (:func:`gpumodel.calibration.fit.model_slowdown`); a record written before took the isolated timing."""
-    from gpumodel.calibration.fit import model_slowdown
+    (:func:`gpumodel.calibration.loaded.model_slowdown`); a record written before took the isolated timing."""
+    from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.record import load_calibration
     from gpumodel.calibration.sustained import read_rows
 

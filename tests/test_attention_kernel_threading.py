@@ -100,8 +100,10 @@ def test_serving_functions_take_the_kernel():
     sdpa = gm.prefill_time("llama-3-8b", H100, **kw)
     assert gm.prefill_time("llama-3-8b", H100, attention_kernel="sdpa", **kw).seconds == sdpa.seconds
     fa2 = gm.prefill_time("llama-3-8b", H100, attention_kernel="fa2", **kw)
-    # a 16k-token prompt: its causal attention is about a fifth of the prefill, and only it changes
-    assert fa2.seconds > sdpa.seconds and fa2.breakdown["matmul"] == sdpa.breakdown["matmul"]
+    # a 16k-token prompt: its causal attention is about a fifth of the prefill, and it changes; the GEMMs move only
+    # by the step's clock-bound share of the sustained slowdown, which the slower attention shifts (under 1%)
+    assert fa2.seconds > sdpa.seconds
+    assert fa2.breakdown["matmul"] == pytest.approx(sdpa.breakdown["matmul"], rel=0.01)
     assert fa2.breakdown["attention"] > sdpa.breakdown["attention"] and fa2.attention_kernel == "fa2"
     gen = gm.generation_time("llama-3-8b", H100, prompt_len=SEQ, new_tokens=4, attention_kernel="fa2")
     assert gen.prefill.attention_kernel == gen.last_decode.attention_kernel == "fa2"

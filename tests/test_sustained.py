@@ -40,7 +40,7 @@ def test_the_power_limit_slows_compute_not_memory():
 
 
 def test_shipped_slowdown_is_the_median_over_the_fitted_model_of_the_measured_compute_kernels():
-    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.sustained import read_rows
 
     compute = sorted(_ratio(r) for r in _rows() if r.get("op") in ("matmul", "attention") and "sustained" in r)
@@ -55,7 +55,7 @@ def test_shipped_slowdown_is_the_median_over_the_fitted_model_of_the_measured_co
 
 
 def test_model_slowdown_is_the_plain_slowdown_for_a_model_that_prices_the_isolated_times():
-    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.model import predict
     from gpumodel.calibration.sustained import slowdown
 
@@ -118,7 +118,7 @@ def test_calibrate_keeps_the_measured_slowdown(tmp_path):
     out = tmp_path / "c.yaml"
     assert main(["calibrate", "--from-points", str(DATA / "do_bench" / "quick.jsonl"), "--gpu", "h200",
                  "--sustained", str(SUSTAINED), "--out", str(out)]) == 0
-    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.sustained import read_rows
 
     cal = load_calibration(out)

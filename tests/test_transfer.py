@@ -282,7 +282,7 @@ def test_attention_libraries_on_the_h100_measured_one_by_one():
 def test_the_h100s_own_sustained_slowdown():
     # measured on the H100 (tests/data/calibration/h100/sustained.jsonl): the median of the compute-bound kernels'
     # back-to-back time over the transfer's price of them
-    from gpumodel.calibration.fit import model_slowdown
+    from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.sustained import read_rows, sustained_slowdown
 
     moved = transfer("h100-sxm").model

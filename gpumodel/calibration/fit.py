@@ -30,14 +30,14 @@ from .points import (PointSet, family_of, load_points, median_of_runs, median_ti
 from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
-from .sustained import slowdown
+from .loaded import model_slowdown
 from .transfer import transfer_for
 from ..records.specs import UnknownNameError
 from . import bench
 
 __all__ = ["PointSet", "load_points", "median_time", "median_of_runs", "repeat_files", "point_set", "fit_model",
            "starting_parameters",
-           "relative_errors", "accuracy_table", "model_slowdown", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
+           "relative_errors", "accuracy_table", "fit_calibration", "calibrate", "gpu_for_device", "datasheet_bounds", "UPPER_BOUNDS",
            "tied_rates", "family_of", "op_family"]
 
 #: parameters that are fractions or exponents, with their upper bounds
@@ -240,36 +240,6 @@ def fit_model(ps: PointSet, start: CalibrationModel, iterations: int = 60, free:
     return model, {"free": free, "tied": dict(tied), "iterations": it + 1, "cost": cost}
 
 
-def model_slowdown(model: CalibrationModel, rows: list[dict], last_windows: int = 8) -> float:
-    """How much slower compute-bound kernels run under sustained load than ``model`` prices them [ratio, >= 1].
-
-    :func:`~gpumodel.calibration.sustained.slowdown` with each kernel's back-to-back time per call compared with the
-    model's prediction, not with the kernel's own isolated timing. A calibration times each kernel for about a tenth
-    of a second, while the clock falls from its boost (the clock ramp: ``bench/measure_clock_ramp.py``), so its
-    fitted compute rates already carry part of the slowdown; compared with the isolated timing, that part would be
-    counted twice.
-
-    Parameters
-    ----------
-    model : CalibrationModel
-        The fitted (or transferred) model of the GPU the rows were measured on.
-    rows : list of dict
-        :func:`~gpumodel.calibration.sustained.measure_sustained`'s rows (``op``, ``dtype``, ``shape``, ``sustained``).
-    last_windows : int
-        Windows at the end of each back-to-back run whose median time per call is compared.
-
-    Returns
-    -------
-    float
-        :math:`\\max(1, \\mathrm{median}_i\\, t_{sus,i} / \\hat t_i)` over the compute-bound kernels [ratio].
-    """
-    predicted: list[float | None] = []
-    for row in rows:   # a file's header row (the environment) has no kernel
-        ps = point_set([{**row, "time_s": 1.0}]) if "shape" in row and "op" in row else None
-        predicted.append(float(_predict_all(model, ps)[0]) if ps is not None else None)
-    return max(1.0, slowdown(rows, last_windows, reference=predicted))
-
-
 def datasheet_bounds(gpu: Any) -> dict[str, float]:
     """Upper bounds no fitted rate may pass: the datasheet's dense peaks and bandwidth."""
     out = {"bandwidth": gpu.memory_bandwidth, "sm_bandwidth": gpu.memory_bandwidth}
@@ -304,7 +274,7 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
 
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
     ``sustained_rows`` (measured: :func:`gpumodel.calibration.sustained.measure_sustained`) give the parameter
-    ``sustained_slowdown``, against the fitted model (:func:`model_slowdown`); a given ``sustained_slowdown`` is kept
+    ``sustained_slowdown``, against the fitted model (:func:`~gpumodel.calibration.loaded.model_slowdown`); a given ``sustained_slowdown`` is kept
     as it is. No fit touches it.
 
     Parameters

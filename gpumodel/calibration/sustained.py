@@ -56,7 +56,7 @@ def slowdown(rows: Iterable[dict], last_windows: int = 8, reference: Iterable[fl
         Windows at the end of each run whose median time per call is compared with the isolated time.
     reference : iterable of float, optional
         The time each row is compared with [s], one per row (None to skip a row): a fitted model's prediction of
-        the kernel (:func:`gpumodel.calibration.fit.model_slowdown`). Default: the row's ``isolated_s``.
+        the kernel (:func:`gpumodel.calibration.loaded.model_slowdown`). Default: the row's ``isolated_s``.
 
     Returns
     -------

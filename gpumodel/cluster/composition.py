@@ -31,6 +31,11 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
   the GEMMs being the layer's compute less its attention kernels); the gradient reduce-scatter runs bucket
   by bucket under the last micro-batch's backward and the parameter all-gather under the first micro-batch's
   forward; the pipeline's sends run under the next model chunk's compute.
+* **What hidden communication costs the compute**: a collective kernel that runs under compute keeps
+  :data:`COLLECTIVE_CTAS` thread blocks resident, each on an SM, so the compute beside it runs on the rest and
+  takes :func:`collective_sm_share` of the hidden collective's time longer (the context-parallel exchanges, hidden
+  tensor-parallel and expert all-to-all traffic, ZeRO-3's and the data-parallel reduction's hidden part, hidden
+  pipeline sends). The breakdown counts it as communication.
 
 Collective times come from :mod:`gpumodel.cluster.collectives` with each group's placement (tensor
 ranks innermost). Multi-GPU times are modelled, not measured here; ``python bench/published_runs.py``
@@ -52,10 +57,30 @@ import numpy as np
 from ..base.errors import ArgumentError
 from ..vocabulary import Framework
 from .collectives import system_collective_time as _coll
-from .dataparallel import gradient_bytes, step_sync_exposed, zero3_layer_exposed
+from .dataparallel import gradient_bytes, step_sync_times, zero3_layer_times
 from .pipeline import p2p_time, pipeline_bubble, slowest_stage, stage_layers
 
-__all__ = ["PHASES", "OVERLAPS", "overlaps", "compose"]
+__all__ = ["PHASES", "OVERLAPS", "COLLECTIVE_CTAS", "overlaps", "compose", "collective_sm_share"]
+
+#: thread blocks a collective kernel keeps resident while it runs, each on an SM of its own: an NVIDIA H100 profile of
+#: an FSDP prefetch shows ``ncclAllGather`` launched with 24 blocks beside a GEMM, whose 132 tiles then ran in two
+#: waves (NVIDIA developer forum, "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because
+#: of Tail Effect", 2025)
+COLLECTIVE_CTAS = 24
+
+
+def collective_sm_share(gpu: Any) -> float:
+    """The share of ``gpu``'s SMs a collective kernel holds while it runs under compute [1].
+
+    Compute that runs beside it has :math:`1 - c/S` of the SMs, so a stretch of compute that a hidden collective of
+    :math:`t_c` seconds overlaps takes :math:`(c/S)\, t_c` longer, to first order (``c`` =
+    :data:`COLLECTIVE_CTAS`, ``S`` the SM count).
+
+    >>> import gpumodel as gm
+    >>> round(collective_sm_share(gm.gpu("h100")), 3), round(collective_sm_share(gm.gpu("a100")), 3)
+    (0.182, 0.222)
+    """
+    return min(1.0, COLLECTIVE_CTAS / float(gpu.sm_count))
 
 #: Phases of the step breakdown [s].
 PHASES = ("forward", "backward", "recompute", "optimizer", "communication", "pipeline_bubble")
@@ -141,11 +166,13 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     gather = A(_coll("all_gather", kv_bytes, sysm, cp, tp))
     scatter = A(_coll("reduce_scatter", kv_bytes, sysm, cp, tp))
     cp_layer = np.where(full, 2, 1) * np.maximum(0.0, gather - attn) + np.maximum(0.0, scatter - 2.5 * attn)
+    cp_all = np.where(full, 2, 1) * gather + scatter
     routed = act_bytes * max(cfg.experts_per_token, 1)
     redo = np.where(full, 1.5, np.where(sel, 1 + sel_moe / 2, 1.0))    # a recomputed MoE layer dispatches again
-    ep_layer = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * redo
+    ep_layer = ep_all = 4 * A(_coll("all_to_all", routed, sysm, ep, tp)) * redo
     if "ep" in hide:  # dispatch and combine under another micro-batch's compute
         ep_layer = np.maximum(0.0, ep_layer - (f_l + b_l + r_l))
+    tp_all = tp_layer
     if "tp" in hide:  # chunked under the layer's GEMMs: its compute less the attention kernels (backward 2.5x forward)
         gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | (sel & sel_attn), 1.0, 0.0)))
         tp_layer = np.maximum(0.0, tp_layer - gemm_l)
@@ -154,24 +181,31 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     if cfg.is_moe:
         layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
     grad_bytes = gradient_bytes(fw, prec, grad_reduce_dtype)
-    zero3_l = np.where((zero == 3) & (group > 1), zero3_layer_exposed(fw, sysm, layer_params, group, tp, c, grad_bytes,
-                                                                      f_l, b_l + r_l, full), 0.0)
+    z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, group, tp, c, grad_bytes, f_l, b_l + r_l, full)
+    zero3_l = np.where((zero == 3) & (group > 1), z3_exposed, 0.0)
+    # the collectives run under the layer's compute hold some of its SMs: the compute takes that much longer
+    share = collective_sm_share(sysm.gpu)
+    slowed_l = share * (tp_all - tp_layer + cp_all - cp_layer + ep_all - ep_layer
+                        + np.where((zero == 3) & (group > 1), z3_all - z3_exposed, 0.0))
 
     # ---- the slowest pipeline stage, the schedule and its sends
     head_f, head_b = A(st.head_forward), A(st.head_backward)
-    layer_t = f_l + b_l + r_l + tp_layer + cp_layer + ep_layer + zero3_l
+    layer_t = f_l + b_l + r_l + tp_layer + cp_layer + ep_layer + zero3_l + slowed_l
     layers, head = slowest_stage(layer_t, head_f + head_b + 2 * tp_coll, cut, pp)
-    p2p = p2p_time(act_bytes, sysm, tp, tp * cp * dp, v, pp, sp, fw in (Framework.MEGATRON, Framework.DEEPSPEED))
+    p2p = p2p_all = p2p_time(act_bytes, sysm, tp, tp * cp * dp, v, pp, sp,
+                             fw in (Framework.MEGATRON, Framework.DEEPSPEED))
     if "pp" in hide:  # each send under the next model chunk's compute
         p2p = np.maximum(0.0, p2p - layers * (f_l + b_l + r_l))
-    comm_mb = layers * (tp_layer + cp_layer + ep_layer + zero3_l) + head * 2 * tp_coll + p2p
+    comm_mb = (layers * (tp_layer + cp_layer + ep_layer + zero3_l + slowed_l) + head * 2 * tp_coll + p2p
+               + share * (p2p_all - p2p))
     t_mb = layers * (f_l + b_l + r_l) + head * (head_f + head_b) + comm_mb
     fwd_mb = layers * f_l + head * head_f + comm_mb * f_l / (f_l + b_l + r_l)   # its forward share
 
     # ---- once a step: the data-parallel reduction (ZeRO 0-2) and the optimizer
     n_stage = layer_params * np.max(np.broadcast_arrays(*cut), axis=0) + cfg.embedding_parameters() / tp
-    dp_comm = step_sync_exposed(fw, sysm, zero, n_stage, group, tp, c, grad_bytes, layers * (b_l + r_l),
-                                layers * f_l, "dp" in hide)
+    dp_comm, dp_all = step_sync_times(fw, sysm, zero, n_stage, group, tp, c, grad_bytes, layers * (b_l + r_l),
+                                      layers * f_l, "dp" in hide)
+    dp_comm = dp_comm + share * (dp_all - dp_comm)
     n_opt = n_stage / np.where(zero >= 1, group, 1)
     layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
     # full: the forward's share of forward + backward FLOPs (1 : 2.5); selective: the recomputed kernels'

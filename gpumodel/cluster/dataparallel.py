@@ -40,7 +40,7 @@ import numpy as np
 from ..vocabulary import Framework
 from .collectives import system_collective_time
 
-__all__ = ["gradient_bytes", "zero3_layer_exposed", "step_sync_exposed", "DDP_BUCKET_BYTES",
+__all__ = ["gradient_bytes", "zero3_layer_exposed", "zero3_layer_times", "step_sync_exposed", "step_sync_times", "DDP_BUCKET_BYTES",
            "MEGATRON_BUCKET_PARAMS"]
 
 #: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
@@ -113,10 +113,22 @@ def zero3_layer_exposed(framework: Framework, system, layer_params: Any, group: 
         ``max(0, g - t_f) + max(0, k g + r - t_b)`` with ``g`` one all-gather, ``r`` the reduce-scatter and
         ``k`` 2 for DeepSpeed with recomputation, else 1 [s].
     """
+    return zero3_layer_times(framework, system, layer_params, group, stride, param_bytes, grad_bytes, forward_s,
+                             backward_s, recompute)[0]
+
+
+def zero3_layer_times(framework: Framework, system, layer_params: Any, group: Any, stride: Any, param_bytes: int,
+                      grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any) -> tuple[Any, Any]:
+    """ZeRO-3's gathers and reduce-scatter of one layer in one micro-batch: (exposed, all of it) [s].
+
+    The arguments are :func:`zero3_layer_exposed`'s; the second value, ``(1 + k) g + r``, less the first is the
+    time the collectives run under the layer's compute.
+    """
     gather = np.asarray(system_collective_time("all_gather", layer_params * param_bytes, system, group, stride))
     reduce = np.asarray(system_collective_time("reduce_scatter", layer_params * grad_bytes, system, group, stride))
     again = np.where(np.asarray(recompute) & (framework == Framework.DEEPSPEED), 2.0, 1.0)
-    return np.maximum(0.0, gather - forward_s) + np.maximum(0.0, again * gather + reduce - backward_s)
+    exposed = np.maximum(0.0, gather - forward_s) + np.maximum(0.0, again * gather + reduce - backward_s)
+    return exposed, (1.0 + again) * gather + reduce
 
 
 def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any, group: Any, stride: Any,
@@ -149,6 +161,18 @@ def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any
     float or ndarray
         Exposed seconds; 0 for a group of one rank or ZeRO-3 (whose step-level share is in the layers).
     """
+    return step_sync_times(framework, system, zero, stage_params, group, stride, param_bytes, grad_bytes,
+                           last_backward_s, first_forward_s, comm_overlap)[0]
+
+
+def step_sync_times(framework: Framework, system, zero: Any, stage_params: Any, group: Any, stride: Any,
+                    param_bytes: int, grad_bytes: int, last_backward_s: Any, first_forward_s: Any,
+                    comm_overlap: bool = False) -> tuple[Any, Any]:
+    """The data-parallel communication of one step (ZeRO 0-2): (exposed, all of it) [s].
+
+    The arguments are :func:`step_sync_exposed`'s; the second value less the first is the time the reduction and
+    gathers run under compute.
+    """
     zero, group = np.asarray(zero), np.asarray(group)
 
     def coll(op, nbytes):
@@ -168,4 +192,5 @@ def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any
         last = coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes))
         after = gat if framework == Framework.DEEPSPEED else np.maximum(0.0, gat - first_forward_s)
         out = np.maximum(red - last_backward_s, last) + after
-    return np.where((group > 1) & (zero < 3), out, 0.0)
+    runs = (group > 1) & (zero < 3)
+    return np.where(runs, out, 0.0), np.where(runs, red + gat, 0.0)

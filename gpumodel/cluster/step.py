@@ -168,7 +168,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     -------
     StepTime
         With ``num_gpus``, ``fits``/``peak_bytes`` per GPU and a breakdown of "forward", "backward",
-        "recompute", "optimizer", "communication" (exposed) and "pipeline_bubble" [s]. MFU and HFU in the
+        "recompute", "optimizer", "communication" (exposed, with the compute that hidden collectives slow:
+        :func:`~gpumodel.cluster.composition.collective_sm_share`) and "pipeline_bubble" [s]. MFU and HFU in the
         convention of :class:`~gpumodel.training.steptime.StepTime`: HFU adds the recomputed forward work
         (full: each layer's forward; selective: the recomputed submodules', by default the attention core), so it
         equals MFU without recomputation.
