@@ -185,3 +185,27 @@ def test_a_moe_shard_runs_the_experts_width_not_the_dense_width():
         st = gm.training_step_time(qwen_moe, "dgx-h100", batch_size=1, seq_len=4096, precision="bf16",
                                    parallelism=gm.Parallelism(dp=8), framework="megatron")
     assert 0.7 < st.hardware_flops / st.model_flops < 1.1
+
+
+def test_hidden_collectives_slow_the_compute_beside_them(monkeypatch):
+    """A collective hidden under compute holds 24 of the SMs (``COLLECTIVE_CTAS``): the step pays that share of the
+    hidden time, no more than the share of all of the communication, and nothing where nothing is hidden."""
+    from gpumodel.cluster import composition
+
+    par = gm.Parallelism(tp=8, dp=4, zero=1, sequence_parallel=True)
+    kw = dict(batch_size=2, seq_len=2048, gradient_accumulation_steps=4, parallelism=par, framework="megatron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        hidden = parallel_training_step_time(CFG, "dgx-h100", comm_overlap=True, **kw)
+        plain = parallel_training_step_time(CFG, "dgx-h100", **kw)
+        monkeypatch.setattr(composition, "COLLECTIVE_CTAS", 0)
+        free = parallel_training_step_time(CFG, "dgx-h100", comm_overlap=True, **kw)
+        plain_free = parallel_training_step_time(CFG, "dgx-h100", **kw)
+    share = 24 / 132                                          # an H100's SMs
+    # what overlap hides: the exposed communication it takes away (the same collectives, priced once)
+    hidden_s = plain_free.breakdown["communication"] - free.breakdown["communication"]
+    paid = hidden.seconds - free.seconds
+    assert 0 < paid and paid == pytest.approx(share * hidden_s, rel=1e-6)    # one stage: no bubble to carry it
+    assert paid < share * plain_free.breakdown["communication"]
+    # the context-parallel exchange is hidden under attention in either mode; here there is none, so nothing is paid
+    assert plain.seconds == pytest.approx(plain_free.seconds, rel=1e-9)

@@ -73,7 +73,7 @@ def collective_sm_share(gpu: Any) -> float:
     """The share of ``gpu``'s SMs a collective kernel holds while it runs under compute [1].
 
     Compute that runs beside it has :math:`1 - c/S` of the SMs, so a stretch of compute that a hidden collective of
-    :math:`t_c` seconds overlaps takes :math:`(c/S)\, t_c` longer, to first order (``c`` =
+    :math:`t_c` seconds overlaps takes :math:`(c/S)\\, t_c` longer, to first order (``c`` =
     :data:`COLLECTIVE_CTAS`, ``S`` the SM count).
 
     >>> import gpumodel as gm
