@@ -8,7 +8,8 @@ Writes into ``OUT/<gpu>/`` (``<gpu>``: the spec name of the device, e.g. ``h100-
 * ``calibrate_points.jsonl``, ``sustained.jsonl``: that run's raw kernel timings (every fifth held out of its fit)
   and its isolated and back-to-back timings of the sustained-load kernels;
 * ``kernels.jsonl``: a fresh draw of every plan (``bench/measure_kernels.py --set fresh``), sampled across families;
-* ``serving.jsonl``: prefill and decode steps of the lean decoder (``bench/measure_serving.py --no-hf``);
+* ``serving.jsonl``: prefill and decode steps of the lean decoder (``bench/measure_serving.py --no-hf``), each
+  graph replayed back to back for :data:`SERVING_SUSTAIN_S` before it is timed;
 * ``steps.jsonl``: training steps of 1-8B models (``bench/measure_step_time.py``: the one-card group, then 1-3B runs);
 * ``log.txt``: every stage's command and output, with ``nvidia-smi`` clocks, power and temperature between stages.
 
@@ -35,6 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNEL_ROUND, KERNEL_SAMPLE = 9, 300
 #: training steps: the one-card group (7-8B trained whole, a 1B at a large batch), then 1-3B runs of the first groups
 BIG_STEPS, MID_STEPS = "54-59", "7,8,11,12,34,43"
+#: serving steps: back-to-back replays before each timing [s], so that they are timed at the clock an engine's steps
+#: run at (the runs committed before 2026-12-07 were timed without: ``sustain_s`` 0 in their environment line)
+SERVING_SUSTAIN_S = 0.2
 #: the committed points the dry run refits (a quick plan measured on an H200)
 DRY_POINTS = ROOT / "tests" / "data" / "calibration" / "do_bench" / "quick.jsonl"
 
@@ -127,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     log.run("kernels", [py, "bench/measure_kernels.py", "--set", "fresh", "--round", str(KERNEL_ROUND), "--sample",
                         str(KERNEL_SAMPLE), "--time-budget", f"{b['kernels']:.0f}", "--out",
                         str(folder / "kernels.jsonl"), *dry], timeout_s=b["kernels"] + 30.0)
-    log.run("serving", [py, "bench/measure_serving.py", "--no-hf", "--budget-s", f"{b['serving']:.0f}", "--out",
-                        str(folder / "serving.jsonl"), *dry], timeout_s=b["serving"] + 40.0)
+    log.run("serving", [py, "bench/measure_serving.py", "--no-hf", "--sustain-s", str(SERVING_SUSTAIN_S), "--budget-s",
+                        f"{b['serving']:.0f}", "--out", str(folder / "serving.jsonl"), *dry], timeout_s=b["serving"] + 40.0)
     steps = folder / "steps.jsonl"
     steps.write_text("")
     for name, runs in (("big_steps", BIG_STEPS), ("mid_steps", MID_STEPS)):
