@@ -220,5 +220,5 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
         print(f"held-out kernels ({mine.n}): median error {mine.median:.1%} with this calibration, "
               f"{theirs['median']:.1%} with the shipped calibration carried to this GPU")
     if slow is not None:
-        print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work)")
+        print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, over this fit)")
     return 0
