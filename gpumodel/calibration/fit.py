@@ -274,8 +274,8 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
 
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
     ``sustained_rows`` (measured: :func:`gpumodel.calibration.sustained.measure_sustained`) give the parameter
-    ``sustained_slowdown``, against the fitted model (:func:`~gpumodel.calibration.loaded.model_slowdown`); a given ``sustained_slowdown`` is kept
-    as it is. No fit touches it.
+    ``sustained_slowdown``, against the fitted model (:func:`~gpumodel.calibration.loaded.model_slowdown`); a given
+    ``sustained_slowdown`` is kept as it is. No fit touches it.
 
     Parameters
     ----------

@@ -5,7 +5,8 @@ Measuring (the default) times kernels of every family the time model prices, as 
 every fifth one out of the fit to report the fit's error beside the transfer's on them, measures this host's
 per-op costs of eager PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and
 the slowdown of compute-bound kernels under sustained load over the fitted model's price of them (kept as
-``sustained_slowdown``; ``--no-sustained`` skips it). The record lists the families measured (``measured_families``); every parameter the run does not
+``sustained_slowdown``; ``--no-sustained`` skips it). The record lists the families measured
+(``measured_families``); every parameter the run does not
 determine keeps the value of the shipped calibration carried to this GPU.
 
 Examples::
@@ -183,12 +184,12 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     g = g or gpu_for_device(str(env.get("device_name", "")))
     rows = getattr(args, "sustained_rows", None)
     if getattr(args, "sustained", None):
-        from gpumodel.calibration.sustained import read_rows, sustained_slowdown
+        from gpumodel.calibration.sustained import read_rows, slowdown
 
         input_path(args.sustained, "--sustained")
         try:
-            sustained_slowdown(args.sustained)   # refuses a file without compute-bound kernels timed back to back
             rows = read_rows(args.sustained)
+            slowdown(rows)   # refuses a file without compute-bound kernels timed back to back
         except (ValueError, KeyError, TypeError) as exc:
             raise ArgumentError(f"--sustained {args.sustained}: {exc}") from None
     cal = fit_calibration(points, g, env, validation=validation, source=args.source, sustained_rows=rows)
@@ -220,5 +221,6 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
         print(f"held-out kernels ({mine.n}): median error {mine.median:.1%} with this calibration, "
               f"{theirs['median']:.1%} with the shipped calibration carried to this GPU")
     if slow is not None:
-        print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, over this fit)")
+        print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, "
+              "over this fit)")
     return 0

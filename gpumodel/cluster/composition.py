@@ -182,11 +182,12 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
         layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
     grad_bytes = gradient_bytes(fw, prec, grad_reduce_dtype)
     z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, group, tp, c, grad_bytes, f_l, b_l + r_l, full)
-    zero3_l = np.where((zero == 3) & (group > 1), z3_exposed, 0.0)
+    sharded = (zero == 3) & (group > 1)
+    zero3_l = np.where(sharded, z3_exposed, 0.0)
     # the collectives run under the layer's compute hold some of its SMs: the compute takes that much longer
     share = collective_sm_share(sysm.gpu)
     slowed_l = share * (tp_all - tp_layer + cp_all - cp_layer + ep_all - ep_layer
-                        + np.where((zero == 3) & (group > 1), z3_all - z3_exposed, 0.0))
+                        + np.where(sharded, z3_all - z3_exposed, 0.0))
 
     # ---- the slowest pipeline stage, the schedule and its sends
     head_f, head_b = A(st.head_forward), A(st.head_backward)

@@ -40,8 +40,8 @@ import numpy as np
 from ..vocabulary import Framework
 from .collectives import system_collective_time
 
-__all__ = ["gradient_bytes", "zero3_layer_exposed", "zero3_layer_times", "step_sync_exposed", "step_sync_times", "DDP_BUCKET_BYTES",
-           "MEGATRON_BUCKET_PARAMS"]
+__all__ = ["gradient_bytes", "zero3_layer_exposed", "zero3_layer_times", "step_sync_exposed", "step_sync_times",
+           "DDP_BUCKET_BYTES", "MEGATRON_BUCKET_PARAMS"]
 
 #: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
 DDP_BUCKET_BYTES = 25 * 2**20

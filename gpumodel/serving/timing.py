@@ -170,15 +170,20 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
     by_bound: dict[str, dict[str, Any]] = {}
     count, calibrated, wbytes, source = 0, False, 0.0, "datasheet"
     # each kernel alone and under sustained load (compute rates over the slowdown): an engine runs its steps back
-    # to back, and a step takes the share of the slowdown its clock-bound kernels' time gives it (clock_share)
-    priced = [(fam, op, n, _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration),
-               _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration, sustained=True))
-              for fam, op, n in kerns]
+    # to back, and a step takes the share of the slowdown its clock-bound kernels' time gives it (clock_share); a
+    # model without a slowdown prices both alike, so it prices each kernel once
+    slow = sustained_slowdown_for(g, calibrated=setup.calibrated, calibration=setup.calibration)
+
+    def both(op):
+        alone = _estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration)
+        return alone, (_estimate(op, g, calibrated=setup.calibrated, calibration=setup.calibration, sustained=True)
+                       if slow > 1.0 else alone)
+
+    priced = [(fam, op, n, *both(op)) for fam, op, n in kerns]
     alone_s = sum(n * np.asarray(est.seconds, dtype=float) for _, _, n, est, _ in priced) + zeros
     extra_s = sum(n * (np.asarray(lo.seconds, dtype=float) - np.asarray(est.seconds, dtype=float))
                   for _, _, n, est, lo in priced) + zeros
-    share = clock_share(alone_s, extra_s, sustained_slowdown_for(g, calibrated=setup.calibrated,
-                                                                 calibration=setup.calibration))
+    share = clock_share(alone_s, extra_s, slow)
     for fam, op, n, est, loaded in priced:
         source = est.source   # one model prices every kernel of the step
         t = np.asarray(est.seconds, dtype=float)
