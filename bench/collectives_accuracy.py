@@ -13,7 +13,8 @@ bandwidths published for 8-GPU DGX/HGX A100, H100 and H200 nodes (each row cites
 row is modelled with the algorithm NCCL ran (its ``algorithm`` field: ``"ring"`` where the run forced
 the ring or disabled NVLS, ``"auto"`` where NCCL chose, which on H100/H200 nodes is NVLink SHARP for
 the all-reduce); rows where NCCL used NVLink SHARP (``nvls``) are summarised apart, and the column
-``alg`` names the algorithm the model took.
+``alg`` names the algorithm the model took. Then, summarised apart, the published runs across nodes
+(``tests/data/cluster/nccl_tests_multinode.jsonl``): the network links, their efficiency and latency.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "nccl_tests_published.jsonl"
+#: published nccl-tests runs over several nodes (the network's share of the model)
+MULTINODE = PUBLISHED.with_name("nccl_tests_multinode.jsonl")
 
 from gpumodel.cluster.collectives import busbw, system_collective_time  # noqa: E402
 from gpumodel.cluster.nvls import nvls_available  # noqa: E402
@@ -61,6 +64,25 @@ def _summary(rows: list[dict], label: str) -> None:
               f"over {len(big)} cases (bar: 15%)")
 
 
+def report(rows: list[dict], system: str, label: str) -> None:
+    """Print the rows of :func:`compare` and their summary (``label`` heads the summary lines)."""
+    print(f"{'system':<18} {'collective':<11} {'n':>3} {'MB':>8} {'meas us':>10} {'model us':>10} {'meas busbw':>11} "
+          f"{'model busbw':>12} {'err':>7}  {'NCCL ran':<9} model alg")
+    for r in rows:
+        ran = "NVLS" if r.get("nvls") else r.get("algorithm", "auto")
+        print(f"{r.get('system', system):<18} {r['collective']:<11} {r['n']:>3} {r['nbytes'] / 1e6:>8.1f} "
+              f"{r['seconds'] * 1e6:>10.1f} {r['model_s'] * 1e6:>10.1f} {r['busbw'] / 1e9:>10.1f}G "
+              f"{r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}  {ran:<9} {r['model_algorithm']}")
+    print()
+    if any(r.get("nvls") for r in rows):
+        _summary([r for r in rows if not r.get("nvls")], label + "ring/tree (no NVLS), ")
+        _summary([r for r in rows if r.get("nvls")], label + "NVLink SHARP (NVLS), ")
+        _summary(rows, label + "all, ")
+    else:
+        _summary(rows, label)
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="?", help="JSON lines of bench/measure_collectives.py")
@@ -69,21 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.data and not args.published:
         ap.error("give a data file or --published")
-    rows = compare(PUBLISHED if args.published else Path(args.data), args.system)
-    print(f"{'system':<14} {'collective':<11} {'n':>3} {'MB':>8} {'meas us':>10} {'model us':>10} {'meas busbw':>11} "
-          f"{'model busbw':>12} {'err':>7}  {'NCCL ran':<9} model alg")
-    for r in rows:
-        ran = "NVLS" if r.get("nvls") else r.get("algorithm", "auto")
-        print(f"{r.get('system', args.system):<14} {r['collective']:<11} {r['n']:>3} {r['nbytes'] / 1e6:>8.1f} "
-              f"{r['seconds'] * 1e6:>10.1f} {r['model_s'] * 1e6:>10.1f} {r['busbw'] / 1e9:>10.1f}G "
-              f"{r['model_busbw'] / 1e9:>11.1f}G {r['error']:>+7.1%}  {ran:<9} {r['model_algorithm']}")
-    print()
-    if any(r.get("nvls") for r in rows):
-        _summary([r for r in rows if not r.get("nvls")], "ring/tree (no NVLS), ")
-        _summary([r for r in rows if r.get("nvls")], "NVLink SHARP (NVLS), ")
-        _summary(rows, "all, ")
-    else:
-        _summary(rows, "")
+    sets = [(PUBLISHED, ""), (MULTINODE, "across nodes: ")] if args.published else [(Path(args.data), "")]
+    for path, label in sets:
+        report(compare(path, args.system), args.system, label)
     return 0
 
 
