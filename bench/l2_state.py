@@ -6,8 +6,8 @@ fits (the dirty lines written back), and the time per kernel back to back in a C
 after the reading flush. The summary gives the medians per kind of kernel. With ``--model``, each kernel is also
 priced by the GPU's model (the shipped or transferred calibration, then each committed user calibration of that GPU,
 ``tests/data/calibration/user_<gpu>*``): alone, against the time after the writing flush it was fitted on, and as a
-replayed step prices it (:mod:`gpumodel.serving.timing`: the kernel's launch overhead replaced by
-``GRAPH_LAUNCH_S``), against the time per kernel in the graph.
+replayed step prices it (:func:`gpumodel.serving.kernels.in_graph_s`: the kernel's launch overhead replaced
+by ``GRAPH_LAUNCH_S``), against the time per kernel in the graph.
 
     python bench/l2_state.py FILE [FILE ...] [--model]
 """
@@ -54,14 +54,14 @@ def against_model(rows: list[dict], gpu, calibration=None) -> list[tuple[float, 
 
     from gpumodel.calibration.estimate import estimate
     from gpumodel.calibration.points import point_set
-    from gpumodel.serving.kernels import GRAPH_LAUNCH_S
+    from gpumodel.serving.kernels import in_graph_s
 
     out = []
     for r in rows:
         (_, op, _, _), = point_set([{**r, "time_s": 1.0}]).groups
         est = estimate(op, gpu, calibration=calibration)
         alone = float(np.ravel(est.seconds)[0])
-        graph = alone - float(np.ravel(est.overhead_s)[0]) + float(np.ravel(est.kernels)[0]) * GRAPH_LAUNCH_S
+        graph = float(np.ravel(in_graph_s(est.seconds, est))[0])
         out.append((alone / r["write_s"] - 1.0, graph / r["graph_s"] - 1.0))
     return out
 

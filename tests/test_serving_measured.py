@@ -124,20 +124,15 @@ def test_fresh_h100_steps_at_the_loaded_clock():
     """154 CUDA-graph steps on an H100 that no calibration was measured on, each graph replayed for 0.2 s before it
     was timed (tests/data/serving/h100_sustained): the transferred model within 4% at the median on decode (measured
     2.3% held out, 2.7% the rest) and on prefill (1.6%, 1.7%); nothing is fitted to them."""
-    import gpumodel as gm
+    import json
 
     sa = _script()
     path = DATA.parent / "h100_sustained" / "serving.jsonl"
     rows = [r for r in sa.load_measured(path) if r["engine"] == "graph"]
-    import json
-
     env = json.loads(path.read_text().splitlines()[0])
     assert len(rows) == 153 and env["kind"] == "environment" and env["sustain_s"] == 0.2
     for kind in ("decode", "prefill"):
         sel = [r for r in rows if r["kind"] == kind]
-        pred = np.array([float(gm.decode_step_time(sa.lean_config(r), "h100-sxm", batch_size=r["batch"],
-                                                   context_len=r["context_len"]) if kind == "decode"
-                               else gm.prefill_time(sa.lean_config(r), "h100-sxm", batch_size=r["batch"],
-                                                    prompt_len=r["prompt_len"])) for r in sel])
+        pred, _ = sa.predict_steps(sel, kind, gpu="h100-sxm")
         err = np.abs(pred / np.array([r["seconds"] for r in sel]) - 1)
         assert len(sel) == (93 if kind == "decode" else 60) and np.median(err) < 0.04

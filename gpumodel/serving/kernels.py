@@ -33,7 +33,7 @@ from ..records.system import node_system
 from ..training.hostcost import host_costs_for
 
 __all__ = ["attention", "kv_cache_write", "matmul", "allreduce_time", "link_bandwidth", "host_dispatch", "GRAPH_LAUNCH_S",
-           "HOST_OP_S", "HOST_STEP_S", "HOST_FITTED_ON"]
+           "HOST_OP_S", "HOST_STEP_S", "HOST_FITTED_ON", "in_graph_s"]
 
 #: Fixed time of one kernel inside a replayed CUDA graph (the gap to the previous kernel and the
 #: ramp of its first blocks) [s]. It replaces the launch time an isolated, event-timed kernel shows
@@ -172,3 +172,11 @@ def allreduce_time(nbytes: Any, tp: int, gpu: Any) -> Any:
     if tp <= 1:
         return 0.0 * nbytes
     return system_collective_time("all_reduce", nbytes, node_system(gpu, max(8, int(tp))), int(tp))
+
+
+def in_graph_s(seconds: Any, est) -> Any:
+    """A kernel's time [s] inside a replayed CUDA graph: ``seconds`` (its estimate ``est``'s time, or that time
+    under load) less the launch overhead an isolated, event-timed kernel carries, plus :data:`GRAPH_LAUNCH_S` for
+    each kernel the op runs as (split-KV decode attention, the KV write's two copies run several)."""
+    return (np.asarray(seconds, dtype=float) - np.asarray(est.overhead_s, dtype=float)
+            + np.asarray(est.kernels, dtype=float) * GRAPH_LAUNCH_S)

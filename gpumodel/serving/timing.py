@@ -188,11 +188,9 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
         source = est.source   # one model prices every kernel of the step
         t = np.asarray(est.seconds, dtype=float)
         t = t + share * (np.asarray(loaded.seconds, dtype=float) - t)
-        # an op PyTorch runs as several kernels (split-KV decode attention, the KV write's two copies)
-        # carries one launch per kernel in its overhead: a graph pays its own fixed time per kernel
         per_op = np.asarray(est.kernels, dtype=float)
         if eng != Engine.HF:                # a replayed graph: its own fixed time per kernel
-            t = t - np.asarray(est.overhead_s, dtype=float) + per_op * K.GRAPH_LAUNCH_S
+            t = K.in_graph_s(t, est)
         t = n * t + zeros
         times[fam] = times.get(fam, zeros) + t
         b = np.broadcast_to(_bound_of(est), shape)
