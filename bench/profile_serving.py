@@ -6,12 +6,14 @@ time dominates), the step is captured as a CUDA graph, replayed a few times, the
 ``torch.profiler`` with CUDA activity. Each output line is one case: the event-timed replay
 (``seconds``), every kernel name with its count and summed duration over one replay (``kernels``), the
 sum of kernel durations (``kernel_sum_s``; ``seconds - kernel_sum_s`` is the gaps between kernels), and
-the SM clock before and after (``sm_clock_mhz``, from ``torch.cuda.clock_rate()`` where NVML is present).
+the SM clock before the case, just before the profiled replay and after it (``sm_clock_mhz``, from ``torch.cuda.clock_rate()`` where NVML is present).
 The serving model's per-family times can then be compared kernel family by kernel family.
 
 Usage::
 
     python bench/profile_serving.py --out profile.jsonl --budget-s 240   # on a CUDA machine (~2 min)
+    python bench/profile_serving.py --out profile.jsonl --sustain-s 0.2  # each graph timed and profiled at the
+                                                                         # loaded clock
     python bench/profile_serving.py --out /tmp/p.jsonl --dry-run         # tiny shapes on the CPU
 """
 
@@ -55,10 +57,15 @@ def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
         for _ in range(reps):
             g.replay()
         torch.cuda.synchronize()
+        t_end = time.perf_counter() + ms.SUSTAIN_S   # the profiled replay at the clock the timed ones ran at
+        while time.perf_counter() < t_end:
+            g.replay()
+            torch.cuda.synchronize()
+        clock1 = _clock(torch)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             g.replay()
             torch.cuda.synchronize()
-        out["sm_clock_mhz"] = [clock0, _clock(torch)]
+        out["sm_clock_mhz"] = [clock0, clock1, _clock(torch)]
         events = [e for e in prof.events() if str(e.device_type).endswith("CUDA")]
     else:
         times = ms.time_graph(torch, step, device)
@@ -77,14 +84,18 @@ def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    args = ms.arguments(__doc__, budget_s=240.0).parse_args(argv)
+    ap = ms.arguments(__doc__, budget_s=240.0)
+    ap.add_argument("--sustain-s", type=float, default=0.0,
+                    help="replay each graph back to back this long before timing it and before profiling it [s]")
+    args = ap.parse_args(argv)
+    ms.SUSTAIN_S = max(0.0, args.sustain_s)
     import torch
 
     device = "cpu" if args.dry_run else "cuda"
     shapes = {s[0]: s for s in (ms.TINY_SHAPES if args.dry_run else ms.SHAPES)}
     t0 = time.perf_counter()
     with open(args.out, "w") as out:
-        out.write(json.dumps(ms.environment(torch, device)) + "\n")
+        out.write(json.dumps({**ms.environment(torch, device), "sustain_s": ms.SUSTAIN_S}) + "\n")
         for name, kind, batch, tokens in (TINY_CASES if args.dry_run else CASES):
             if time.perf_counter() - t0 > args.budget_s:
                 out.write(json.dumps({"kind": "stopped", "elapsed_s": time.perf_counter() - t0}) + "\n")
