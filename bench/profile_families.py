@@ -19,6 +19,8 @@ left out of the families (they are in ``kernel_sum_s``).
 Usage::
 
     python bench/profile_families.py [--profile PATH] [--smi PATH]
+    python bench/profile_families.py --profile tests/data/serving/profile_h100_sustained.jsonl --gpu h100-sxm \
+        --smi none [--calibration tests/data/calibration/user_h100/calibration.yaml]
 """
 
 from __future__ import annotations
@@ -71,13 +73,14 @@ def measured_families(row: dict) -> dict:
     return out
 
 
-def model_families(row: dict) -> tuple[dict, float]:
+def model_families(row: dict, gpu: str = "h200", calibration=None) -> tuple[dict, float]:
     sa = _serving_accuracy()
     cfg = sa.lean_config(row)
     if row["kind"] == "prefill":
-        t = prefill_time(cfg, "h200", batch_size=row["batch"], prompt_len=row["prompt_len"])
+        t = prefill_time(cfg, gpu, batch_size=row["batch"], prompt_len=row["prompt_len"], calibration=calibration)
     else:
-        t = decode_step_time(cfg, "h200", batch_size=row["batch"], context_len=row["context_len"])
+        t = decode_step_time(cfg, gpu, batch_size=row["batch"], context_len=row["context_len"],
+                             calibration=calibration)
     b = dict(t.breakdown)
     out = {f: float(b.get(f, 0.0)) for f in FAMILIES}
     out["matmul"] += float(b.get("logits", 0.0))
@@ -115,12 +118,18 @@ def capped_clock(smi: dict, power_limit_w: float, fraction: float = 0.95) -> tup
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", type=Path, default=DATA / "profile.jsonl")
-    ap.add_argument("--smi", type=Path, default=DATA / "smi_during_profile.csv")
+    ap.add_argument("--smi", type=Path, default=DATA / "smi_during_profile.csv",
+                    help="the clock trace of the profiled run ('none': no trace)")
+    ap.add_argument("--gpu", default="h200", help="the GPU the profile was measured on")
+    ap.add_argument("--calibration", type=Path, default=None,
+                    help="price with this calibration record (a user's) instead of the shipped one")
     args = ap.parse_args(argv)
-    bw = gm.gpu("h200").memory_bandwidth
+    bw = gm.gpu(args.gpu).memory_bandwidth
     print("in-graph kernel time by family [ms], profiled vs model (model / profiled - 1)")
     for r in load_profile(args.profile):
-        meas, (model, total) = measured_families(r), model_families(r)
+        meas, (model, total) = measured_families(r), model_families(r, args.gpu, args.calibration)
+        if r.get("sm_clock_mhz"):
+            print(f"SM clock before / profiled at / after [MHz]: {r['sm_clock_mhz']}")
         n = r.get("prompt_len", r.get("context_len"))
         print(f"{r['kind']:7s} {r['shape']:12s} b={r['batch']:<4d} {n:>5d}: replay {r['seconds'] * 1e3:8.3f}, "
               f"kernels {r['kernel_sum_s'] * 1e3:8.3f}, model {total * 1e3:8.3f} ({total / r['seconds'] - 1:+6.1%})")
@@ -131,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         gen = sum(s for k, (_, s) in r["kernels"].items() if family(k) == "elementwise" and generic_path(k))
         vec = meas["elementwise"] - gen
         print(f"    elementwise: generic (strided/broadcast) path {gen * 1e3:8.3f}, vectorised {vec * 1e3:8.3f}")
+    print(f"(HBM bandwidth of the catalog: {bw / 1e12:.2f} TB/s)")
+    if str(args.smi) == "none":
+        return 0
     smi = load_smi(args.smi)
     limit = 700.0  # the H200 SXM's board power limit, as nvidia-smi reported it on the measuring machine
     mhz, n = capped_clock(smi, limit)
@@ -139,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
           f"SW power cap (0x4) active in {int(capped.sum())}; at >= 95% of {limit:.0f} W ({n} samples): "
           f"median SM clock {mhz:.1f} MHz ({smi['sm_mhz'].max() / mhz:.3f}x slower than the maximum); "
           f"memory clock {np.unique(smi['mem_mhz'][smi['sm_mhz'] > 1000]).astype(int).tolist()} MHz")
-    print(f"(HBM bandwidth of the catalog: {bw / 1e12:.2f} TB/s)")
     return 0
 
 
