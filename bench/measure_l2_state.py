@@ -11,13 +11,18 @@ read (weights) or wrote little, so the lines it evicts are mostly clean. This sc
 * ``read``: after a reading flush (a sum over the same 256 MB buffer): the L2 is full of clean lines;
 * ``graph``: ``copies`` instances of the kernel, each on its own operands (together several times the L2), replayed
   back to back in one CUDA graph: the time per kernel, as in a replayed decode step;
-* ``eager``: the same instances launched back to back without a graph.
+* ``eager``: the same instances launched back to back without a graph;
+* ``mixed``: the kernel after a memory-bound filler (a 64 MB in-place scale, not timed), over and over: a step's
+  mix of compute- and memory-bound work, whose power draw and so SM clock lie between the two.
+
+The SM clock (``torch.cuda.clock_rate()``, where NVML is present) is read after each timing (``clock_mhz``).
 
 One JSON line per kernel: the case, ``bytes`` (its operands' bytes, read and written), the four times [s] and
 ``copies``. ``bench/l2_state.py`` reduces them.
 
     python bench/measure_l2_state.py --out l2_state.jsonl            # on the GPU, about a minute
     python bench/measure_l2_state.py --out l2_state.jsonl --dry-run  # CPU: the cases and the file, no torch
+    python bench/measure_l2_state.py --out gemms.jsonl --set gemms   # compute-bound training GEMMs instead
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ CASES = ([make_case("matmul", "linear", "bf16", m=m, n=n, k=k)
          + [make_case("elementwise", "copy", "bf16", numel=2**e, inputs=1, outputs=1, flops_per_element=0)
             for e in (20, 22, 24, 26)]
          + [make_case("reduce_sum", "reduce_sum", "bf16", rows=rows, cols=4096) for rows in (1024, 4096, 16384)])
+#: compute-bound GEMMs of training steps and prefills: 2048-8192 tokens through an 8B model's projections, forward
+#: (tokens x out x in) and the weight gradient's shape (out x in x tokens); ``--set gemms``
+GEMM_CASES = [make_case("matmul", "linear", "bf16", m=m, n=n, k=k)
+              for t in (2048, 4096, 8192)
+              for m, n, k in ((t, 4096, 4096), (t, 14336, 4096), (t, 4096, 14336), (4096, 14336, t))]
+#: bytes of the memory-bound filler that runs before each timed kernel of the ``mixed`` timing (about 40 us on an H100)
+FILLER_BYTES = 64 << 20
 #: instances replayed back to back: enough that their operands together pass this many bytes (several L2s)
 ROTATE_BYTES = 1 << 30
 MAX_COPIES = 64
@@ -74,8 +86,15 @@ def _events(torch, run, reps: int, before=None) -> float:
     return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends))
 
 
+def _clock(torch) -> float | None:
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:                       # no NVML: the clock is not recorded
+        return None
+
+
 def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
-    """The four timings of one case."""
+    """The five timings of one case, and the SM clock after each."""
     import torch
 
     from gpumodel.calibration.bench import make_runner
@@ -83,17 +102,24 @@ def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
 
     fns = [make_runner(case) for _ in range(copies_for(case))]
     out = {**case, "bytes": operand_bytes(case), "copies": len(fns)}
+    clocks = {}
     out["write_s"] = time_events(fns[0], flush)[0]
+    clocks["write"] = _clock(torch)
     for f in fns:
         f()
     torch.cuda.synchronize()
     out["read_s"] = _events(torch, fns[0], 200, before=lambda: torch.sum(flush))
+    clocks["read"] = _clock(torch)
+    filler = flush[: FILLER_BYTES // 4].view(torch.float32)
+    out["mixed_s"] = _events(torch, fns[0], 200, before=lambda: filler.mul_(1.0))
+    clocks["mixed"] = _clock(torch)
 
     def chain():
         for f in fns:
             f()
 
     out["eager_s"] = _events(torch, chain, 20) / len(fns)
+    clocks["eager"] = _clock(torch)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -104,7 +130,9 @@ def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
         chain()
     graph.replay()
     out["graph_s"] = _events(torch, graph.replay, 20) / len(fns)
+    clocks["graph"] = _clock(torch)
     graph.reset()
+    out["clock_mhz"] = clocks
     return out
 
 
@@ -112,12 +140,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--dry-run", action="store_true", help="write the cases without timing them (no torch)")
+    p.add_argument("--set", choices=("decode", "gemms"), default="decode",
+                   help="memory-bound kernels of decode steps (default), or compute-bound training GEMMs")
     args = p.parse_args(argv)
+    cases = GEMM_CASES if args.set == "gemms" else CASES
     with open(args.out, "w", encoding="utf-8") as fh:
         if args.dry_run:
-            for case in CASES:
+            for case in cases:
                 fh.write(json.dumps({**case, "bytes": operand_bytes(case), "copies": copies_for(case)}) + "\n")
-            print(f"{len(CASES)} cases written to {args.out} (dry run)")
+            print(f"{len(cases)} cases written to {args.out} (dry run)")
             return 0
         import torch
 
@@ -125,12 +156,12 @@ def main(argv=None) -> int:
 
         flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         fh.write(json.dumps({"environment": {**environment_info(), "mode": "l2_state"}}) + "\n")
-        for case in CASES:
+        for case in cases:
             row = measure(case, flush)
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             print(f"{case['op']:11s} {json.dumps(case['shape'])[:48]:48s} write {row['write_s'] * 1e6:8.1f} us  "
-                  f"read {row['read_s'] * 1e6:8.1f}  graph {row['graph_s'] * 1e6:8.1f}  eager {row['eager_s'] * 1e6:8.1f}"
+                  f"read {row['read_s'] * 1e6:8.1f}  mixed {row['mixed_s'] * 1e6:8.1f}  graph {row['graph_s'] * 1e6:8.1f}  eager {row['eager_s'] * 1e6:8.1f}"
                   f"  x{row['copies']}", flush=True)
             torch.cuda.empty_cache()
     return 0
