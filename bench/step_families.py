@@ -8,6 +8,14 @@ those kernels into families by name and prints them beside the model's kernels o
 family per GPU. A profiled step whose kernels sum to more than the timed step (``--max-excess``, default 5%) is
 left out of the medians: its profile carries the profiler's or the first step's overheads.
 
+Read the matmul ratio with care: the profiled step runs under ``torch.profiler`` right after the timed ones, and the
+profiler's host overhead leaves the GPU waiting between kernels, so its GEMMs run at a lower power draw and so a
+higher SM clock than in the timed steps. On the committed H100 runs the profiled GEMMs of an 8B model's step average
+about 770 TFLOP/s, the rate of those shapes at the 1980 MHz boost clock (``tests/data/calibration/l2_state/
+gemms_h100.jsonl``: 2048 x 14336 x 4096 in 306-327 us after a flush, 338-361 us back to back at 1545-1770 MHz), where
+the calibration prices them at 709 TFLOP/s. The ratios say how the model's kernels compare with boost-clock kernels,
+not what the timed step's kernels took.
+
 Families by kernel name: ``nvjet``/``gemm``/``cutlass`` and cuBLAS's split-K reduction are matmuls; ``sdpa``/
 ``flash``/``fmha`` attention; ``multi_tensor``/``fused_adam`` the optimizer; ``softmax``/``nll``/
 ``cross_entropy`` the loss; ``norm``/``rms`` norms; everything else elementwise. The model's kernels are sorted
@@ -147,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['step_s'] * 1e3:7.1f} ms, profiled kernels {r['profiled_sum_s'] * 1e3:7.1f} ms")
             print("    " + "  ".join(f"{f} {r['model'][f] / r['profiled'][f]:.2f}" for f in FAMILIES
                                      if r["profiled"][f] > 0 and r["model"][f] > 0))
-    print("model (each kernel priced alone) / profiled kernel time, median over the profiled steps")
+    print("model (each kernel priced alone) / profiled kernel time (the profiled step's clock: see the docstring), "
+          "median over the profiled steps")
     print(f"{'GPU':10s} {'steps':>5s} " + " ".join(f"{f:>11s}" for f in FAMILIES))
     for gpu, res in family_ratios(rows, args.max_excess).items():
         print(f"{gpu:10s} {res['steps']:5d} " + " ".join(f"{res.get(f, float('nan')):11.3f}" for f in FAMILIES))
