@@ -1,0 +1,137 @@
+"""How much of the power limit's slowdown a mix of compute- and memory-bound work takes: GEMMs between fillers.
+
+A training step or a prefill alternates compute-bound kernels (GEMMs, attention), which draw more than the board's
+power limit at the boost clock, with memory-bound ones, which draw less. ``gpumodel.calibration.sustained.
+clock_share`` gives such a stretch the share of the full slowdown (GEMMs alone, back to back) that its compute-bound
+kernels' share of the time gives it. This script measures the curve instead: for a bf16 GEMM and a memory-bound
+filler (an in-place scale of a buffer sized so that it takes ``ratio`` times the GEMM's time), the pair is run back
+to back for ``--warm-s`` seconds (past the clock's fall, 25-100 ms into the load), then for ``--window-s`` seconds
+with CUDA events around every GEMM and every filler; between mixes the GPU idles ``--idle-s`` seconds.
+
+One JSON line per (GEMM, ratio): the GEMM's median time in the window (``gemm_s``) and alone after the idle, first
+calls at the boost clock (``gemm_boost_s``), the filler's median time (``filler_s``), the compute share
+``gemm_s / (gemm_s + filler_s)``, and the SM clock read at the end of the window (``sm_clock_mhz``, where NVML is
+present). ``ratio`` 0 is the GEMM alone, back to back: the full slowdown.
+
+    python bench/measure_duty_clock.py --out duty_clock.jsonl     # on the GPU, about a minute
+    python bench/measure_duty_clock.py --out /tmp/d.jsonl --dry-run  # CPU: the plan, no torch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+#: (m, n, k) of the bf16 GEMMs: an 8B model's MLP projection over 4096 and 2048 tokens
+GEMMS = ((4096, 14336, 4096), (2048, 14336, 4096))
+#: filler time over GEMM time
+RATIOS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0)
+
+
+def _clock(torch) -> float | None:
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:                       # no NVML: the clock is not recorded
+        return None
+
+
+def _time_each(torch, fn, seconds: float) -> list[float]:
+    """Call ``fn`` back to back for about ``seconds``, an event pair around each call; the calls' times [s]."""
+    pairs = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        pairs.append((start, end))
+        if len(pairs) % 64 == 0:        # keep the queue short, so the host's clock tracks the GPU's
+            pairs[-32][1].synchronize()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
+
+
+def measure(torch, m: int, n: int, k: int, ratios, warm_s: float, window_s: float, idle_s: float) -> list[dict]:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def gemm():
+        torch.matmul(a, b, out=c)
+
+    time.sleep(idle_s)
+    boost = statistics.median(_time_each(torch, gemm, 0.01)[1:])   # the first ~10 ms: the boost clock
+    rows = []
+    for ratio in ratios:
+        # an in-place scale moves 2 x 4 bytes an element at ~3 TB/s: size the buffer for ratio x the GEMM's time
+        numel = max(1 << 16, int(ratio * boost * 3.0e12 / 8)) if ratio > 0 else 0
+        buf = torch.ones(numel, device="cuda", dtype=torch.float32) if numel else None
+        time.sleep(idle_s)
+
+        def pair(buf=buf):
+            gemm()
+            if buf is not None:
+                buf.mul_(1.0)
+
+        _time_each(torch, pair, warm_s)
+        gemm_times = []
+        t_end = time.perf_counter() + window_s
+        while time.perf_counter() < t_end:
+            for _ in range(16):
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+                ev[0].record()
+                gemm()
+                ev[1].record()
+                if buf is not None:
+                    buf.mul_(1.0)
+                ev[2].record()
+                gemm_times.append(ev)
+            ev[2].synchronize()
+        torch.cuda.synchronize()
+        clock = _clock(torch)
+        g = [e[0].elapsed_time(e[1]) * 1e-3 for e in gemm_times]
+        f = [e[1].elapsed_time(e[2]) * 1e-3 for e in gemm_times] if buf is not None else [0.0]
+        gs, fs = statistics.median(g), statistics.median(f)
+        rows.append({"m": m, "n": n, "k": k, "ratio": ratio, "filler_numel": numel, "gemm_boost_s": boost,
+                     "gemm_s": gs, "filler_s": fs, "share": gs / (gs + fs), "calls": len(g), "sm_clock_mhz": clock})
+        print(f"{m}x{n}x{k} ratio {ratio:4.2f}: gemm {gs * 1e6:8.1f} us (boost {boost * 1e6:7.1f}, x{gs / boost:.3f}), "
+              f"filler {fs * 1e6:7.1f} us, share {gs / (gs + fs):.3f}, clock {clock}", flush=True)
+        del buf
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--warm-s", type=float, default=0.8)
+    ap.add_argument("--window-s", type=float, default=0.4)
+    ap.add_argument("--idle-s", type=float, default=1.0)
+    ap.add_argument("--dry-run", action="store_true", help="write the plan without timing it (no torch)")
+    args = ap.parse_args(argv)
+    with open(args.out, "w", encoding="utf-8") as fh:
+        if args.dry_run:
+            for m, n, k in GEMMS:
+                for ratio in RATIOS:
+                    fh.write(json.dumps({"m": m, "n": n, "k": k, "ratio": ratio}) + "\n")
+            print(f"{len(GEMMS) * len(RATIOS)} mixes written to {args.out} (dry run)")
+            return 0
+        import torch
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from gpumodel.calibration.bench import environment_info
+
+        fh.write(json.dumps({"environment": {**environment_info(), "mode": "duty_clock", "warm_s": args.warm_s,
+                                             "window_s": args.window_s, "idle_s": args.idle_s}}) + "\n")
+        for m, n, k in GEMMS:
+            for row in measure(torch, m, n, k, RATIOS, args.warm_s, args.window_s, args.idle_s):
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
