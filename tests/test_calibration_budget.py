@@ -192,15 +192,28 @@ def test_a_step_takes_the_share_of_the_slowdown_its_compute_bound_kernels_give_i
     assert clock_share(1.0, 0.0, 1.12) == 0.0                            # memory-bound: the clock does not matter
     assert np.allclose(clock_share(np.array([2.0, 4.0]), np.array([0.12, 0.12]), 1.12), [0.5, 0.25])
     assert clock_share(1.0, 0.5, 1.0) == 0.0                              # no slowdown measured
-    # an 8B model's step, about half its time in clock-bound kernels (f ~ 0.5): its clock slows by (s - 1) f, those
-    # kernels by as much, so the step by about (s - 1) f^2, a quarter of what its GEMMs alone would take
-    from gpumodel.calibration.estimate import sustained_slowdown_for
+    # past a threshold share f0 the clock falls in proportion to the share past it: (f - f0) / (1 - f0)
+    assert clock_share(1.0, 0.06, 1.12, threshold=0.5) == pytest.approx(0.0)   # f = 0.5: still at the boost clock
+    assert clock_share(1.0, 0.09, 1.12, threshold=0.5) == pytest.approx(0.5)   # f = 0.75: half of it
+    assert clock_share(1.0, 0.12, 1.12, threshold=0.5) == pytest.approx(1.0)
+    # an 8B model's step, about half its time in clock-bound kernels (f ~ 0.5): on a GPU without a measured threshold
+    # (the H200) its clock slows by (s - 1) f, those kernels by as much, so the step by about (s - 1) f^2; on the
+    # H100, whose mixes stay at the boost clock up to f0 = 0.5 (tests/data/calibration/duty_clock), by (s - 1) f g
+    # with g = (f - 0.5) / 0.5 at most 0.2 for f <= 0.6
+    from gpumodel.calibration.estimate import power_share_threshold_for, sustained_slowdown_for
 
-    excess = sustained_slowdown_for("h100") - 1.0                       # 0.069
     kw = dict(batch_size=1, seq_len=2048, precision="bf16", optimizer="sgd")
-    big = gm.training_step_time("llama-3-8b", "h100", **kw)
-    alone = gm.training_step_time("llama-3-8b", "h100", calibration=_without_slowdown("h100"), **kw)
-    assert 1.0 + excess * 0.4**2 < big.seconds / alone.seconds < 1.0 + excess * 0.6**2
+    ratio = {}
+    for g in ("h200", "h100"):
+        big = gm.training_step_time("llama-3-8b", g, **kw)
+        alone = gm.training_step_time("llama-3-8b", g, calibration=_without_slowdown(g), **kw)
+        ratio[g] = big.seconds / alone.seconds
+    excess = sustained_slowdown_for("h200") - 1.0                       # 0.102
+    assert power_share_threshold_for("h200") == 0.0
+    assert 1.0 + excess * 0.4**2 < ratio["h200"] < 1.0 + excess * 0.6**2
+    excess = sustained_slowdown_for("h100") - 1.0                       # 0.069
+    assert power_share_threshold_for("h100") == 0.5
+    assert 1.0 <= ratio["h100"] < 1.0 + excess * 0.6 * 0.2
 
 
 def _without_slowdown(gpu: str) -> Calibration:
@@ -223,8 +236,10 @@ def test_the_committed_h100_calibration_against_the_transfer():
     rows = {r["what"]: r for r in res["rows"]}
     # the slowdown over the fitted model (gpumodel calibrate now), not the record's 1.12 over the isolated timings
     assert len(res["measured_families"]) == 19 and res["sustained_slowdown"] == pytest.approx(1.106, abs=5e-4)
-    for what in ("kernels, fresh", "kernels, held out of the fit", "training steps, 1-8B", "serving, prefill steps"):
+    for what in ("kernels, fresh", "kernels, held out of the fit", "training steps, 1-8B"):
         assert rows[what]["user"]["median"] < rows[what]["transfer"]["median"], what
+    # not the prefills: with the H100's power threshold they read a few percent fast under the user's calibration
+    # (tests/data/calibration/duty_clock/README.md), within the bar but behind the transfer
     steps = rows["training steps, 1-8B"]["user"]
     assert steps["n"] == 12 and steps["median"] <= 0.10 and abs(steps["signed"]) <= 0.05
     assert rows["serving, decode steps"]["user"]["median"] <= 0.05

@@ -34,11 +34,12 @@ from ..base.callmodule import make_callable
 
 from .model import CalibrationModel, Prediction, default_parameters, predict
 from .record import Calibration, calibration_for, load_calibration
+from .priors import prior_for
 from .transfer import transfer_for
 from .points import op_family
 from .bands import Interval, error_band, kernel_regime
 
-__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "sustained_slowdown_for", "resolve_calibration",
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "sustained_slowdown_for", "power_share_threshold_for", "resolve_calibration",
            "calibration_key"]
 
 _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
@@ -165,6 +166,28 @@ def sustained_slowdown_for(gpu: Any, *, calibrated: bool = True, calibration: An
     (True, 1.0)
     """
     return float(model_for(gpu, calibrated=calibrated, calibration=calibration)[0].params.get("sustained_slowdown", 1.0))
+
+
+def power_share_threshold_for(gpu: Any, *, calibration: Any = None) -> float:
+    """The share of compute-bound time up to which ``gpu`` runs a mix of work at the boost clock [1].
+
+    A calibration record's ``power_share_threshold`` parameter where it has one, else the value measured on that
+    GPU in its architecture's prior (:class:`~gpumodel.calibration.priors.GPUPrior`), else 0: every share of
+    compute-bound work takes its share of the sustained slowdown (:func:`~gpumodel.calibration.sustained.clock_share`).
+
+    Examples
+    --------
+    >>> power_share_threshold_for("h100-sxm"), power_share_threshold_for("h200")
+    (0.5, 0.0)
+    """
+    g = resolve_gpu(gpu)
+    if calibration is not None:
+        params = model_for(g, calibration=calibration)[0].params
+        if "power_share_threshold" in params:
+            return float(params["power_share_threshold"])
+    prior = prior_for(g)
+    own = prior.gpus.get(g.name) if prior is not None else None
+    return float(own.power_share_threshold) if own is not None and own.power_share_threshold is not None else 0.0
 
 
 #: the added relative uncertainty of an attention library's kernels the calibration did not time (the flash-attn

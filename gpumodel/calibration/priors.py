@@ -74,6 +74,10 @@ class GPUPrior(BaseModel):
     #: (:func:`gpumodel.calibration.sustained.sustained_slowdown`); replaces the reference's in the transfer
     sustained_slowdown: float | None = Field(default=None, ge=1.0, le=2.0)
     sustained_source: str = ""
+    #: the share of time in compute-bound kernels up to which a mix of work stays under the power limit at the boost
+    #: clock, measured on this GPU (:func:`gpumodel.calibration.sustained.clock_share`'s ``threshold``)
+    power_share_threshold: float | None = Field(default=None, ge=0.0, lt=1.0)
+    power_share_source: str = ""
 
 
 #: parameter kinds a prior may hand back to the datasheet's default efficiencies (``datasheet:``)

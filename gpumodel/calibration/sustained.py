@@ -82,7 +82,7 @@ def slowdown(rows: Iterable[dict], last_windows: int = 8, reference: Iterable[fl
     return float(statistics.median(ratios))
 
 
-def clock_share(isolated_s: Any, extra_s: Any, slowdown: float) -> Any:
+def clock_share(isolated_s: Any, extra_s: Any, slowdown: float, threshold: float = 0.0) -> Any:
     """How much of the sustained-load slowdown a stretch of back-to-back work takes: the share of its time whose
     kernels follow the SM clock [1].
 
@@ -95,33 +95,46 @@ def clock_share(isolated_s: Any, extra_s: Any, slowdown: float) -> Any:
         with the compute rates divided by ``slowdown``).
     slowdown : float
         The calibration's ``sustained_slowdown`` [ratio]: compute-bound kernels back to back, alone.
+    threshold : float
+        :math:`f_0`, the share of compute-bound time up to which the mix stays under the power limit at the boost
+        clock [1] (the GPU's ``power_share_threshold``:
+        :func:`~gpumodel.calibration.estimate.power_share_threshold_for`); 0 (default): every share slows.
 
     Returns
     -------
     float or array
-        :math:`f` in [0, 1]; each kernel of the stretch takes :math:`t_{iso} + f (t_{sus} - t_{iso})`.
+        :math:`g` in [0, 1]; each kernel of the stretch takes :math:`t_{iso} + g (t_{sus} - t_{iso})`.
 
     Notes
     -----
     The board's power limit holds the power averaged over the work, within tens of milliseconds (the measured
     slowdown shows in the first quarter second of back-to-back GEMMs). Compute-bound kernels alone draw more than
     the limit at the boost clock, and the clock falls until they do not, by ``slowdown``; memory-bound kernels draw
-    less. A stretch whose clock-bound kernels take a share :math:`f` of its time draws, to first order, :math:`f` of
-    their excess, and its clock falls by :math:`f` of theirs:
+    less. A stretch whose clock-bound kernels take a share :math:`f` of its time draws :math:`f P_c + (1 - f) P_m`
+    at the boost clock, :math:`P_c` above the limit and :math:`P_m` below it: the clock holds while that is under the
+    limit, up to the share :math:`f_0` (:data:`POWER_SHARE_THRESHOLD`), and falls in proportion to the excess past
+    it, all the way (by ``slowdown``) at :math:`f = 1`:
 
     .. math::
 
         f = \\frac{\\sum_i n_i (t_{sus,i} - t_{iso,i})}{(s - 1) \\sum_i n_i t_{iso,i}}, \\quad
-        s_{eff} = 1 + (s - 1) f
+        g = \\mathrm{clip}\\left(\\frac{f - f_0}{1 - f_0}, 0, 1\\right), \\quad s_{eff} = 1 + (s - 1) g
 
-    (a kernel wholly bound by the SM clock has :math:`t_{sus} = s\\, t_{iso}`, so :math:`f` is its share of the time).
-    A training step of a 7B model, its GEMMs most of its time, takes most of the slowdown; a prefill of a few hundred
-    tokens or a decode step, bound by the memory, little of it.
+    (a kernel wholly bound by the SM clock has :math:`t_{sus} = s\\, t_{iso}`, so :math:`f` is its share of the
+    time). Measured on an H100 (``bench/measure_duty_clock.py``): GEMMs with a memory-bound kernel between them ran
+    at the boost clock at a share of 0.50, 10% slow at 0.69 and 19-23% slow at 0.92, against 22-28% back to back.
+    A long prefill, its GEMMs nearly all of its time, takes most of the slowdown; an eager training step, whose
+    elementwise kernels and host gaps take a third to a half of it, little; a decode step, bound by the memory,
+    none.
 
     Examples
     --------
     >>> clock_share(10.0, 0.6, 1.12)          # half the time in GEMMs that are 12% slower under load
     0.5
+    >>> round(clock_share(10.0, 0.9, 1.12, threshold=0.5), 6)   # three quarters, on a GPU measured to hold to half
+    0.5
+    >>> clock_share(10.0, 0.6, 1.12, threshold=0.5)             # half: the mix stays under the power limit
+    0.0
     >>> clock_share(10.0, 0.0, 1.0)           # a calibration without a slowdown
     0.0
     """
@@ -129,6 +142,8 @@ def clock_share(isolated_s: Any, extra_s: Any, slowdown: float) -> Any:
         return 0.0 * np.asarray(isolated_s, dtype=float) if np.ndim(isolated_s) else 0.0
     iso = np.asarray(isolated_s, dtype=float)
     share = np.clip(np.asarray(extra_s, dtype=float) / ((slowdown - 1.0) * np.where(iso > 0, iso, 1.0)), 0.0, 1.0)
+    if threshold > 0.0:
+        share = np.clip((share - threshold) / (1.0 - threshold), 0.0, 1.0)
     return float(share) if share.ndim == 0 else share
 
 

@@ -36,7 +36,8 @@ import numpy as np
 
 from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.bands import HOST_BOUND_NOTE, Interval, band_and_error, step_regime
-from ..calibration.estimate import estimate as _estimate, resolve_calibration, sustained_slowdown_for
+from ..calibration.estimate import (estimate as _estimate, power_share_threshold_for, resolve_calibration,
+                                    sustained_slowdown_for)
 from ..calibration.sustained import clock_share
 from ..core.memory import training_memory
 from ..core.margin import fits as memory_fits
@@ -359,7 +360,8 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
             alone_s, loaded_s, _ = priced[id(op)]
             isolated_s += block.repeat * alone_s
             extra_s += block.repeat * (loaded_s - alone_s)
-    share = clock_share(isolated_s, extra_s, sustained_slowdown_for(g, calibrated=calibrated, calibration=calibration))
+    share = clock_share(isolated_s, extra_s, sustained_slowdown_for(g, calibrated=calibrated, calibration=calibration),
+                        power_share_threshold_for(g, calibration=calibration))
 
     def device_s(op) -> tuple[float, bool]:
         if op is None:
