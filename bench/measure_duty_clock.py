@@ -15,6 +15,7 @@ present). ``ratio`` 0 is the GEMM alone, back to back: the full slowdown.
 
     python bench/measure_duty_clock.py --out duty_clock.jsonl     # on the GPU, about a minute
     python bench/measure_duty_clock.py --out /tmp/d.jsonl --dry-run  # CPU: the plan, no torch
+    python bench/measure_duty_clock.py --out strided.jsonl --filler strided --ratios 0,0.2,0.35,0.5,1
 """
 
 from __future__ import annotations
@@ -55,7 +56,37 @@ def _time_each(torch, fn, seconds: float) -> list[float]:
     return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
 
 
-def measure(torch, m: int, n: int, k: int, ratios, warm_s: float, window_s: float, idle_s: float) -> list[dict]:
+def make_filler(torch, kind: str, seconds: float):
+    """A memory-bound kernel that takes about ``seconds``: ``scale``, an in-place scale of a contiguous fp32 buffer
+    (PyTorch's vectorised path), or ``strided``, a bf16 product of a tensor's first half-rows with a broadcast row into
+    a new tensor (the generic strided path of a prefill's rotary halves). Sized from a timing of a trial size."""
+    def build(rows: int):
+        if kind == "scale":
+            buf = torch.ones(rows * 128, device="cuda", dtype=torch.float32)
+            return lambda: buf.mul_(1.0)
+        x = torch.ones(rows, 128, device="cuda", dtype=torch.bfloat16)
+        c = torch.ones(1, 64, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(rows, 64, device="cuda", dtype=torch.bfloat16)
+        return lambda: torch.mul(x[:, :64], c, out=out)
+
+    trial = 1 << 17
+    fn = build(trial)
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        fn()
+    end.record()
+    end.synchronize()
+    per = start.elapsed_time(end) * 1e-3 / 10
+    del fn
+    rows = max(1024, int(trial * seconds / per))
+    return build(rows), rows * 128
+
+
+def measure(torch, m: int, n: int, k: int, ratios, warm_s: float, window_s: float, idle_s: float,
+            filler: str = "scale") -> list[dict]:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -76,15 +107,13 @@ def measure(torch, m: int, n: int, k: int, ratios, warm_s: float, window_s: floa
     boost = statistics.median(s.elapsed_time(e) * 1e-3 for s, e in ev[2:])
     rows = []
     for ratio in ratios:
-        # an in-place scale moves 2 x 4 bytes an element at ~3 TB/s: size the buffer for ratio x the GEMM's time
-        numel = max(1 << 16, int(ratio * boost * 3.0e12 / 8)) if ratio > 0 else 0
-        buf = torch.ones(numel, device="cuda", dtype=torch.float32) if numel else None
+        fill, numel = make_filler(torch, filler, ratio * boost) if ratio > 0 else (None, 0)
         time.sleep(idle_s)
 
-        def pair(buf=buf):
+        def pair(fill=fill):
             gemm()
-            if buf is not None:
-                buf.mul_(1.0)
+            if fill is not None:
+                fill()
 
         _time_each(torch, pair, warm_s)
         gemm_times = []
@@ -95,21 +124,21 @@ def measure(torch, m: int, n: int, k: int, ratios, warm_s: float, window_s: floa
                 ev[0].record()
                 gemm()
                 ev[1].record()
-                if buf is not None:
-                    buf.mul_(1.0)
+                if fill is not None:
+                    fill()
                 ev[2].record()
                 gemm_times.append(ev)
             ev[2].synchronize()
         torch.cuda.synchronize()
         clock = _clock(torch)
         g = [e[0].elapsed_time(e[1]) * 1e-3 for e in gemm_times]
-        f = [e[1].elapsed_time(e[2]) * 1e-3 for e in gemm_times] if buf is not None else [0.0]
+        f = [e[1].elapsed_time(e[2]) * 1e-3 for e in gemm_times] if fill is not None else [0.0]
         gs, fs = statistics.median(g), statistics.median(f)
-        rows.append({"m": m, "n": n, "k": k, "ratio": ratio, "filler_numel": numel, "gemm_boost_s": boost,
+        rows.append({"m": m, "n": n, "k": k, "ratio": ratio, "filler": filler, "filler_numel": numel, "gemm_boost_s": boost,
                      "gemm_s": gs, "filler_s": fs, "share": gs / (gs + fs), "calls": len(g), "sm_clock_mhz": clock})
         print(f"{m}x{n}x{k} ratio {ratio:4.2f}: gemm {gs * 1e6:8.1f} us (boost {boost * 1e6:7.1f}, x{gs / boost:.3f}), "
               f"filler {fs * 1e6:7.1f} us, share {gs / (gs + fs):.3f}, clock {clock}", flush=True)
-        del buf
+        del fill
     return rows
 
 
@@ -119,14 +148,19 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-s", type=float, default=0.8)
     ap.add_argument("--window-s", type=float, default=0.4)
     ap.add_argument("--idle-s", type=float, default=1.0)
+    ap.add_argument("--filler", choices=("scale", "strided"), default="scale",
+                    help="the memory-bound kernel between GEMMs: a contiguous fp32 scale, or a strided bf16 product")
+    ap.add_argument("--ratios", default=None, help="comma-separated filler/GEMM time ratios (default: %s)"
+                    % ",".join(map(str, RATIOS)))
     ap.add_argument("--dry-run", action="store_true", help="write the plan without timing it (no torch)")
     args = ap.parse_args(argv)
+    ratios = tuple(float(x) for x in args.ratios.split(",")) if args.ratios else RATIOS
     with open(args.out, "w", encoding="utf-8") as fh:
         if args.dry_run:
             for m, n, k in GEMMS:
-                for ratio in RATIOS:
+                for ratio in ratios:
                     fh.write(json.dumps({"m": m, "n": n, "k": k, "ratio": ratio}) + "\n")
-            print(f"{len(GEMMS) * len(RATIOS)} mixes written to {args.out} (dry run)")
+            print(f"{len(GEMMS) * len(ratios)} mixes written to {args.out} (dry run)")
             return 0
         import torch
 
@@ -134,9 +168,10 @@ def main(argv=None) -> int:
         from gpumodel.calibration.bench import environment_info
 
         fh.write(json.dumps({"environment": {**environment_info(), "mode": "duty_clock", "warm_s": args.warm_s,
-                                             "window_s": args.window_s, "idle_s": args.idle_s}}) + "\n")
+                                             "window_s": args.window_s, "idle_s": args.idle_s,
+                                             "filler": args.filler}}) + "\n")
         for m, n, k in GEMMS:
-            for row in measure(torch, m, n, k, RATIOS, args.warm_s, args.window_s, args.idle_s):
+            for row in measure(torch, m, n, k, ratios, args.warm_s, args.window_s, args.idle_s, args.filler):
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
     return 0
