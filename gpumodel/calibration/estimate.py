@@ -178,7 +178,7 @@ def power_share_threshold_for(gpu: Any, *, calibration: Any = None) -> float:
     Examples
     --------
     >>> power_share_threshold_for("h100-sxm"), power_share_threshold_for("h200")
-    (0.5, 0.0)
+    (0.47, 0.0)
     """
     g = resolve_gpu(gpu)
     if calibration is not None:
