@@ -244,3 +244,31 @@ def test_the_committed_h100_calibration_against_the_transfer():
     assert steps["n"] == 12 and steps["median"] <= 0.10 and abs(steps["signed"]) <= 0.05
     assert rows["serving, decode steps"]["user"]["median"] <= 0.05
     assert rows["serving, prefill steps"]["user"]["median"] <= 0.05
+
+
+def test_a_calibration_keeps_the_power_threshold_its_mixes_give():
+    """``gpumodel calibrate``'s sustained rows end with power mixes (``op`` "power_mix"): the fit keeps their threshold
+    as ``power_share_threshold``, the slowdown leaves them out, and every answer on that GPU takes it. The mixes are
+    the committed H100 run's (tests/data/calibration/duty_clock/h100.jsonl: its own fit is 0.49)."""
+    import json
+    from pathlib import Path
+
+    from gpumodel.calibration.estimate import power_share_threshold_for
+    from gpumodel.calibration.powermix import MIX_OP
+
+    h100 = gm.gpu("h100")
+    moved = transfer_for(h100).model
+    path = Path(__file__).parent / "data" / "calibration" / "duty_clock" / "h100.jsonl"
+    mixes = [{**json.loads(x), "op": MIX_OP} for x in path.read_text().splitlines()[1:] if x.strip()]
+    gemm = {"op": "matmul", "dtype": "bf16", "shape": {"m": 8192, "n": 8192, "k": 8192}}
+    price = float(predict(moved, gm.ops.matmul(8192, 8192, 8192, dtype="bf16")).time_s)
+    sustained = [{**gemm, "isolated_s": price, "sustained": [{"per_call_s": 1.1 * price}] * 8}]
+    cal = fit_calibration(_points(h100, moved, seed=5), h100, {"device_name": "NVIDIA H100 80GB HBM3"},
+                          sustained_rows=sustained + mixes)
+    assert cal.parameters["power_share_threshold"] == 0.49
+    assert cal.parameters["sustained_slowdown"] == pytest.approx(1.1, abs=0.02)   # the GEMM alone, as fitted
+    assert power_share_threshold_for(h100, calibration=cal) == 0.49
+    without = fit_calibration(_points(h100, moved, seed=5), h100, {"device_name": "NVIDIA H100 80GB HBM3"},
+                              sustained_rows=sustained)
+    assert "power_share_threshold" not in without.parameters
+    assert power_share_threshold_for(h100, calibration=without) == 0.47                 # the prior's

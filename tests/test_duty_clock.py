@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpumodel.calibration.estimate import power_share_threshold_for
-from gpumodel.calibration.sustained import clock_share, power_share_threshold
+from gpumodel.calibration.powermix import power_share_threshold
+from gpumodel.calibration.sustained import clock_share
 
 FOLDER = Path(__file__).resolve().parent / "data" / "calibration" / "duty_clock"
 DATA = FOLDER / "h100.jsonl"

@@ -54,6 +54,8 @@ FIT_S_PER_CASE = 0.17
 SUSTAINED_S_PER_BUDGET_S = 1.0 / 30.0
 #: the sustained-load run's kernels and the idle pause after each [s] (:func:`~gpumodel.calibration.sustained.measure_sustained`)
 _SUSTAINED_KERNELS, _SUSTAINED_PAUSE_S = 5, 2.5
+#: the power mixes measured after the sustained kernels (:func:`gpumodel.calibration.powermix.measure_power_mixes`) [s]
+_POWER_MIXES_S = 12.0
 #: fewest kernels a stratum keeps (all of it when it has fewer)
 FLOOR = 3
 
@@ -185,7 +187,8 @@ def budget_plan(budget_s: float = DEFAULT_BUDGET_S, seed: int = 0, fp8: bool = T
         raise ValueError(f"budget_s must be at least {MIN_BUDGET_S:g} s, got {budget_s!r}")
     sustained = min(10.0, max(3.0, round(budget_s * SUSTAINED_S_PER_BUDGET_S, 1)))
     calls = host_calls(budget_s)
-    fixed = _SUSTAINED_KERNELS * (sustained + _SUSTAINED_PAUSE_S) + (8.0 if calls >= 2000 else 3.0) + 5.0
+    fixed = (_SUSTAINED_KERNELS * (sustained + _SUSTAINED_PAUSE_S) + _POWER_MIXES_S
+             + (8.0 if calls >= 2000 else 3.0) + 5.0)
     count = max(0, int((budget_s - fixed) / (CASE_S + 0.8 * FIT_S_PER_CASE)))
     pool = [c for c in pool_cases() if fp8 or "fp8" not in (c["dtype"], c["shape"].get("weight_dtype"))]
     cases = sample_cases(pool, count, seed)

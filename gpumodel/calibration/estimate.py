@@ -171,8 +171,8 @@ def sustained_slowdown_for(gpu: Any, *, calibrated: bool = True, calibration: An
 def power_share_threshold_for(gpu: Any, *, calibration: Any = None) -> float:
     """The share of compute-bound time up to which ``gpu`` runs a mix of work at the boost clock [1].
 
-    A calibration record's ``power_share_threshold`` parameter where it has one, else the value measured on that
-    GPU in its architecture's prior (:class:`~gpumodel.calibration.priors.GPUPrior`), else 0: every share of
+    A calibration record's ``power_share_threshold`` parameter where it has one (``gpumodel calibrate`` measures it
+    with the sustained load), else the value measured on that GPU in its architecture's prior (:class:`~gpumodel.calibration.priors.GPUPrior`), else 0: every share of
     compute-bound work takes its share of the sustained slowdown (:func:`~gpumodel.calibration.sustained.clock_share`).
 
     Examples

@@ -31,6 +31,7 @@ from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
 from .loaded import model_slowdown
+from .powermix import MIX_OP, power_share_threshold
 from .transfer import transfer_for
 from ..records.specs import UnknownNameError
 from . import bench
@@ -299,7 +300,9 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
         Pseudo-measurements of its starting value per free parameter [points] (:func:`fit_model`); default
         :data:`ANCHOR_POINTS` where the fit starts from a transfer, else 0.
     sustained_rows : list of dict, optional
-        Compute-bound kernels timed alone and back to back on the same GPU (not with ``sustained_slowdown``).
+        Compute-bound kernels timed alone and back to back on the same GPU (not with ``sustained_slowdown``); mixes of
+        a GEMM and a memory-bound filler among them (``op`` ``"power_mix"``) give the parameter
+        ``power_share_threshold`` (:func:`~gpumodel.calibration.powermix.power_share_threshold`).
 
     Returns
     -------
@@ -323,7 +326,10 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     if sustained_rows is not None:
         if sustained_slowdown is not None:
             raise ValueError("give sustained_slowdown or sustained_rows, not both")
-        sustained_slowdown = model_slowdown(model, sustained_rows)
+        sustained_slowdown = model_slowdown(model, [r for r in sustained_rows if r.get("op") != MIX_OP])
+        mixes = [r for r in sustained_rows if r.get("op") == MIX_OP]
+        if mixes:
+            params["power_share_threshold"] = power_share_threshold(mixes)
     if sustained_slowdown is not None:
         params["sustained_slowdown"] = float(f"{sustained_slowdown:.4g}")
     return Calibration.from_environment(

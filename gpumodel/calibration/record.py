@@ -38,6 +38,10 @@ __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "cali
            "list_calibrations", "CALIBRATIONS"]
 
 
+#: parameters a record may carry that no kernel price uses and no datasheet default stands for: measured or absent
+#: (absent, the GPU's prior gives them: :func:`gpumodel.calibration.estimate.power_share_threshold_for`)
+MEASURED_PARAMETERS = ("power_share_threshold",)
+
 class MeasuredPoint(BaseModel):
     """One timed kernel: the :mod:`gpumodel.core.ops` constructor (``op``), its arguments, the time [s]."""
 
@@ -128,7 +132,7 @@ class Calibration(BaseModel):
     @classmethod
     def _known_parameters(cls, value: dict[str, float]) -> dict[str, float]:
         value = {k: v for k, v in value.items() if k not in RETIRED_PARAMETERS}
-        unknown = sorted(set(value) - set(PARAMETERS) - {"flops_fp64", "flops_int8"})
+        unknown = sorted(set(value) - set(PARAMETERS) - set(MEASURED_PARAMETERS) - {"flops_fp64", "flops_int8"})
         if unknown:
             raise ValueError(f"unknown model parameter(s) {unknown}; known: {sorted(PARAMETERS)}")
         bad = sorted(k for k, v in value.items() if not (v > 0 and v < float("inf")))

@@ -28,8 +28,7 @@ import numpy as np
 from .bench import FLUSH_BYTES, make_runner, time_events
 from .cases import make_case
 
-__all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "power_share_threshold",
-           "SUSTAINED_CASES",
+__all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "SUSTAINED_CASES",
            "COMPUTE_RATE_PREFIXES"]
 
 #: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
@@ -148,42 +147,6 @@ def clock_share(isolated_s: Any, extra_s: Any, slowdown: float, threshold: float
     return float(share) if share.ndim == 0 else share
 
 
-def power_share_threshold(rows: Iterable[dict]) -> float:
-    """The threshold share :math:`f_0` of :func:`clock_share` that fits mixes of GEMMs and memory-bound work [1].
-
-    Parameters
-    ----------
-    rows : iterable of dict
-        ``bench/measure_duty_clock.py``'s rows: per GEMM (``m``, ``n``, ``k``) and filler ``ratio``, the GEMM's time in
-        the mix ``gemm_s`` and at the boost clock ``gemm_boost_s`` [s] and the mix's compute ``share``; ``ratio`` 0 is
-        the GEMM back to back. Rows of several runs are told apart by an optional ``run`` field.
-
-    Returns
-    -------
-    float
-        The :math:`f_0` on a 0.01 grid in [0, 0.95] that minimises
-        :math:`\\sum (\\mathrm{clip}((f - f_0) / (1 - f_0), 0, 1) - g)^2` over the mixes, with :math:`g` each mix's
-        slowdown over the boost clock as a share of its GEMM's back-to-back slowdown.
-
-    Examples
-    --------
-    >>> mix = lambda ratio, share, t: dict(m=1, n=1, k=1, ratio=ratio, share=share, gemm_s=t, gemm_boost_s=1.0)
-    >>> power_share_threshold([mix(0, 1.0, 1.2), mix(1, 0.5, 1.0), mix(0.5, 0.75, 1.1), mix(0.2, 0.9, 1.16)])
-    0.5
-    """
-    rows = list(rows)
-    key = lambda r: (r.get("run"), r["m"], r["n"], r["k"])  # noqa: E731
-    full = {key(r): r["gemm_s"] / r["gemm_boost_s"] for r in rows if r["ratio"] == 0}
-    pts = [(r["share"], (r["gemm_s"] / r["gemm_boost_s"] - 1.0) / (full[key(r)] - 1.0))
-           for r in rows if r["ratio"] > 0 and full.get(key(r), 1.0) > 1.0]
-    if not pts:
-        raise ValueError("no mix with its GEMM's back-to-back timing (ratio 0) to compare with")
-    f, g = np.array(pts).T
-    grid = np.round(np.arange(0.0, 0.951, 0.01), 2)
-    sse = [float(np.sum((np.clip((f - f0) / (1.0 - f0), 0.0, 1.0) - g) ** 2)) for f0 in grid]
-    return float(grid[int(np.argmin(sse))])
-
-
 def _back_to_back(torch: Any, fn: Callable[[], Any], seconds: float, window_s: float = 0.25) -> list[dict]:
     """Back-to-back calls of ``fn`` for ``seconds``: per window, the mean time of a call and the clocks."""
     rows, t_end = [], time.perf_counter() + seconds
@@ -206,7 +169,8 @@ def _back_to_back(torch: Any, fn: Callable[[], Any], seconds: float, window_s: f
     return rows
 
 
-def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: float = 2.0) -> list[dict]:  # pragma: no cover - needs a GPU
+def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: float = 2.0,
+                      mixes: bool = True) -> list[dict]:  # pragma: no cover - needs a GPU
     """Time each of :data:`SUSTAINED_CASES` alone (as a calibration does), then back to back for ``seconds``.
 
     Parameters
@@ -217,12 +181,16 @@ def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: 
         The kernels (default :data:`SUSTAINED_CASES`).
     pause_s : float
         Idle time between kernels [s], for the clocks to recover.
+    mixes : bool
+        Also time a GEMM in mixes with a memory-bound filler (:func:`gpumodel.calibration.powermix.measure_power_mixes`,
+        about 12 s): rows with ``op`` ``"power_mix"``, which :func:`gpumodel.calibration.powermix.power_share_threshold`
+        reduces and :func:`slowdown` leaves out.
 
     Returns
     -------
     list of dict
         Per kernel its case, ``isolated_s`` and ``isolated_after_s`` [s] and the ``sustained`` windows; reduce them
-        with :func:`slowdown`.
+        with :func:`slowdown`. Then the mixes' rows.
     """
     import torch
 
@@ -234,6 +202,11 @@ def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: 
         run = _back_to_back(torch, fn, seconds)
         out.append({**case, "isolated_s": iso, "isolated_after_s": time_events(fn, flush)[0], "sustained": run})
         time.sleep(pause_s)
+    if mixes:
+        from .powermix import measure_power_mixes
+
+        del flush
+        out += measure_power_mixes()
     return out
 
 

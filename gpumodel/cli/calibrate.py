@@ -5,7 +5,8 @@ Measuring (the default) times kernels of every family the time model prices, as 
 every fifth one out of the fit to report the fit's error beside the transfer's on them, measures this host's
 per-op costs of eager PyTorch (written beside the calibration as ``<out>.host.yaml``; ``--no-host`` skips it) and
 the slowdown of compute-bound kernels under sustained load over the fitted model's price of them (kept as
-``sustained_slowdown``; ``--no-sustained`` skips it). The record lists the families measured
+``sustained_slowdown``), then a GEMM in mixes with memory-bound work, for the share of compute-bound time up to which
+the GPU holds its boost clock (kept as ``power_share_threshold``; ``--no-sustained`` skips both). The record lists the families measured
 (``measured_families``); every parameter the run does not
 determine keeps the value of the shipped calibration carried to this GPU.
 
@@ -33,7 +34,8 @@ JSON output (--json), SI units:
   fit_error, validation_error {family: {n, median, p90}} (absolute relative error [fraction]
   on the fitted and on the held-out points), transfer_validation_error (the same for the shipped
   calibration carried to this GPU, on the same held-out points; absent where no transfer applies),
-  host_file (the host costs written, or null), sustained_slowdown (or null), measured_families,
+  host_file (the host costs written, or null), sustained_slowdown (or null), power_share_threshold
+  (the compute share up to which a mix of work held the boost clock, or null), measured_families,
   budget_s (the budget the kernel plan was sized to [s], or null with --from-points), kernels (measured).
 """
 
@@ -202,6 +204,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
                     "validation_error": cal.validation_error, "transfer_validation_error": transferred,
                     "host_file": getattr(args, "host_file", None),
                     "sustained_slowdown": slow,
+                    "power_share_threshold": cal.parameters.get("power_share_threshold"),
                     "measured_families": cal.measured_families, "budget_s": getattr(args, "budget_s", None),
                     "kernels": len(points) + len(validation or [])})
         return 0
@@ -223,4 +226,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     if slow is not None:
         print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, "
               "over this fit)")
+    if "power_share_threshold" in cal.parameters:
+        print(f"power_share_threshold {cal.parameters['power_share_threshold']:.2f} (a mix of work held the boost "
+              "clock up to this share of its time in compute-bound kernels)")
     return 0
