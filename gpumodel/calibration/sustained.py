@@ -27,6 +27,7 @@ import numpy as np
 
 from .bench import FLUSH_BYTES, make_runner, time_events
 from .cases import make_case
+from .powermix import measure_power_mixes
 
 __all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "SUSTAINED_CASES",
            "COMPUTE_RATE_PREFIXES"]
@@ -203,8 +204,6 @@ def measure_sustained(seconds: float = 6.0, cases: list | None = None, pause_s: 
         out.append({**case, "isolated_s": iso, "isolated_after_s": time_events(fn, flush)[0], "sustained": run})
         time.sleep(pause_s)
     if mixes:
-        from .powermix import measure_power_mixes
-
         del flush
         out += measure_power_mixes()
     return out
