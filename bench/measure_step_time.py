@@ -24,7 +24,9 @@ Ground truth for ``gm.training_step_time``. Writes JSON lines to ``--out``:
   and timed by the wall clock (``step_s_all``, median ``step_s_median``) and by CUDA events per
   phase, with the host's enqueue time per phase. ``held_out`` is fixed before measuring by a hash
   of the run's key (see :func:`held_out`). The first run of each shape is also profiled once
-  (kernels launched per phase).
+  (kernels launched per phase). ``sm_clock_mhz`` holds the SM clock after the timed steps and after the
+  profiled one: the profiler's host load leaves the GPU idle between kernels, so the profiled step runs at a
+  higher clock than the timed ones.
 
 A step is: ``gradient_accumulation_steps`` x (forward under autocast when the precision is
 ``amp_*``; ``loss / accumulation``; ``backward``), then ``clip_grad_norm_`` when clipping, then
@@ -725,6 +727,14 @@ def param_counts(torch, transformers, folder: str):
 
 
 # ----------------------------------------------------------------------------------------- steps
+def _sm_clock(torch) -> float | None:
+    """The SM clock now [MHz] (``torch.cuda.clock_rate``), or None where NVML is absent."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:
+        return None
+
+
 def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, deadline: float, profile: bool) -> dict:
     shape, batch, seq, precision, optimizer, opts = spec
     o = {**OPTION_DEFAULTS, **opts}
@@ -811,9 +821,12 @@ def one_run(torch, transformers, spec, device: str, steps: int, warmup: int, dea
            "phase_device_s": {k: statistics.median(p["device"][k] for p in phases) for k in phases[0]["device"]},
            "phase_host_s": {k: statistics.median(p["host"][k] for p in phases) for k in phases[0]["host"]},
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None}
+    if cuda:   # the SM clock after the timed steps, and after the profiled one (run under the profiler's host load)
+        row["sm_clock_mhz"] = {"timed": _sm_clock(torch)}
     if profile and cuda and time.perf_counter() < deadline:
         trace = None if TRACE_DIR is None else os.path.join(TRACE_DIR, f"{shape}_{batch}x{seq}_{precision}.json")
         row["profile_step"] = kernel_counts(torch, device, lambda: step([]), trace)
+        row["sm_clock_mhz"]["profiled"] = _sm_clock(torch)
     model = opt = params = fwd_model = None  # free the GPU memory (closures still name them)
     return row
 
