@@ -86,40 +86,33 @@ def _events(torch, run, reps: int, before=None) -> float:
     return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends))
 
 
-def _clock(torch) -> float | None:
-    try:
-        return float(torch.cuda.clock_rate())
-    except Exception:                       # no NVML: the clock is not recorded
-        return None
-
-
 def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
     """The five timings of one case, and the SM clock after each."""
     import torch
 
-    from gpumodel.calibration.bench import make_runner
+    from gpumodel.calibration.bench import make_runner, sm_clock_mhz
     from gpumodel.calibration.timing import time_events
 
     fns = [make_runner(case) for _ in range(copies_for(case))]
     out = {**case, "bytes": operand_bytes(case), "copies": len(fns)}
     clocks = {}
     out["write_s"] = time_events(fns[0], flush)[0]
-    clocks["write"] = _clock(torch)
+    clocks["write"] = sm_clock_mhz()
     for f in fns:
         f()
     torch.cuda.synchronize()
     out["read_s"] = _events(torch, fns[0], 200, before=lambda: torch.sum(flush))
-    clocks["read"] = _clock(torch)
+    clocks["read"] = sm_clock_mhz()
     filler = flush[: FILLER_BYTES // 4].view(torch.float32)
     out["mixed_s"] = _events(torch, fns[0], 200, before=lambda: filler.mul_(1.0))
-    clocks["mixed"] = _clock(torch)
+    clocks["mixed"] = sm_clock_mhz()
 
     def chain():
         for f in fns:
             f()
 
     out["eager_s"] = _events(torch, chain, 20) / len(fns)
-    clocks["eager"] = _clock(torch)
+    clocks["eager"] = sm_clock_mhz()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -130,7 +123,7 @@ def measure(case: dict, flush) -> dict:  # pragma: no cover - needs a GPU
         chain()
     graph.replay()
     out["graph_s"] = _events(torch, graph.replay, 20) / len(fns)
-    clocks["graph"] = _clock(torch)
+    clocks["graph"] = sm_clock_mhz()
     graph.reset()
     out["clock_mhz"] = clocks
     return out

@@ -253,6 +253,14 @@ def capture_graph(torch, fn):
 SUSTAIN_S = 0.0
 
 
+def sustain(torch, graph) -> None:
+    """Replay ``graph`` back to back for ``SUSTAIN_S`` seconds (``--sustain-s``), each replay synchronised."""
+    t_end = time.perf_counter() + SUSTAIN_S
+    while time.perf_counter() < t_end:
+        graph.replay()
+        torch.cuda.synchronize()
+
+
 def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 20) -> list[float]:
     """Capture fn as a CUDA graph and time replays with CUDA events [s]; eager wall time on the CPU."""
     if device != "cuda":
@@ -268,10 +276,7 @@ def time_graph(torch, fn, device: str, target_s: float = 0.15, max_reps: int = 2
         return a.elapsed_time(z) / 1e3
 
     first = once()
-    t_end = time.perf_counter() + SUSTAIN_S   # back-to-back replays first: the clock an engine's steps run at
-    while time.perf_counter() < t_end:
-        g.replay()
-        torch.cuda.synchronize()
+    sustain(torch, g)                         # back-to-back replays first: the clock an engine's steps run at
     reps = int(min(max_reps, max(2, target_s / max(first, 1e-6))))
     times = [once() for _ in range(reps)]
     g = None  # drop the graph (once() shares the name)
@@ -356,12 +361,23 @@ def write_row(torch, out, row: dict, device: str, t0: float) -> dict:
 
 
 def arguments(doc: str, budget_s: float) -> argparse.ArgumentParser:
-    """The options of a serving measurement: ``--out``, ``--budget-s`` (default ``budget_s``), ``--dry-run``."""
+    """The options of a serving measurement: ``--out``, ``--budget-s`` (default ``budget_s``), ``--dry-run``,
+    ``--sustain-s`` (set :data:`SUSTAIN_S` from it with :func:`set_sustain`)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON lines file to write")
     ap.add_argument("--budget-s", type=float, default=budget_s, help="start no new case after this many seconds")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (a smoke test)")
+    ap.add_argument("--sustain-s", type=float, default=0.0,
+                    help="replay each graph back to back this long before timing it, so that the SM clock has "
+                         "fallen to where an engine's back-to-back steps run (the power limit takes it within "
+                         "0.1 s on an H100); 0: time from the state the case's setup left")
     return ap
+
+
+def set_sustain(args) -> None:
+    """:data:`SUSTAIN_S` from the parsed ``--sustain-s``."""
+    global SUSTAIN_S
+    SUSTAIN_S = max(0.0, args.sustain_s)
 
 
 def main(argv=None) -> int:
@@ -370,15 +386,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compiled", action="store_true",
                     help="only the paired one-layer cases: unfused CUDA graph against torch.compile (compiled_plan)")
     ap.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face generate cases (graph engine only)")
-    ap.add_argument("--sustain-s", type=float, default=0.0,
-                    help="replay each graph back to back this long before timing it, so that the SM clock has "
-                         "fallen to where an engine's back-to-back steps run (the power limit takes it within "
-                         "0.1 s on an H100); 0: time from the state the case's setup left")
     args = ap.parse_args(argv)
     import torch
 
-    global SUSTAIN_S
-    SUSTAIN_S = max(0.0, args.sustain_s)
+    set_sustain(args)
 
     device = "cpu" if args.dry_run else "cuda"
     t0 = time.perf_counter()

@@ -6,7 +6,8 @@ time dominates), the step is captured as a CUDA graph, replayed a few times, the
 ``torch.profiler`` with CUDA activity. Each output line is one case: the event-timed replay
 (``seconds``), every kernel name with its count and summed duration over one replay (``kernels``), the
 sum of kernel durations (``kernel_sum_s``; ``seconds - kernel_sum_s`` is the gaps between kernels), and
-the SM clock before the case, just before the profiled replay and after it (``sm_clock_mhz``, from ``torch.cuda.clock_rate()`` where NVML is present).
+the SM clock before the case, just before the profiled replay and after it (``sm_clock_mhz``, from
+``torch.cuda.clock_rate()`` where NVML is present).
 The serving model's per-family times can then be compared kernel family by kernel family.
 
 Usage::
@@ -57,10 +58,7 @@ def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
         for _ in range(reps):
             g.replay()
         torch.cuda.synchronize()
-        t_end = time.perf_counter() + ms.SUSTAIN_S   # the profiled replay at the clock the timed ones ran at
-        while time.perf_counter() < t_end:
-            g.replay()
-            torch.cuda.synchronize()
+        ms.sustain(torch, g)                         # the profiled replay at the clock the timed ones ran at
         clock1 = _clock(torch)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             g.replay()
@@ -84,11 +82,8 @@ def profile_case(torch, case: dict, device: str, reps: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = ms.arguments(__doc__, budget_s=240.0)
-    ap.add_argument("--sustain-s", type=float, default=0.0,
-                    help="replay each graph back to back this long before timing it and before profiling it [s]")
-    args = ap.parse_args(argv)
-    ms.SUSTAIN_S = max(0.0, args.sustain_s)
+    args = ms.arguments(__doc__, budget_s=240.0).parse_args(argv)
+    ms.set_sustain(args)                     # before timing each graph, and again before profiling it
     import torch
 
     device = "cpu" if args.dry_run else "cuda"

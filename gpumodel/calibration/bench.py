@@ -39,7 +39,7 @@ from .runners import RUNNERS
 __all__ = [
     "CalibrationUnavailableError", "Case", "fit_cases", "make_runner", "time_events",
     "measure", "run_benchmarks", "run_budget", "environment_info", "progress", "launched_kernels", "device_seconds",
-    "host_seconds", "spin_rate",
+    "host_seconds", "spin_rate", "sm_clock_mhz",
     "widened_cases",
 ]
 
@@ -171,6 +171,15 @@ def _nvidia_smi(fields: str) -> list[str]:
         return [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
     except Exception:  # noqa: BLE001 - nvidia-smi is optional
         return []
+
+
+def sm_clock_mhz() -> float | None:  # pragma: no cover - needs a GPU
+    """The SM clock of the current CUDA device now [MHz] (``torch.cuda.clock_rate``), or None where NVML is absent."""
+    torch = import_torch()
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 - NVML is optional: the clock is not recorded
+        return None
 
 
 def environment_info(device: str = "cuda") -> dict:

@@ -39,8 +39,8 @@ from .transfer import transfer_for
 from .points import op_family
 from .bands import Interval, error_band, kernel_regime
 
-__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "sustained_slowdown_for", "power_share_threshold_for", "resolve_calibration",
-           "calibration_key"]
+__all__ = ["TimeEstimate", "estimate", "estimate_time", "model_for", "sustained_slowdown_for", "power_share_threshold_for",
+           "resolve_calibration", "calibration_key"]
 
 _BOUNDS = np.array(["compute", "memory", "launch", "parallelism"])
 
@@ -172,8 +172,9 @@ def power_share_threshold_for(gpu: Any, *, calibration: Any = None) -> float:
     """The share of compute-bound time up to which ``gpu`` runs a mix of work at the boost clock [1].
 
     A calibration record's ``power_share_threshold`` parameter where it has one (``gpumodel calibrate`` measures it
-    with the sustained load), else the value measured on that GPU in its architecture's prior (:class:`~gpumodel.calibration.priors.GPUPrior`), else 0: every share of
-    compute-bound work takes its share of the sustained slowdown (:func:`~gpumodel.calibration.sustained.clock_share`).
+    with the sustained load), else the value measured on that GPU in its architecture's prior
+    (:class:`~gpumodel.calibration.priors.GPUPrior`), else 0: every share of compute-bound work takes its share of the
+    sustained slowdown (:func:`~gpumodel.calibration.sustained.clock_share`).
 
     Examples
     --------

@@ -18,6 +18,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .bench import sm_clock_mhz
+
 __all__ = ["MIX_OP", "CALIBRATE_RATIOS", "measure_power_mixes", "power_share_threshold"]
 
 #: the ``op`` of a mix's row (the sustained-load rows' other kernels are ``matmul``, ``attention`` ...)
@@ -61,13 +63,6 @@ def power_share_threshold(rows: Iterable[dict]) -> float:
     grid = np.round(np.arange(0.0, 0.951, 0.01), 2)
     sse = [float(np.sum((np.clip((f - f0) / (1.0 - f0), 0.0, 1.0) - g) ** 2)) for f0 in grid]
     return float(grid[int(np.argmin(sse))])
-
-
-def _clock(torch: Any) -> float | None:
-    try:
-        return float(torch.cuda.clock_rate())
-    except Exception:                       # no NVML: the clock is not recorded
-        return None
 
 
 def _time_each(torch: Any, fn, seconds: float) -> None:  # pragma: no cover - needs a GPU
@@ -178,7 +173,7 @@ def measure_power_mixes(m: int = 4096, n: int = 14336, k: int = 4096, ratios=CAL
                 marks.append(ev)
             marks[-1][2].synchronize()
         torch.cuda.synchronize()
-        clock = _clock(torch)
+        clock = sm_clock_mhz()
         gs = statistics.median(e[0].elapsed_time(e[1]) * 1e-3 for e in marks)
         fs = statistics.median(e[1].elapsed_time(e[2]) * 1e-3 for e in marks) if fill is not None else 0.0
         rows.append({"op": MIX_OP, "m": m, "n": n, "k": k, "ratio": ratio, "filler": filler, "filler_numel": numel,

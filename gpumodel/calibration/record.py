@@ -42,6 +42,7 @@ __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "cali
 #: (absent, the GPU's prior gives them: :func:`gpumodel.calibration.estimate.power_share_threshold_for`)
 MEASURED_PARAMETERS = ("power_share_threshold",)
 
+
 class MeasuredPoint(BaseModel):
     """One timed kernel: the :mod:`gpumodel.core.ops` constructor (``op``), its arguments, the time [s]."""
 

@@ -113,7 +113,7 @@ def clock_share(isolated_s: Any, extra_s: Any, slowdown: float, threshold: float
     the limit at the boost clock, and the clock falls until they do not, by ``slowdown``; memory-bound kernels draw
     less. A stretch whose clock-bound kernels take a share :math:`f` of its time draws :math:`f P_c + (1 - f) P_m`
     at the boost clock, :math:`P_c` above the limit and :math:`P_m` below it: the clock holds while that is under the
-    limit, up to the share :math:`f_0` (:data:`POWER_SHARE_THRESHOLD`), and falls in proportion to the excess past
+    limit, up to the share :math:`f_0` (``threshold``), and falls in proportion to the excess past
     it, all the way (by ``slowdown``) at :math:`f = 1`:
 
     .. math::
