@@ -22,7 +22,8 @@ where the CSV gives them (the NeMo fp8 rows, DeepSeek-V3's fp8 and its recompute
 expert activations). A run of another pipeline schedule than 1F1B (DeepSeek-V3's DualPipe) is searched under both
 1F1B and its own schedule: its published layout is ranked among the rows of its own schedule (the match requires
 it), and the pick may be either. Where a run used something the planner does not search (the SC21 rows' unfused
-attention) the published layout is ranked under the planner's assumptions. Times are modelled, not measured.
+attention, DeepSpeed's 2021 per-parameter ZeRO-3 gathers) the published layout is ranked under the planner's
+assumptions. Times are modelled, not measured.
 
 Run: ``python bench/plan_published.py [--json] [--role fit|check]``.
 """

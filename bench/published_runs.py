@@ -39,7 +39,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "cluster" / "pub
 #: Hugging Face configs of the models that are not gpumodel presets, by the name the table's ``model`` column gives
 MODELS = {k: v for k, v in json.loads((DATA.parent / "published_models.json").read_text()).items() if k != "_source"}
 TEXT = ("source", "role", "label", "system", "checkpointing", "attention", "precision", "flops", "comm_overlap", "model",
-        "framework", "attention_kernel", "stage_layers", "fp8", "schedule", "grad_reduce", "recompute_modules")
+        "framework", "attention_kernel", "stage_layers", "fp8", "schedule", "grad_reduce", "recompute_modules",
+        "zero3_gather")
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -115,7 +116,8 @@ def predict(row: dict, cfg: gm.TransformerConfig) -> gm.StepTime:
                                            last_stage_layers=last, fp8=row["fp8"] or False,
                                            pipeline_schedule=row["schedule"] or "1f1b",
                                            grad_reduce_dtype=row["grad_reduce"] or None,
-                                           recompute_modules=recompute_modules(row))
+                                           recompute_modules=recompute_modules(row),
+                                           zero3_gather=row.get("zero3_gather") or "prefetch")
 
 
 def recompute_modules(row: dict):

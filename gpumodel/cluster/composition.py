@@ -59,6 +59,7 @@ from ..vocabulary import Framework
 from .collectives import system_collective_time as _coll
 from .dataparallel import gradient_bytes, step_sync_times, zero3_layer_times
 from .pipeline import p2p_time, pipeline_bubble, slowest_stage, stage_layers
+from .zero3gather import per_parameter_layer_times
 
 __all__ = ["PHASES", "OVERLAPS", "COLLECTIVE_CTAS", "overlaps", "compose", "collective_sm_share"]
 
@@ -125,7 +126,7 @@ def overlaps(comm_overlap: Any) -> frozenset:
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
             micro_batches, checkpointing, comm_overlap=False, first_stage_layers=None, last_stage_layers=None,
-            pipeline_schedule="1f1b", grad_reduce_dtype=None, selective=None) -> dict:
+            pipeline_schedule="1f1b", grad_reduce_dtype=None, selective=None, zero3_gather="prefetch") -> dict:
     """The step of a layout from its shard's kernel times: a pure function that broadcasts.
 
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
@@ -136,7 +137,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     ``grad_reduce_dtype`` Megatron's gradient reduction format (:func:`~gpumodel.cluster.dataparallel.gradient_bytes`);
     ``selective`` what selective recomputation re-runs (a :class:`~gpumodel.cluster.selective.SelectiveRecompute`:
     its kernels' time and FLOPs, the tensor-parallel collectives and all-to-alls it repeats; None: the attention
-    core alone, Korthikanti et al.'s). Returns the breakdown by :data:`PHASES` [s],
+    core alone, Korthikanti et al.'s); ``zero3_gather`` how ZeRO-3 gathers (``"per_parameter"``: DeepSpeed before
+    v0.5.5, :func:`~gpumodel.cluster.zero3gather.per_parameter_layer_times`). Returns the breakdown by :data:`PHASES` [s],
     ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
     and ``"stage_parameters"`` (parameters per GPU before ZeRO).
     """
@@ -181,7 +183,10 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     if cfg.is_moe:
         layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
     grad_bytes = gradient_bytes(fw, prec, grad_reduce_dtype)
-    z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, group, tp, c, grad_bytes, f_l, b_l + r_l, full)
+    if zero3_gather == "per_parameter":
+        z3_exposed, z3_all = per_parameter_layer_times(sysm, cfg, tp, group, tp, c, grad_bytes, b_l + r_l, full)
+    else:
+        z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, group, tp, c, grad_bytes, f_l, b_l + r_l, full)
     sharded = (zero == 3) & (group > 1)
     zero3_l = np.where(sharded, z3_exposed, 0.0)
     # the collectives run under the layer's compute hold some of its SMs: the compute takes that much longer

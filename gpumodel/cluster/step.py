@@ -34,7 +34,7 @@ from ..training.steptime import StepTime, model_flops_per_token, recompute_flops
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
                           fp8_recipe, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
-                          resolve_system)
+                          resolve_system, zero3_gather as zero3_gather_of)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
 from .pipeline import check_schedule, stage_layers
@@ -88,7 +88,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 expandable_segments: bool = False, attention_kernel: str = "sdpa",
                                 first_stage_layers: int | None = None, last_stage_layers: int | None = None,
                                 fp8: bool = False, pipeline_schedule: str = "1f1b",
-                                grad_reduce_dtype: str | None = None, recompute_modules: Any = None) -> StepTime:
+                                grad_reduce_dtype: str | None = None, recompute_modules: Any = None,
+                                zero3_gather: str = "prefetch") -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -161,6 +162,12 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``; Llama 3 405B: 7 of
         126 on each end of 16 stages, which balances the embedding and the LM head); the rest are spread over
         the middle stages (:func:`gpumodel.cluster.pipeline.stage_layers`). Default: ``ceil(L / pp)`` each.
+    zero3_gather : {"prefetch", "per_parameter"}
+        How ZeRO-3 (``zero=3``) gathers the weights: "prefetch" (default), one flat buffer a layer prefetched under
+        the previous layer's compute, as FSDP and DeepSpeed from v0.5.5 run it
+        (:func:`~gpumodel.cluster.dataparallel.zero3_layer_times`); "per_parameter", DeepSpeed before v0.5.5 (2021):
+        one synchronous list all-gather per parameter tensor with host work per rank, nothing hidden
+        (:mod:`gpumodel.cluster.zero3gather`; ``framework="deepspeed"`` only).
     expandable_segments : bool
         The allocator setting ``fits`` and ``peak_bytes`` assume (:func:`gpumodel.training_memory`).
 
@@ -199,6 +206,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     calibrated = flag(calibrated, "calibrated")
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
+    gather = zero3_gather_of(zero3_gather, fw)
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
@@ -235,7 +243,8 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                   sequence_parallel=par.sequence_parallel, virtual_stages=v, batch_size=b, seq_len=s,
                   micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
                   last_stage_layers=last_stage_layers, pipeline_schedule=schedule,
-                  grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value, selective=selective)
+                  grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value, selective=selective,
+                  zero3_gather=gather.value)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
@@ -274,7 +283,7 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        attention_kernel: str = "sdpa", comm_overlap: Any = False, fp8: bool = False,
                        pipeline_schedule: str = "1f1b", first_stage_layers: int | None = None,
                        last_stage_layers: int | None = None, grad_reduce_dtype: str | None = None,
-                       recompute_modules: Any = None) -> StepTime:
+                       recompute_modules: Any = None, zero3_gather: str = "prefetch") -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -335,10 +344,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         The library whose flash kernels run the 16-bit attention forward and backward
         (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
         (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
-    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype, recompute_modules :
+    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype, recompute_modules, zero3_gather :
         Options of the parallel model (:func:`parallel_training_step_time`): communication hidden under compute,
         fp8 GEMMs, the pipeline schedule, an uneven cut of the pipeline's stages, Megatron's gradient reduction
-        format and the submodules its selective recomputation re-runs. Giving one selects it.
+        format, the submodules its selective recomputation re-runs and how ZeRO-3 gathers. Giving one selects it.
 
     Returns
     -------
@@ -369,9 +378,11 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         resolve_system(gpu, "gpu")   # neither: the error suggests close system and GPU names
     layout = {"comm_overlap": comm_overlap, "fp8": fp8, "pipeline_schedule": pipeline_schedule,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-              "grad_reduce_dtype": grad_reduce_dtype, "recompute_modules": recompute_modules}
+              "grad_reduce_dtype": grad_reduce_dtype, "recompute_modules": recompute_modules,
+              "zero3_gather": zero3_gather}
     defaults = {"comm_overlap": False, "fp8": False, "pipeline_schedule": "1f1b", "first_stage_layers": None,
-                "last_stage_layers": None, "grad_reduce_dtype": None, "recompute_modules": None}
+                "last_stage_layers": None, "grad_reduce_dtype": None, "recompute_modules": None,
+                "zero3_gather": "prefetch"}
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
             or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)
             or any(layout[k] is not defaults[k] and layout[k] != defaults[k] for k in layout)):

@@ -269,6 +269,29 @@ def grad_reduce_dtype(value: Any, framework: Any, name: str = "grad_reduce_dtype
     return fmt
 
 
+class Zero3Gather(StrEnum):
+    """How ZeRO-3 gathers the sharded weights: ``prefetch`` (a layer's weights as one flat buffer, prefetched under
+    compute: FSDP, DeepSpeed from v0.5.5) or ``per_parameter`` (DeepSpeed before v0.5.5: one synchronous list
+    all-gather per parameter tensor, :mod:`gpumodel.cluster.zero3gather`)."""
+
+    PREFETCH = "prefetch"
+    PER_PARAMETER = "per_parameter"
+
+
+def zero3_gather(value: Any, framework: Any, name: str = "zero3_gather") -> Zero3Gather:
+    """A :class:`Zero3Gather` name; ``"per_parameter"`` with ``framework="deepspeed"`` alone.
+
+    >>> zero3_gather("per_parameter", Framework.DEEPSPEED), zero3_gather("prefetch", Framework.FSDP)
+    (<Zero3Gather.PER_PARAMETER: 'per_parameter'>, <Zero3Gather.PREFETCH: 'prefetch'>)
+    """
+    gather = choice(Zero3Gather, value, name)
+    if gather == Zero3Gather.PER_PARAMETER and framework != Framework.DEEPSPEED:
+        raise ArgumentError(f"{name}='per_parameter' is how DeepSpeed gathered before v0.5.5; framework="
+                            f"{getattr(framework, 'value', framework)!r} gathers a layer's weights at once",
+                            argument=name, value=value, allowed="'prefetch', or 'per_parameter' with framework='deepspeed'")
+    return gather
+
+
 class FP8Recipe(StrEnum):
     """Transformer Engine's fp8 recipes (Megatron-Core's ``--fp8-recipe``): how each tensor's scale is found.
 

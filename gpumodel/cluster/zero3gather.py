@@ -1,0 +1,168 @@
+"""ZeRO-3 as DeepSpeed gathered before v0.5.5: one synchronous list all-gather per parameter tensor.
+
+Today's engines (FSDP, DeepSpeed from v0.5.5 on) gather a layer's weights as one flat buffer and prefetch the
+next layer's under the current one's compute (:func:`gpumodel.cluster.dataparallel.zero3_layer_times`).
+DeepSpeed v0.3.13-v0.5.4 (March-October 2021, the ZeRO-3 of Narayanan et al.'s SC21 comparison) did not:
+
+* ``partition_parameters.py`` (``_allgather_param``) gathered **each parameter tensor on its own**:
+  ``torch.zeros`` of the whole tensor, ``torch.cuda.synchronize()``, a Python loop making one ``narrow()`` view
+  per rank, then ``torch.distributed.all_gather`` on that list of ``N`` views. PyTorch's NCCL process group
+  gathers a list into a flat buffer of its own and copies it out rank by rank (one ``copy_`` a rank, from C++),
+  and ``stage3.py`` synchronised the device again before a sub-module ran ("the async version is not async at
+  all", DeepSpeed PR #1188, which moved to a flat ``_all_gather_base`` in v0.5.5). Nothing of it overlaps
+  compute, and each tensor costs host work **per rank**: at 1,536 ranks a layer of a 175B GPT (four gathered
+  matrices) makes 6,144 views and copies per gather.
+* Tensors of fewer than ``stage3_param_persistence_threshold`` elements (default 10^5: biases and norms) stay
+  whole on every rank and are never gathered (:data:`PERSISTENCE_THRESHOLD`).
+* The gradients were all-reduced in 16-bit buckets on a stream of their own (each rank then keeping its
+  partition), under the backward's compute as today's engines run their reduce-scatters.
+
+So a layer of one micro-batch exposes, per gather (once in its forward, and in the backward once or, with
+full recomputation, twice):
+
+.. math::
+
+    G = \\sum_t \\Big[ T_\\mathrm{AG}(2 n_t) + N\\,(c_\\mathrm{view} + c_\\mathrm{copy})
+        + 3 \\cdot 2 n_t / B_\\mathrm{HBM} \\Big],
+
+summed over the tensors of at least :data:`PERSISTENCE_THRESHOLD` elements, with ``n_t`` the elements of tensor
+``t``, ``T_AG`` NCCL's all-gather over the ``N`` ranks
+(:func:`~gpumodel.cluster.collectives.system_collective_time`, each tensor's ring latency included), the
+per-rank view and copy costs of :data:`PER_RANK_S`, and the device memory the zero-fill and the copies move
+(write ``2 n_t`` bytes, read and write them again).
+
+References
+----------
+deepspeedai/DeepSpeed, ``deepspeed/runtime/zero/partition_parameters.py`` and ``stage3.py`` at v0.4.0 (2021);
+PR #1188. PyTorch ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`` (``allgather``: flat buffer, then a copy
+per rank). D. Narayanan et al., SC 2021, Table 2 (the ZeRO-3 rows these costs are checked on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..records.transformer import MLPType, TransformerConfig
+from .collectives import system_collective_time
+
+__all__ = ["ZERO3_GATHERS", "PER_RANK_S", "PERSISTENCE_THRESHOLD", "layer_tensor_elements", "per_parameter_gather_time",
+           "per_parameter_layer_times"]
+
+#: How an engine gathers ZeRO-3's weights: ``"prefetch"`` (one flat buffer a layer, prefetched under compute: FSDP,
+#: DeepSpeed from v0.5.5) or ``"per_parameter"`` (DeepSpeed before v0.5.5: this module).
+ZERO3_GATHERS = ("prefetch", "per_parameter")
+
+#: Host time per rank of one tensor's gather: a Python ``narrow()`` view and a ``copy_`` [s]. The shipped host costs
+#: of the H200 machine (``specs/hosts/h200-sxm.yaml``): ``view_s`` (a view, measured from Python) and ``op_nograd_s``
+#: (an op without autograd issued from Python, an upper bound on the copy PyTorch's process group issues from C++).
+#: ``bench/measure_gather_host.py`` times both on a GPU machine, the copy from a compiled loop.
+PER_RANK_S = {"view": 3.08e-6, "copy": 8.18e-6}
+
+
+#: DeepSpeed's ``stage3_param_persistence_threshold`` default: tensors of fewer elements are not partitioned
+#: (DeepSpeed configuration documentation, "ZeRO optimizations for FP16 training"; ``stage3.py``,
+#: ``persistent_parameters``) [count].
+PERSISTENCE_THRESHOLD = 100_000
+
+
+def layer_tensor_elements(cfg: TransformerConfig, tp: int = 1) -> np.ndarray:
+    """Elements of each parameter tensor of one decoder layer as Megatron builds it, on one tensor rank [count].
+
+    The query, key and value projections are one fused matrix (with its bias when ``qkv_bias``), a gated MLP's
+    gate and up projections one matrix; the norms are a weight (and a bias when ``norm_bias``) each. A mixture of
+    experts counts each expert's matrices, the router and the shared expert.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> gpt = gm.TransformerConfig(name="gpt", hidden_size=12288, num_layers=96, num_heads=96, num_kv_heads=96,
+    ...                            intermediate_size=49152, vocab_size=51200, mlp="plain", activation="gelu",
+    ...                            norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True)
+    >>> t = layer_tensor_elements(gpt)
+    >>> len(t), int(t.sum()) == gpt.layer_parameters()   # QKV, proj, fc1, fc2 with biases; two norms
+    (12, True)
+    """
+    h, q, kv = cfg.hidden_size, cfg.q_dim, cfg.kv_dim
+    qkv = q + 2 * kv
+    out = [qkv * h // tp, h * q // tp]
+    out += [qkv // tp] * bool(cfg.qkv_bias) + [h] * bool(cfg.o_bias)
+    gated = cfg.mlp == MLPType.GATED
+
+    def mlp(width: int) -> list[int]:
+        up = (2 if gated else 1) * width
+        return [up * h // tp, h * width // tp] + ([up // tp, h] if cfg.mlp_bias else [])
+
+    if cfg.is_moe:
+        out += [cfg.num_experts * h]
+        for _ in range(cfg.num_experts):
+            out += mlp(cfg.expert_size)
+        if cfg.shared_expert_intermediate_size:
+            out += mlp(cfg.shared_expert_intermediate_size)
+    else:
+        out += mlp(cfg.intermediate_size)
+    out += [h] * ((2 + cfg.extra_norms) * (2 if cfg.norm_bias else 1))
+    return np.asarray(out, dtype=float)
+
+
+def per_parameter_gather_time(system, cfg: TransformerConfig, tp: Any, group: Any, stride: Any,
+                               param_bytes: int) -> Any:
+    """One gather of a layer's tensors the way DeepSpeed gathered them before v0.5.5 [s].
+
+    Parameters
+    ----------
+    system : SystemSpec
+        The cluster.
+    cfg : TransformerConfig
+        The model (its layer's tensors: :func:`layer_tensor_elements`).
+    tp : int or array
+        Tensor-parallel degree (each tensor's elements ``/ tp``).
+    group, stride : int or array
+        Ranks of the sharding group and their distance in the global rank order.
+    param_bytes : int
+        Bytes per gathered weight [B].
+
+    Returns
+    -------
+    float or ndarray
+        ``G`` of the module's equation, 0 for a group of one rank [s]; broadcast over ``tp``, ``group`` and
+        ``stride``.
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> gpt = gm.TransformerConfig(name="gpt", hidden_size=12288, num_layers=96, num_heads=96, num_kv_heads=96,
+    ...                            intermediate_size=49152, vocab_size=51200, mlp="plain", activation="gelu",
+    ...                            norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True)
+    >>> t = per_parameter_gather_time(gm.system("dgx-a100-80gb"), gpt, 1, 1536, 1, 2)
+    >>> 0.05 < float(t) < 0.15    # 4 NCCL gathers (3.6 GB in all), 6,144 views and copies, 11 GB through HBM
+    True
+    """
+    tp, group, stride = np.asarray(tp), np.asarray(group), np.asarray(stride)
+    shape = np.broadcast(tp, group, stride).shape
+    t, g, st = (np.broadcast_to(x, shape)[..., None].astype(float) for x in (tp, group, stride))
+    elements = layer_tensor_elements(cfg)
+    elements = elements[elements >= PERSISTENCE_THRESHOLD]
+    nbytes = elements * param_bytes / t
+    nccl = np.asarray(system_collective_time("all_gather", nbytes, system, g.astype(int), st.astype(int))).sum(axis=-1)
+    host = len(elements) * group * (PER_RANK_S["view"] + PER_RANK_S["copy"])
+    device = 3 * nbytes.sum(axis=-1) / system.gpu.memory_bandwidth
+    return np.where(group > 1, nccl + host + device, 0.0)
+
+
+def per_parameter_layer_times(system, cfg: TransformerConfig, tp: Any, group: Any, stride: Any, param_bytes: int,
+                              grad_bytes: int, backward_s: Any, recompute: Any) -> tuple[Any, Any]:
+    """ZeRO-3's gathers and gradient all-reduce of one layer in one micro-batch, DeepSpeed before v0.5.5:
+    (exposed, all of it) [s].
+
+    The gathers (:func:`per_parameter_gather_time`: once forward, once backward and once more for a fully
+    recomputed forward) are all exposed; the 16-bit gradients' all-reduce runs under the layer's backward
+    (``backward_s``, the recomputed forward included) and exposes what it outlasts it. The arguments are those of
+    :func:`per_parameter_gather_time` and :func:`gpumodel.cluster.dataparallel.zero3_layer_times`.
+    """
+    gather = per_parameter_gather_time(system, cfg, tp, group, stride, param_bytes)
+    grads = cfg.layer_parameters() / np.asarray(tp) * grad_bytes
+    reduce = np.asarray(system_collective_time("all_reduce", grads, system, group, stride))
+    gathers = np.where(np.asarray(recompute), 3.0, 2.0) * gather
+    return gathers + np.maximum(0.0, reduce - backward_s), gathers + reduce
