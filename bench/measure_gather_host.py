@@ -38,11 +38,16 @@ RANKS = (384, 640, 768, 1120, 1536, 2240)
 
 
 def _copies(torch):
-    @torch.jit.script
-    def run(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+    from typing import List
+
+    def run(dst: List[torch.Tensor], src: List[torch.Tensor]) -> None:
         for j in range(len(dst)):
             dst[j].copy_(src[j], non_blocking=True)
-    return run
+    try:
+        return torch.jit.script(run)
+    except Exception as exc:   # noqa: BLE001 - TorchScript missing or refusing: the Python loop stands in
+        print(f"TorchScript unavailable ({type(exc).__name__}: {exc}); copy_s is the Python loop's", file=sys.stderr)
+        return run
 
 
 def measure(torch, numel: int, ranks: int, device: str, repeats: int, copies) -> dict:

@@ -99,7 +99,10 @@ def pipeline_bubble(forward_s: Any, backward_s: Any, pp: Any, virtual_stages: An
     float or ndarray
         With ``F``, ``B`` the forward and backward and ``W = B / 2`` the weight-gradient half of the backward:
 
-        * ``"1f1b"``: ``(pp - 1) / v (F + B)`` (Narayanan et al. 2021, eq. 1 and 2);
+        * ``"1f1b"``: ``(pp - 1) / v (F + B)`` (Narayanan et al. 2021, eq. 1 and 2): exact for plain 1F1B with any
+          number of micro-batches, fewer than ``pp`` included, and for the interleaved schedule fed a multiple of
+          ``pp`` (the only case Megatron-LM runs; :func:`~gpumodel.cluster.step.parallel_training_step_time` refuses
+          the others), as Megatron-Core's order played op by op shows (``tests/schedulesim.py``);
         * ``"zero_bubble"``: ``(pp - 1)(F + B - 2 W)``, the weight gradients filling the bubble (ZB-H1, Qi et al. 2024);
         * ``"dualpipe"``: ``(pp / 2 - 1)(F&B + B - 3 W)`` with ``F&B = F + B`` the overlapped forward and backward
           chunks (DeepSeek-AI 2024, Table 2; ``pp`` even).

@@ -112,8 +112,9 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         one for another GPU is refused (:class:`~gpumodel.base.errors.ArgumentError` naming ``calibration``).
         The parallel model has no host side: it takes no ``host``.
     gradient_accumulation_steps : int
-        Micro-batches per step on each replica (with ``pp``, those of the pipeline schedule). The global
-        batch is ``batch_size * gradient_accumulation_steps * dp`` sequences.
+        Micro-batches per step on each replica (with ``pp``, those of the pipeline schedule; a multiple of ``pp`` with
+        ``virtual_stages > 1``, as Megatron-LM's interleaved schedule asserts). The global batch is
+        ``batch_size * gradient_accumulation_steps * dp`` sequences.
     parallelism : Parallelism, optional
         The layout (default: one GPU).
     framework : {"hf", "megatron", "fsdp", "deepspeed"}
@@ -215,6 +216,11 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         raise ArgumentError("batch_size, seq_len and gradient_accumulation_steps must be scalars here; "
                             "gm.plan_training sweeps layouts")
     schedule = check_schedule(pipeline_schedule, par.pp, par.virtual_stages, m, fw)
+    if par.virtual_stages > 1 and m % par.pp:
+        raise ArgumentError(f"the interleaved schedule (virtual_stages={par.virtual_stages}) takes a multiple of pp={par.pp} "
+                            f"micro-batches a step, got gradient_accumulation_steps={m} (Megatron-LM asserts it; fewer "
+                            "leave the first stage waiting for each micro-batch's return)",
+                            argument="gradient_accumulation_steps", value=m, allowed=f"a multiple of {par.pp}")
     if s % par.cp:
         raise ArgumentError(f"cp={par.cp} must divide seq_len ({s})")
     g = sysm.gpu
