@@ -11,7 +11,9 @@ runs on one GPU, so this script times it for the group sizes and tensor sizes of
 * ``copy_s``: ``N`` copies of a rank's partition issued from a TorchScript loop (the interpreter costs about
   what a C++ loop's dispatch does, far less than Python's), per copy, wall time to the end of the last copy;
 * ``copy_py_s``: the same copies from a Python loop, per copy;
-* ``zeros_s``: ``torch.zeros`` of the whole tensor and the synchronisation after it.
+* ``zeros_s``: ``torch.zeros`` of the whole tensor and the synchronisation after it;
+* ``get_rank_s``: ``torch.distributed.get_rank(group=...)``, which the loop of DeepSpeed v0.3.x called once per rank
+  (a process group of one rank, gloo; one line of its own).
 
 One JSON line per (tensor elements, ranks), the medians of ``--repeats`` runs.
 
@@ -80,6 +82,25 @@ def measure(torch, numel: int, ranks: int, device: str, repeats: int, copies) ->
             **{k: statistics.median(v[1:]) for k, v in rows.items()}}
 
 
+def get_rank_cost(torch, calls: int = 20000) -> float | None:
+    """Seconds per ``torch.distributed.get_rank(group=g)`` on a one-rank gloo group (None where it cannot start)."""
+    import tempfile
+
+    dist = torch.distributed
+    try:
+        if not dist.is_initialized():
+            with tempfile.NamedTemporaryFile(delete=False) as f:
+                dist.init_process_group("gloo", init_method=f"file://{f.name}", rank=0, world_size=1)
+        group = dist.new_group([0])
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            dist.get_rank(group=group)
+        return (time.perf_counter() - t0) / calls
+    except Exception as exc:   # noqa: BLE001 - no gloo here: the line says so
+        print(f"get_rank not timed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -104,6 +125,7 @@ def main(argv=None) -> int:
             except (OSError, StopIteration):
                 pass
             fh.write(json.dumps({"environment": env}) + "\n")
+        fh.write(json.dumps({"get_rank_s": get_rank_cost(torch)}) + "\n")
         for numel in sizes:
             for n in ranks:
                 row = measure(torch, numel, n, device, args.repeats, copies)
