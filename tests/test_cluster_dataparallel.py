@@ -170,3 +170,39 @@ def test_split_accumulation_is_the_measured_backward_ratio():
     assert fp8.layer_forward == pytest.approx(fast.layer_forward)
     # the backward's GEMMs are most of its time: between 2% and 6% slower in all
     assert 1.02 * fast.layer_backward < fp8.layer_backward < 1.06 * fast.layer_backward
+
+
+def test_hsdp_layer_collectives_by_hand():
+    # HSDP over 8 GPUs of a node, 16 replicas: a layer's 1e9 parameters gathered (bf16) and reduce-scattered (fp32)
+    # inside the node, then each rank's 1/8 gradient shard all-reduced across the 16 replicas, ranks 8 apart
+    from gpumodel.cluster.dataparallel import replica_all_reduce, zero3_layer_times
+    s, n = gm.system("dgx-h100"), 1e9
+    g = float(system_collective_time("all_gather", n * 2, s, 8, 1))
+    r = float(system_collective_time("reduce_scatter", n * 4, s, 8, 1))
+    a = float(system_collective_time("all_reduce", n * 4 / 8, s, 16, 8))
+    assert float(replica_all_reduce(s, n * 4 / 8, 16, 8)) == pytest.approx(a)
+    assert float(replica_all_reduce(s, n * 4 / 8, 1, 8)) == 0.0
+    exposed, total = zero3_layer_times(Framework.FSDP, s, n, 8, 1, 2, 4, 0.0, 0.0, False, replicas=16)
+    assert float(total) == pytest.approx(2 * g + r + a)          # forward gather; backward gather, RS, all-reduce
+    assert float(exposed) == pytest.approx(2 * g + r + a)        # nothing to hide under
+
+
+def test_hsdp_step():
+    par = gm.Parallelism(dp=256, zero=3)
+    kw = dict(batch_size=2, seq_len=4096, checkpointing=True, parallelism=par, framework="fsdp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        full = gm.training_step_time("llama-3-70b", "dgx-h100", **kw)
+        same = gm.training_step_time("llama-3-70b", "dgx-h100", shard_group=256, **kw)
+        hsdp = gm.training_step_time("llama-3-70b", "dgx-h100", shard_group=32, **kw)
+        assert same.seconds == full.seconds and same.peak_bytes == full.peak_bytes
+        # the optimizer's shard is 8x larger over 32 ranks than over 256; so is its memory
+        assert hsdp.breakdown["optimizer"] == pytest.approx(8 * full.breakdown["optimizer"])
+        assert hsdp.peak_bytes > full.peak_bytes
+        assert hsdp.breakdown["communication"] > full.breakdown["communication"]   # the replicas' all-reduce
+        assert hsdp.breakdown["forward"] == full.breakdown["forward"]
+        for bad, fw in ((7, "fsdp"), (32, "megatron")):
+            with pytest.raises(gm.ArgumentError, match="shard_group"):
+                gm.training_step_time("llama-3-70b", "dgx-h100", shard_group=bad,
+                                      **dict(kw, framework=fw, parallelism=gm.Parallelism(dp=256, zero=1)
+                                             if fw == "megatron" else par))

@@ -126,7 +126,8 @@ def overlaps(comm_overlap: Any) -> frozenset:
 
 def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_parallel, virtual_stages, batch_size, seq_len,
             micro_batches, checkpointing, comm_overlap=False, first_stage_layers=None, last_stage_layers=None,
-            pipeline_schedule="1f1b", grad_reduce_dtype=None, selective=None, zero3_gather="prefetch") -> dict:
+            pipeline_schedule="1f1b", grad_reduce_dtype=None, selective=None, zero3_gather="prefetch",
+            shard_group=None) -> dict:
     """The step of a layout from its shard's kernel times: a pure function that broadcasts.
 
     ``st`` holds the shard's times (a :class:`~gpumodel.cluster.shard.ShardTimes`, or any object with the
@@ -138,7 +139,10 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     ``selective`` what selective recomputation re-runs (a :class:`~gpumodel.cluster.selective.SelectiveRecompute`:
     its kernels' time and FLOPs, the tensor-parallel collectives and all-to-alls it repeats; None: the attention
     core alone, Korthikanti et al.'s); ``zero3_gather`` how ZeRO-3 gathers (``"per_parameter"``: DeepSpeed before
-    v0.5.5, :func:`~gpumodel.cluster.zero3gather.per_parameter_layer_times`). Returns the breakdown by :data:`PHASES` [s],
+    v0.5.5, :func:`~gpumodel.cluster.zero3gather.per_parameter_layer_times`); ``shard_group`` HSDP's sharding group
+    (None: the whole ``dp * cp``; else ZeRO 2/3 shard over it, ranks ``tp`` apart, and the shards are all-reduced
+    across the ``dp * cp / shard_group`` replicas: :func:`~gpumodel.cluster.dataparallel.replica_all_reduce`).
+    Returns the breakdown by :data:`PHASES` [s],
     ``"hardware_flops"`` (the FLOPs of the shard's kernels over all GPUs, full recomputation included) [FLOP]
     and ``"stage_parameters"`` (parameters per GPU before ZeRO).
     """
@@ -179,6 +183,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
         gemm_l = np.maximum(0.0, f_l + b_l + r_l - attn * (3.5 + np.where(full | (sel & sel_attn), 1.0, 0.0)))
         tp_layer = np.maximum(0.0, tp_layer - gemm_l)
     group = dp * cp                                                    # gradients over dp * cp ranks, stride tp
+    shard = group if shard_group is None else A(shard_group)           # HSDP: sharded over `shard`, replicated
+    replicas = group // shard
     layer_params = cfg.layer_parameters() / tp
     if cfg.is_moe:
         layer_params = layer_params * (1 - 0.9 * (1 - 1 / A(ep)))     # expert weights are split over ep
@@ -186,7 +192,8 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     if zero3_gather == "per_parameter":
         z3_exposed, z3_all = per_parameter_layer_times(sysm, cfg, tp, group, tp, c, grad_bytes, b_l + r_l, full)
     else:
-        z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, group, tp, c, grad_bytes, f_l, b_l + r_l, full)
+        z3_exposed, z3_all = zero3_layer_times(fw, sysm, layer_params, shard, tp, c, grad_bytes, f_l, b_l + r_l, full,
+                                               replicas)
     sharded = (zero == 3) & (group > 1)
     zero3_l = np.where(sharded, z3_exposed, 0.0)
     # the collectives run under the layer's compute hold some of its SMs: the compute takes that much longer
@@ -209,10 +216,10 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
 
     # ---- once a step: the data-parallel reduction (ZeRO 0-2) and the optimizer
     n_stage = layer_params * np.max(np.broadcast_arrays(*cut), axis=0) + cfg.embedding_parameters() / tp
-    dp_comm, dp_all = step_sync_times(fw, sysm, zero, n_stage, group, tp, c, grad_bytes, layers * (b_l + r_l),
-                                      layers * f_l, "dp" in hide)
+    dp_comm, dp_all = step_sync_times(fw, sysm, zero, n_stage, shard, tp, c, grad_bytes, layers * (b_l + r_l),
+                                      layers * f_l, "dp" in hide, replicas)
     dp_comm = dp_comm + share * (dp_all - dp_comm)
-    n_opt = n_stage / np.where(zero >= 1, group, 1)
+    n_opt = n_stage / np.where(zero >= 1, shard, 1)
     layer_flops, head_flops = A(st.layer_flops), A(st.head_flops)
     # full: the forward's share of forward + backward FLOPs (1 : 2.5); selective: the recomputed kernels'
     rec_flops = np.where(full, layer_flops / 3.5, np.where(sel, sel_flops, 0.0))

@@ -40,7 +40,8 @@ import numpy as np
 from ..vocabulary import Framework
 from .collectives import system_collective_time
 
-__all__ = ["gradient_bytes", "zero3_layer_exposed", "zero3_layer_times", "step_sync_exposed", "step_sync_times",
+__all__ = ["gradient_bytes", "replica_all_reduce", "zero3_layer_exposed", "zero3_layer_times", "step_sync_exposed",
+           "step_sync_times",
            "DDP_BUCKET_BYTES", "MEGATRON_BUCKET_PARAMS"]
 
 #: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last bucket's reduction is never hidden [B].
@@ -86,8 +87,32 @@ def gradient_bytes(framework: Framework, prec, reduce_dtype: str | None = None) 
     return prec.param_bytes
 
 
+def replica_all_reduce(system, shard_bytes: Any, replicas: Any, stride: Any) -> Any:
+    """HSDP's all-reduce of a gradient shard across the replicas of the sharding group [s] (0 for one replica).
+
+    Parameters
+    ----------
+    system : SystemSpec
+        The cluster.
+    shard_bytes : float or array
+        The reduce-scattered gradient shard of one rank [B].
+    replicas, stride : int or array
+        Replica groups and the distance between their ranks in the global rank order (``tp`` times the sharding
+        group: the replicas of a rank sit on other nodes).
+
+    Examples
+    --------
+    >>> import gpumodel as gm
+    >>> round(float(replica_all_reduce(gm.system("dgx-h100"), 1e9, 16, 8)) * 1e3)  # 1 GB over 16 nodes' NICs
+    42
+    """
+    replicas = np.asarray(replicas)
+    t = np.asarray(system_collective_time("all_reduce", shard_bytes, system, np.maximum(replicas, 1), stride))
+    return np.where(replicas > 1, t, 0.0)
+
+
 def zero3_layer_exposed(framework: Framework, system, layer_params: Any, group: Any, stride: Any, param_bytes: int,
-                        grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any) -> Any:
+                        grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any, replicas: Any = 1) -> Any:
     """ZeRO-3's exposed gathers and reduce-scatter of one layer in one micro-batch [s].
 
     Parameters
@@ -106,26 +131,34 @@ def zero3_layer_exposed(framework: Framework, system, layer_params: Any, group: 
         The layer's forward and backward compute (the backward with its recomputed forward) [s].
     recompute : bool or array
         Full recomputation.
+    replicas : int or array
+        HSDP's replicas (FSDP's hybrid shard): ``group`` is then one replica's sharding group, and each layer's
+        reduce-scattered gradient shard is all-reduced across the ``replicas`` groups (ranks ``stride * group``
+        apart) in the backward, after its reduce-scatter. 1: the sharding group is the whole data-parallel group.
 
     Returns
     -------
     float or ndarray
-        ``max(0, g - t_f) + max(0, k g + r - t_b)`` with ``g`` one all-gather, ``r`` the reduce-scatter and
-        ``k`` 2 for DeepSpeed with recomputation, else 1 [s].
+        ``max(0, g - t_f) + max(0, k g + r + a - t_b)`` with ``g`` one all-gather, ``r`` the reduce-scatter, ``a``
+        HSDP's all-reduce of the shard across replicas (0 for one replica) and ``k`` 2 for DeepSpeed with
+        recomputation, else 1 [s].
     """
     return zero3_layer_times(framework, system, layer_params, group, stride, param_bytes, grad_bytes, forward_s,
-                             backward_s, recompute)[0]
+                             backward_s, recompute, replicas)[0]
 
 
 def zero3_layer_times(framework: Framework, system, layer_params: Any, group: Any, stride: Any, param_bytes: int,
-                      grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any) -> tuple[Any, Any]:
+                      grad_bytes: int, forward_s: Any, backward_s: Any, recompute: Any,
+                      replicas: Any = 1) -> tuple[Any, Any]:
     """ZeRO-3's gathers and reduce-scatter of one layer in one micro-batch: (exposed, all of it) [s].
 
-    The arguments are :func:`zero3_layer_exposed`'s; the second value, ``(1 + k) g + r``, less the first is the
+    The arguments are :func:`zero3_layer_exposed`'s; the second value, ``(1 + k) g + r + a``, less the first is the
     time the collectives run under the layer's compute.
     """
     gather = np.asarray(system_collective_time("all_gather", layer_params * param_bytes, system, group, stride))
     reduce = np.asarray(system_collective_time("reduce_scatter", layer_params * grad_bytes, system, group, stride))
+    reduce = reduce + replica_all_reduce(system, layer_params * grad_bytes / np.asarray(group), replicas,
+                                         np.asarray(stride) * np.asarray(group))
     again = np.where(np.asarray(recompute) & (framework == Framework.DEEPSPEED), 2.0, 1.0)
     exposed = np.maximum(0.0, gather - forward_s) + np.maximum(0.0, again * gather + reduce - backward_s)
     return exposed, (1.0 + again) * gather + reduce
@@ -133,7 +166,7 @@ def zero3_layer_times(framework: Framework, system, layer_params: Any, group: An
 
 def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any, group: Any, stride: Any,
                       param_bytes: int, grad_bytes: int, last_backward_s: Any, first_forward_s: Any,
-                      comm_overlap: bool = False) -> Any:
+                      comm_overlap: bool = False, replicas: Any = 1) -> Any:
     """The exposed data-parallel communication of one step, once per step (ZeRO 0-2; ZeRO-3's gathers and
     reduce-scatters run per layer: :func:`zero3_layer_exposed`) [s].
 
@@ -155,6 +188,10 @@ def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any
         The last micro-batch's backward and the first one's forward on the stage [s].
     comm_overlap : bool
         Megatron-Core's ``--overlap-grad-reduce`` and ``--overlap-param-gather``.
+    replicas : int or array
+        HSDP's replicas (FSDP's hybrid shard with ZeRO-2): ``group`` is one replica's sharding group, and the
+        reduce-scattered gradient shard is all-reduced across the replicas (:func:`replica_all_reduce`) with the
+        reduction.
 
     Returns
     -------
@@ -162,12 +199,12 @@ def step_sync_exposed(framework: Framework, system, zero: Any, stage_params: Any
         Exposed seconds; 0 for a group of one rank or ZeRO-3 (whose step-level share is in the layers).
     """
     return step_sync_times(framework, system, zero, stage_params, group, stride, param_bytes, grad_bytes,
-                           last_backward_s, first_forward_s, comm_overlap)[0]
+                           last_backward_s, first_forward_s, comm_overlap, replicas)[0]
 
 
 def step_sync_times(framework: Framework, system, zero: Any, stage_params: Any, group: Any, stride: Any,
                     param_bytes: int, grad_bytes: int, last_backward_s: Any, first_forward_s: Any,
-                    comm_overlap: bool = False) -> tuple[Any, Any]:
+                    comm_overlap: bool = False, replicas: Any = 1) -> tuple[Any, Any]:
     """The data-parallel communication of one step (ZeRO 0-2): (exposed, all of it) [s].
 
     The arguments are :func:`step_sync_exposed`'s; the second value less the first is the time the reduction and
@@ -180,6 +217,7 @@ def step_sync_times(framework: Framework, system, zero: Any, stage_params: Any, 
 
     g_bytes = stage_params * grad_bytes
     red = np.where(zero == 0, coll("all_reduce", g_bytes), coll("reduce_scatter", g_bytes))
+    red = red + np.where(zero >= 1, replica_all_reduce(system, g_bytes / group, replicas, np.asarray(stride) * group), 0.0)
     gat = np.where((zero >= 1) & (zero < 3), coll("all_gather", stage_params * param_bytes), 0.0)
     if framework == Framework.MEGATRON and not comm_overlap:
         out = red + gat
@@ -192,5 +230,5 @@ def step_sync_times(framework: Framework, system, zero: Any, stage_params: Any, 
         last = coll("all_reduce", np.minimum(DDP_BUCKET_BYTES, g_bytes))
         after = gat if framework == Framework.DEEPSPEED else np.maximum(0.0, gat - first_forward_s)
         out = np.maximum(red - last_backward_s, last) + after
-    runs = (group > 1) & (zero < 3)
+    runs = ((group > 1) | (np.asarray(replicas) > 1)) & (zero < 3)
     return np.where(runs, out, 0.0), np.where(runs, red + gat, 0.0)

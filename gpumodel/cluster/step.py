@@ -34,7 +34,7 @@ from ..training.steptime import StepTime, model_flops_per_token, recompute_flops
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
                           fp8_recipe, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
-                          resolve_system, zero3_gather as zero3_gather_of)
+                          resolve_system, zero3_gather as zero3_gather_of, divides)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
 from .pipeline import check_schedule, stage_layers
@@ -89,7 +89,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                                 first_stage_layers: int | None = None, last_stage_layers: int | None = None,
                                 fp8: bool = False, pipeline_schedule: str = "1f1b",
                                 grad_reduce_dtype: str | None = None, recompute_modules: Any = None,
-                                zero3_gather: str = "prefetch") -> StepTime:
+                                zero3_gather: str = "prefetch", shard_group: int | None = None) -> StepTime:
     """Modelled time of one training step of a parallel layout on a system.
 
     Parameters
@@ -169,6 +169,12 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
         (:func:`~gpumodel.cluster.dataparallel.zero3_layer_times`); "per_parameter", DeepSpeed before v0.5.5 (2021):
         one synchronous list all-gather per parameter tensor with host work per rank, nothing hidden
         (:mod:`gpumodel.cluster.zero3gather`; ``framework="deepspeed"`` only).
+    shard_group : int, optional
+        FSDP's hybrid sharding (HSDP; ``framework="fsdp"`` with ``zero`` 2 or 3): the ranks that shard one replica, a
+        divisor of ``dp * cp`` (typically the GPUs of a node). The weights are gathered and the gradients
+        reduce-scattered within it, and each gradient shard is all-reduced across the ``dp * cp / shard_group``
+        replicas in the backward (:func:`~gpumodel.cluster.dataparallel.replica_all_reduce`); the memory shards over
+        it (:func:`gpumodel.training_memory`). None: the whole ``dp * cp``.
     expandable_segments : bool
         The allocator setting ``fits`` and ``peak_bytes`` assume (:func:`gpumodel.training_memory`).
 
@@ -208,6 +214,12 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
     gather = zero3_gather_of(zero3_gather, fw)
+    if shard_group is not None:
+        if fw != Framework.FSDP or par.zero < 2:
+            raise ArgumentError("shard_group is FSDP's (HSDP's) sharding group: framework='fsdp' with zero 2 or 3",
+                                argument="shard_group", value=shard_group, allowed="None")
+        shard_group = positive_int(shard_group, "shard_group")
+        divides(shard_group, par.dp * par.cp, "shard_group", "dp * cp")
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")
@@ -250,7 +262,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                   micro_batches=m, checkpointing=code, comm_overlap=overlap, first_stage_layers=first_stage_layers,
                   last_stage_layers=last_stage_layers, pipeline_schedule=schedule,
                   grad_reduce_dtype=None if reduce_fmt is None else reduce_fmt.value, selective=selective,
-                  zero3_gather=gather.value)
+                  zero3_gather=gather.value, shard_group=shard_group)
     breakdown = {k: float(out[k]) for k in PHASES}
     seconds = sum(breakdown.values())
     tokens = b * s * m * dp
@@ -265,7 +277,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
                           attention="flash" if attention == "flash" else "eager", first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, expandable_segments=expandable_segments, fp8=fp8,
                           grad_reduce_dtype=reduce_fmt, recompute_modules=recompute_modules,
-                          pipeline_schedule=schedule)
+                          pipeline_schedule=schedule, shard_group=shard_group)
     fits = bool(mem.total_bytes <= g.usable_memory_bytes)
     if not fits:
         warnings.warn(f"{cfg.name} with {par} needs {mem.total_bytes / 2**30:.1f} GiB per GPU, more than the "
@@ -289,7 +301,8 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
                        attention_kernel: str = "sdpa", comm_overlap: Any = False, fp8: bool = False,
                        pipeline_schedule: str = "1f1b", first_stage_layers: int | None = None,
                        last_stage_layers: int | None = None, grad_reduce_dtype: str | None = None,
-                       recompute_modules: Any = None, zero3_gather: str = "prefetch") -> StepTime:
+                       recompute_modules: Any = None, zero3_gather: str = "prefetch",
+                       shard_group: int | None = None) -> StepTime:
     """Estimate the time of one training step (one optimizer update) of a decoder-only transformer.
 
     On one GPU, the step of eager PyTorch / Hugging Face on a host/device timeline; with a
@@ -350,10 +363,11 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
         The library whose flash kernels run the 16-bit attention forward and backward
         (:class:`~gpumodel.core.ops.AttentionKernel`): PyTorch SDPA's own choice, cuDNN, flash-attn 2
         (``mma.sync``, about half Hopper's attention rate), FlashAttention-3 (Hopper alone), FlashInfer or Triton.
-    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype, recompute_modules, zero3_gather :
+    comm_overlap, fp8, pipeline_schedule, first_stage_layers, last_stage_layers, grad_reduce_dtype, recompute_modules, zero3_gather, shard_group :
         Options of the parallel model (:func:`parallel_training_step_time`): communication hidden under compute,
         fp8 GEMMs, the pipeline schedule, an uneven cut of the pipeline's stages, Megatron's gradient reduction
-        format, the submodules its selective recomputation re-runs and how ZeRO-3 gathers. Giving one selects it.
+        format, the submodules its selective recomputation re-runs, how ZeRO-3 gathers and HSDP's sharding group. Giving one
+        selects it.
 
     Returns
     -------
@@ -385,10 +399,10 @@ def training_step_time(model: TransformerConfig | str, gpu: Any, batch_size: int
     layout = {"comm_overlap": comm_overlap, "fp8": fp8, "pipeline_schedule": pipeline_schedule,
               "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
               "grad_reduce_dtype": grad_reduce_dtype, "recompute_modules": recompute_modules,
-              "zero3_gather": zero3_gather}
+              "zero3_gather": zero3_gather, "shard_group": shard_group}
     defaults = {"comm_overlap": False, "fp8": False, "pipeline_schedule": "1f1b", "first_stage_layers": None,
                 "last_stage_layers": None, "grad_reduce_dtype": None, "recompute_modules": None,
-                "zero3_gather": "prefetch"}
+                "zero3_gather": "prefetch", "shard_group": None}
     if (parallelism is not None or fw != Framework.HF or isinstance(gpu, SystemSpec)
             or (isinstance(gpu, str) and gpu in SYSTEM_CATALOG)
             or any(layout[k] is not defaults[k] and layout[k] != defaults[k] for k in layout)):
