@@ -349,3 +349,26 @@ def test_host_is_refused_where_the_engine_has_no_host_model():
                          host=__file__)
     plan = gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=512, seq_len=4096, num_gpus=64, top=3)
     assert all(r["host_bound"] is False and r["host_s"] is None for r in plan.rows)
+
+
+def test_hsdp_rows_are_priced_as_the_step_prices_them():
+    """FSDP's hybrid shard is searched beside the full shard: over the data-parallel ranks of a node where that is
+    fewer than dp x cp; each HSDP row is the step and memory gm.training_step_time gives with its shard_group."""
+    plan = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=64, framework="fsdp", global_batch=256, seq_len=4096,
+                            tokens=1e12, top=5000)
+    hsdp = [r for r in plan.rows if r["shard_group"]]
+    assert hsdp and all(r["zero"] >= 2 and r["shard_group"] < r["dp"] * r["cp"] for r in hsdp)
+    assert all(r["shard_group"] == 8 // r["tp"] for r in hsdp if (r["dp"] * r["cp"]) % (8 // r["tp"]) == 0)
+    assert all(r["shard_group"] is None for r in plan.rows if r["zero"] < 2)
+    for r in hsdp[:: max(1, len(hsdp) // 8)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+            st = gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
+                                       checkpointing=r["checkpointing"],
+                                       gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                       parallelism=plan.parallelism(plan.rows.index(r)), framework="fsdp",
+                                       shard_group=r["shard_group"])
+        assert r["seconds"] == pytest.approx(st.seconds, rel=1e-6), r
+        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-6), r
+    from gpumodel.cluster.planresult import layout_label
+    assert f"hsdp{hsdp[0]['shard_group']}" in layout_label(hsdp[0])

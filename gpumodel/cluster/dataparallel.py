@@ -107,6 +107,8 @@ def replica_all_reduce(system, shard_bytes: Any, replicas: Any, stride: Any) -> 
     42
     """
     replicas = np.asarray(replicas)
+    if not np.any(replicas > 1):        # no replicas anywhere (every layout but HSDP's): nothing to price
+        return np.zeros(np.broadcast_shapes(replicas.shape, np.shape(shard_bytes), np.shape(stride)))
     t = np.asarray(system_collective_time("all_reduce", shard_bytes, system, np.maximum(replicas, 1), stride))
     return np.where(replicas > 1, t, 0.0)
 

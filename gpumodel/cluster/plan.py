@@ -38,7 +38,7 @@ from .step import PHASES
 __all__ = ["TrainingPlan", "PlanRow", "plan_training", "NEAR_DUPLICATE", "COST_DAYS"]
 
 #: Rows of one layout (GPUs, degrees, micro-batch, recomputation) whose step times are within this fraction of
-#: the fastest of them are near-duplicates: one row is kept, the simplest setting (lower ZeRO stage, fewer
+#: the fastest of them are near-duplicates: one row is kept, the simplest setting (lower ZeRO stage, no HSDP, fewer
 #: virtual stages, no overlap), and the others are listed in its ``collapsed``.
 NEAR_DUPLICATE = 0.01
 #: ``objective="cost"`` (or ``"energy"``) without ``max_days``: the runs ranked are those of at most this many days [days]
@@ -114,8 +114,10 @@ def _ranked(grid, m: dict, ok: np.ndarray, objective: str) -> tuple[np.ndarray, 
     fastest = np.full(group.max() + 1, np.inf)
     np.minimum.at(fastest, group, sec)
     near = sec <= fastest[group] * (1 + NEAR_DUPLICATE)
-    # among each group's near-ties the simplest setting first (ZeRO stage, virtual stages, overlap), then the fastest
-    order = np.lexsort((sec, S["comm_overlap"][ki], L["virtual_stages"][si], S["zero"][ki], ~near, group))
+    # among each group's near-ties the simplest setting first (ZeRO stage, HSDP, virtual stages, overlap), then the
+    # fastest
+    order = np.lexsort((sec, S["comm_overlap"][ki], L["virtual_stages"][si], S["hybrid"][ki], S["zero"][ki], ~near,
+                        group))
     first = np.ones(len(order), bool)
     first[1:] = (group[order][1:] != group[order][:-1]) | ~near[order][1:]
     kept_mask = np.zeros(len(idx), bool)
@@ -146,7 +148,8 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
     if host is not None and host[at] >= step:
         bound = "host"
     out = {k: int(L[k][si]) for k in ("num_gpus", "dp", "tp", "pp", "cp", "ep")}
-    out.update(zero=int(S["zero"][ki]), checkpointing=CHECKPOINTING[S["checkpointing"][ki]],
+    out.update(zero=int(S["zero"][ki]), shard_group=int(L["hsdp_group"][si]) if S["hybrid"][ki] else None,
+               checkpointing=CHECKPOINTING[S["checkpointing"][ki]],
                micro_batch=int(L["micro_batch"][si]), virtual_stages=int(L["virtual_stages"][si]),
                gradient_accumulation_steps=int(L["micro_batches"][si]), comm_overlap=bool(S["comm_overlap"][ki]),
                seconds=step)
@@ -154,7 +157,8 @@ def _row(i: int, grid, m: dict, parts: dict, folded: list, headroom, peak, error
 
     def folded_row(j):
         sj, kj = divmod(j, K)
-        return {"zero": int(S["zero"][kj]), "checkpointing": CHECKPOINTING[S["checkpointing"][kj]],
+        return {"zero": int(S["zero"][kj]), "shard_group": int(L["hsdp_group"][sj]) if S["hybrid"][kj] else None,
+                "checkpointing": CHECKPOINTING[S["checkpointing"][kj]],
                 "virtual_stages": int(L["virtual_stages"][sj]), "comm_overlap": bool(S["comm_overlap"][kj]),
                 "seconds": float(m["seconds"].ravel()[j]), "headroom_bytes": float(headroom.ravel()[j])}
 

@@ -142,8 +142,10 @@ def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int, grad_reduce_dt
         if not len(sel):
             continue
         hide = SCHEDULE_OVERLAP[pipeline_schedule] | overlaps(overlap)
+        hybrid = grid.settings["hybrid"][sel]
+        shard = np.where(hybrid[None, :], col("hsdp_group"), col("dp") * col("cp")) if hybrid.any() else None
         parts = compose(cfg, sysm, prec, fw, sub, tp=col("tp"), pp=col("pp"), cp=col("cp"), dp=col("dp"),
-                        ep=col("ep"), zero=col("zero")[:, sel], sequence_parallel=col("tp") > 1,
+                        ep=col("ep"), zero=col("zero")[:, sel], sequence_parallel=col("tp") > 1, shard_group=shard,
                         virtual_stages=col("virtual_stages"), batch_size=col("micro_batch"), seq_len=seq_len,
                         micro_batches=col("micro_batches"), checkpointing=col("checkpointing")[:, sel],
                         comm_overlap=hide, grad_reduce_dtype=grad_reduce_dtype, pipeline_schedule=pipeline_schedule,
@@ -157,24 +159,26 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
                    fp8: bool = False, grad_reduce_dtype: str | None = None, pipeline_schedule: str = "1f1b",
                    recompute_modules: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(reserved total, allocated peak) per GPU [B] of every (layout, setting), by :func:`gpumodel.training_memory`
-    under the framework's own memory model: one call per recomputation mode (and, for FSDP, for DDP and for the
-    sharded stages), over the layouts times the ZeRO stages (overlap does not change memory), under
+    under the framework's own memory model: one call per recomputation mode (and, for FSDP, for DDP, for the
+    sharded stages and for HSDP over each layout's ``hsdp_group``), over the layouts times the ZeRO stages (overlap does not change memory), under
     ``pipeline_schedule``, with ``recompute_modules`` for selective recomputation (None: Megatron-Core's default)."""
     L, S = grid.layouts, grid.settings
     total, peak = np.full(grid.valid.shape, np.inf), np.full(grid.valid.shape, np.nan)
-    z_all, ck_all = S["zero"], S["checkpointing"]
+    z_all, ck_all, hy_all = S["zero"], S["checkpointing"], S["hybrid"]
     sharding = L["dp"] * L["cp"] > 1        # ZeRO needs dp x cp > 1: the other rows take ZeRO-0 alone
     for code in np.unique(ck_all):
         for rows, stages in ((np.flatnonzero(sharding), np.unique(z_all[ck_all == code])),
                              (np.flatnonzero(~sharding), np.array([0]))):
-            for shard in ((False, True) if framework == "fsdp" else (None,)):
+            for shard, hybrid in (((False, False), (True, False), (True, True)) if framework == "fsdp"
+                                  else ((None, False),)):
                 z = stages if shard is None else stages[(stages >= 2) == shard]
-                z = z[np.isin(z, z_all[ck_all == code])]
+                z = z[np.isin(z, z_all[(ck_all == code) & (hy_all == hybrid)])]
                 if not len(z) or not len(rows):
                     continue
                 at = {k: L[k][rows, None] for k in ("micro_batch", "micro_batches", "dp", "tp", "pp", "cp", "ep",
-                                                     "virtual_stages")}
+                                                     "virtual_stages", "hsdp_group")}
                 mem = training_memory(cfg, at["micro_batch"], seq_len, precision=prec.name, optimizer=optimizer,
+                                      shard_group=at["hsdp_group"] if hybrid else None,
                                       checkpointing=CHECKPOINTING[code], attention="flash",
                                       gradient_accumulation_steps=at["micro_batches"], zero=z[None, :], dp=at["dp"],
                                       tp=at["tp"], pp=at["pp"], cp=at["cp"], ep=at["ep"],
@@ -185,7 +189,7 @@ def memory_per_gpu(cfg, prec, optimizer: str, framework: str, grid: Grid, seq_le
                 t_z = np.broadcast_to(mem.total_bytes, (len(rows), len(z)))
                 p_z = np.broadcast_to(mem.peak_bytes, (len(rows), len(z)))
                 for j, zv in enumerate(z):
-                    cols = np.flatnonzero((ck_all == code) & (z_all == zv))
+                    cols = np.flatnonzero((ck_all == code) & (z_all == zv) & (hy_all == hybrid))
                     total[np.ix_(rows, cols)], peak[np.ix_(rows, cols)] = t_z[:, j:j + 1], p_z[:, j:j + 1]
     return total, peak
 

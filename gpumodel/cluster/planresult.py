@@ -27,7 +27,8 @@ COLUMNS = (
     ("layout", "dp, tp, pp, cp, ep = data-, tensor-, pipeline-, context-, expert-parallel degrees (dp x tp x pp x cp "
                "is the GPU count; cp and ep shown above 1); v2 = two virtual pipeline stages per GPU (interleaved "
                "schedule); z1 shards the optimizer states over the data-parallel ranks (ZeRO-1, Megatron's "
-               "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); ov = "
+               "distributed optimizer), z2 also the gradients, z3 also the weights (FSDP full shard); hsdp8 = FSDP's hybrid "
+               "shard, sharded over 8 data-parallel ranks of a node and replicated across the nodes; ov = "
                "communication overlapped with compute (Megatron-Core's --overlap-grad-reduce, --overlap-param-gather, "
                "--tp-comm-overlap); fp8 = Transformer Engine's fp8 GEMMs (fp8-current, fp8-mxfp8, fp8-blockwise: that recipe; else delayed scaling); zb = the zero-bubble pipeline schedule "
                "(ZB-H1), dualpipe = DeepSeek's DualPipe (otherwise 1F1B); a library name (fa3, cudnn, ...) = the "
@@ -89,6 +90,7 @@ def layout_label(r: dict, kernel: bool = False) -> str:
     parts += [f"ep{r['ep']}"] if r.get("ep", 1) > 1 else []
     parts += [f"v{r['virtual_stages']}"] if r["virtual_stages"] > 1 else []
     parts += [f"z{r['zero']}"]
+    parts += [f"hsdp{r['shard_group']}"] if r.get("shard_group") else []
     parts += ["ov"] if r.get("comm_overlap") else []
     f8 = r.get("fp8")
     parts += ([] if not f8 else ["fp8"] if isinstance(f8, (bool, np.bool_)) else [f"fp8-{f8}"])
@@ -255,7 +257,7 @@ class TrainingPlan:
             raise ArgumentError(f"rank={rank} is out of range: the plan has {n} rows, so rank is 0 to {n - 1}"
                                 if n else f"rank={rank}: the plan has no rows (no layout fits)",
                                 argument="rank", value=rank, allowed=allowed)
-        r = self.rows[int(rank)]
+        r = self.rows[int(rank)]   # an HSDP row's sharding group is its "shard_group", beside the layout
         return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep", 1), zero=r["zero"],
                            sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
 

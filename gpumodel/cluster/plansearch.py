@@ -13,7 +13,9 @@ the rules the engines enforce, so that no layout is priced that a framework woul
   embedding and the LM head, as Llama 3 405B cuts its 126 layers into 16 x 4 x 2); a pipeline degree that does
   not divide the layers gets ``ceil(L / pp)`` layers on its slowest stage (uneven stages);
 * ZeRO shards over ``dp x cp > 1`` ranks; ZeRO-2 and -3 do not run with pipelines (DeepSpeed's pipeline
-  engine refuses them; FSDP's full shard would gather the weights every micro-batch);
+  engine refuses them; FSDP's full shard would gather the weights every micro-batch); FSDP also runs them as HSDP
+  (the ``hybrid`` setting), sharded over the ``hsdp_group`` data-parallel ranks of a node and replicated across the
+  nodes, where that group is smaller than ``dp x cp``;
 * expert-parallel degrees divide the experts and ``dp x cp``; from :data:`MOE_EP_GPUS` GPUs on, a mixture of at
   least 8 experts is searched with ``ep > 1`` only;
 * tensor-parallel degrees split the heads, key/value heads and MLP width and stay inside a node;
@@ -150,8 +152,9 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     -------
     (Grid, dict)
         The layouts (``num_gpus, dp, tp, pp, cp, ep, virtual_stages, micro_batch, micro_batches``: accumulation
-        steps) times the settings (``zero, checkpointing``: codes of :data:`CHECKPOINTING`, ``comm_overlap``),
-        and the values searched along each dimension.
+        steps, ``hsdp_group``: the data-parallel ranks of a node) times the settings (``zero, checkpointing``: codes
+        of :data:`CHECKPOINTING`, ``comm_overlap``, ``hybrid``: HSDP over ``hsdp_group``), and the values searched
+        along each dimension.
     """
     eng = ENGINES[framework]
     L, B, s = cfg.num_layers, global_batch, seq_len
@@ -208,11 +211,18 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     keep &= (v == 1) | (m % p == 0)                        # the interleaved schedule: a multiple of pp
     layouts = dict(num_gpus=n, dp=d, tp=t, pp=p, cp=c, ep=e, virtual_stages=v, micro_batch=mb, micro_batches=m)
     layouts = {k: a[keep] for k, a in layouts.items()}
-    z, ck, ov = np.array(np.meshgrid(zs, [CHECKPOINTING.index(c) for c in cks], [int(o) for o in ovs],
-                                     indexing="ij")).reshape(3, -1)
-    settings = dict(zero=z, checkpointing=ck, comm_overlap=ov.astype(bool))
-    group = (layouts["dp"] * layouts["cp"])[:, None]
+    # HSDP (FSDP's hybrid shard): ZeRO 2/3 within the data-parallel ranks of a node, replicated across the nodes
+    dpcp = layouts["dp"] * layouts["cp"]
+    layouts["hsdp_group"] = np.gcd(dpcp, np.maximum(gpus_per_node // layouts["tp"], 1))
+    hyb = [0, 1] if framework == Framework.FSDP and any(zv >= 2 for zv in zs) else [0]
+    searched["hsdp"] = [bool(h) for h in hyb]
+    z, ck, ov, hy = np.array(np.meshgrid(zs, [CHECKPOINTING.index(c) for c in cks], [int(o) for o in ovs], hyb,
+                                         indexing="ij")).reshape(4, -1)
+    settings = dict(zero=z, checkpointing=ck, comm_overlap=ov.astype(bool), hybrid=hy.astype(bool))
+    group = dpcp[:, None]
     valid = ((z == 0) | (group > 1)) & ~((z >= 2) & (layouts["pp"][:, None] > 1))   # ZeRO over dp x cp; not 2/3 with pp
+    hsdp = layouts["hsdp_group"][:, None]
+    valid &= ~settings["hybrid"] | ((z >= 2) & (hsdp > 1) & (hsdp < group))          # a node's shard of a larger group
     return Grid(layouts, settings, valid), searched
 
 
