@@ -61,7 +61,8 @@ JSON output (--json), SI units:
   kernel numbers come from: calibrated, transferred, datasheet), source_detail, expected_error (of the best
   step [1]), candidates (layouts priced), feasible (those that fit in memory and meet the deadline and the
   budget), collapsed (near-duplicates folded), search_s [s], notes,
-  rows (--top of them): num_gpus, dp, tp, pp, cp, ep, zero, checkpointing, micro_batch, virtual_stages,
+  rows (--top of them): num_gpus, dp, tp, pp, cp, ep, zero, shard_group (framework fsdp: an HSDP row's sharding
+  group, the data-parallel ranks of a node; else null), checkpointing, micro_batch, virtual_stages,
   gradient_accumulation_steps, comm_overlap, seconds (one step [s]), tokens_per_s_per_gpu, tflops_per_gpu
   [TFLOP/s], mfu, hfu, days, gpu_hours, energy_kwh [kWh], cost (null without --price), peak_bytes [B],
   headroom_bytes [B] (free per GPU), expected_error [1] (null: unknown), band_s (the step's 80% band [low, high]
