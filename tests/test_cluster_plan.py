@@ -224,6 +224,17 @@ def test_each_schedule_is_searched_on_the_layouts_it_runs(schedules):
     assert "dualpipe" in gm.cluster.planresult.layout_label(by["dualpipe"][0]) and "pipeline schedule" in repr(schedules)
 
 
+def step_of_row(model, plan, r, framework, **kw):
+    """gm.training_step_time of a plan row on a DGX H100 at 4096 tokens (its layout, micro-batch, accumulation and
+    recomputation; ``kw``: the other options)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+        return gm.training_step_time(model, "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
+                                     checkpointing=r["checkpointing"],
+                                     gradient_accumulation_steps=r["gradient_accumulation_steps"],
+                                     parallelism=plan.parallelism(plan.rows.index(r)), framework=framework, **kw)
+
+
 def test_a_dualpipe_moe_row_is_priced_as_the_step_prices_it(schedules):
     """A DualPipe row of an expert-parallel Mixtral: the same step, memory and MFU as gm.training_step_time with the
     same options; DualPipe hides its all-to-alls and pipeline sends itself (planprice.SCHEDULE_OVERLAP), a row's
@@ -235,13 +246,8 @@ def test_a_dualpipe_moe_row_is_priced_as_the_step_prices_it(schedules):
     picked += [next(r for r in rows if r["comm_overlap"] != picked[0]["comm_overlap"])]
     for r in picked:
         hide = SCHEDULE_OVERLAP["dualpipe"] | ({"tp", "dp", "pp"} if r["comm_overlap"] else set())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
-            st = gm.training_step_time("mixtral-8x7b", "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
-                                       checkpointing=r["checkpointing"],
-                                       gradient_accumulation_steps=r["gradient_accumulation_steps"],
-                                       parallelism=schedules.parallelism(schedules.rows.index(r)), framework="megatron",
-                                       comm_overlap=",".join(sorted(hide)), pipeline_schedule="dualpipe")
+        st = step_of_row("mixtral-8x7b", schedules, r, "megatron", comm_overlap=",".join(sorted(hide)),
+                         pipeline_schedule="dualpipe")
         assert r["seconds"] == pytest.approx(st.seconds, rel=1e-9), r
         assert r["pipeline_bubble_s"] == pytest.approx(st.breakdown["pipeline_bubble"], rel=1e-9)
         assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-9)
@@ -361,13 +367,7 @@ def test_hsdp_rows_are_priced_as_the_step_prices_them():
     assert all(r["shard_group"] == 8 // r["tp"] for r in hsdp if (r["dp"] * r["cp"]) % (8 // r["tp"]) == 0)
     assert all(r["shard_group"] is None for r in plan.rows if r["zero"] < 2)
     for r in hsdp[:: max(1, len(hsdp) // 8)]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
-            st = gm.training_step_time("llama-3-8b", "dgx-h100", batch_size=r["micro_batch"], seq_len=4096,
-                                       checkpointing=r["checkpointing"],
-                                       gradient_accumulation_steps=r["gradient_accumulation_steps"],
-                                       parallelism=plan.parallelism(plan.rows.index(r)), framework="fsdp",
-                                       shard_group=r["shard_group"])
+        st = step_of_row("llama-3-8b", plan, r, "fsdp", shard_group=r["shard_group"])
         assert r["seconds"] == pytest.approx(st.seconds, rel=1e-6), r
         assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-6), r
     from gpumodel.cluster.planresult import layout_label
