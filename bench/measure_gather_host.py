@@ -18,7 +18,8 @@ runs on one GPU, so this script times it for the group sizes and tensor sizes of
 One JSON line per (tensor elements, ranks), the medians of ``--repeats`` runs.
 
     python bench/measure_gather_host.py --out gather_host.jsonl        # on the GPU, under a minute
-    python bench/measure_gather_host.py --out /tmp/g.jsonl --cpu        # the plan on the CPU, small tensors
+    python bench/measure_gather_host.py --out /tmp/g.jsonl --cpu        # small tensors timed on the CPU (torch)
+    python bench/measure_gather_host.py --out /tmp/g.jsonl --dry-run    # the plan alone, no torch
 """
 
 from __future__ import annotations
@@ -106,7 +107,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cpu", action="store_true", help="small tensors on the CPU: checks the script")
+    ap.add_argument("--dry-run", action="store_true", help="write the (tensor, ranks) plan without timing it (no torch)")
     args = ap.parse_args(argv)
+    if args.dry_run:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            for numel in SIZES:
+                for n in RANKS:
+                    fh.write(json.dumps({"numel": numel, "ranks": n, "partition": -(-numel // n)}) + "\n")
+        print(f"{len(SIZES) * len(RANKS)} cases written to {args.out} (dry run)")
+        return 0
     import torch
 
     device = "cpu" if args.cpu else "cuda"

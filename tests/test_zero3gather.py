@@ -92,3 +92,15 @@ def test_step_takes_it_for_deepspeed_alone():
         a = gm.training_step_time(GPT, "dgx-a100-80gb", framework="deepspeed", **kw)
         b = gm.training_step_time(GPT, "dgx-a100-80gb", framework="deepspeed", zero3_gather="per_parameter", **kw)
         assert a.seconds == b.seconds
+
+
+def test_gather_host_script_plans_the_sc21_cases(tmp_path):
+    # the measuring script's cases: the SC21 models' gathered matrices (and a bias and a norm) at each run's ranks
+    import json
+    from benchscript import load_bench
+    out = tmp_path / "g.jsonl"
+    assert load_bench("measure_gather_host").main(["--out", str(out), "--dry-run"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert {r["ranks"] for r in rows} == {384, 640, 768, 1120, 1536, 2240}
+    assert {4 * 12288 ** 2, 4 * 20480 ** 2} <= {r["numel"] for r in rows}
+    assert all(r["partition"] * r["ranks"] >= r["numel"] for r in rows)
