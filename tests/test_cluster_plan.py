@@ -372,3 +372,13 @@ def test_hsdp_rows_are_priced_as_the_step_prices_them():
         assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-6), r
     from gpumodel.cluster.planresult import layout_label
     assert f"hsdp{hsdp[0]['shard_group']}" in layout_label(hsdp[0])
+
+
+def test_hsdp_is_fsdp_alone_and_can_be_fixed():
+    kw = dict(num_gpus=64, global_batch=256, seq_len=4096, tokens=1e12, top=500)
+    on = gm.plan_training("llama-3-8b", "dgx-h100", framework="fsdp", hsdp=True, **kw)
+    off = gm.plan_training("llama-3-8b", "dgx-h100", framework="fsdp", hsdp=False, **kw)
+    assert on.rows and all(r["shard_group"] for r in on.rows)
+    assert off.rows and not any(r["shard_group"] for r in off.rows)
+    with pytest.raises(gm.ArgumentError, match="hsdp"):
+        gm.plan_training("llama-3-8b", "dgx-h100", framework="megatron", hsdp=True, **kw)

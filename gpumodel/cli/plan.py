@@ -32,16 +32,16 @@ otherwise 1, 2, 4, ... (powers of two) up to --max-gpus (default: one node of --
 
 Search: every layout the --framework runs (megatron: ZeRO 0-1, selective or full recomputation, every
 parallel dimension, interleaved pipelines, overlap; deepspeed: ZeRO 0-3, no ZeRO-2/3 with pipelines;
-fsdp: no shard, SHARD_GRAD_OP or FULL_SHARD; hf: data parallel), micro-batches 1-16, any pipeline degree
+fsdp: no shard, SHARD_GRAD_OP or FULL_SHARD, both also as HSDP; hf: data parallel), micro-batches 1-16, any pipeline degree
 that divides the GPUs (uneven stages allowed) with at least as many micro-batches as stages. --tp, --pp,
---cp, --ep, --micro-batch, --zero, --recompute, --virtual-stages and --overlap fix or list the values to
+--cp, --ep, --micro-batch, --zero, --recompute, --virtual-stages, --overlap and --hsdp fix or list the values to
 search (comma-separated); a value the framework does not run is refused. --schedule 1f1b,dualpipe searches
 each pipeline schedule on the layouts it runs (zero_bubble and dualpipe: pipelines without virtual stages;
 dualpipe: an even pp and at least 2 pp micro-batches, an even number); --recompute-modules names what the
 selective rows recompute (Megatron-Core's --recompute-modules).
 
 Near-duplicates: layouts of the same GPUs, degrees, micro-batch and recomputation within 1% of the fastest
-step are one row, the simplest setting kept (lower ZeRO stage, fewer virtual stages, no overlap).
+step are one row, the simplest setting kept (lower ZeRO stage, no HSDP, fewer virtual stages, no overlap).
 
 --pareto keeps the rows no other beats on both days and cost (GPU-hours without --price), fastest first:
 the first is the fastest run, the last the cheapest (of the 20,000 first-ranked layouts). --plot FILE.png
@@ -165,7 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              ("micro-batch", _ints, "micro-batches [sequences]"), ("zero", _zeros, "ZeRO stages"),
                              ("recompute", _words, "recomputation: none, selective, full"),
                              ("virtual-stages", _ints, "virtual pipeline stages"),
-                             ("overlap", _words, "communication overlap: on, off")):
+                             ("overlap", _words, "communication overlap: on, off"),
+                             ("hsdp", _words, "FSDP's hybrid shard (ZeRO-2/3 over a node's data-parallel ranks): on, off")):
         p.add_argument(f"--{name}", type=kind, metavar="A,B", help=f"{text} to search (default: all the framework runs)")
     add_own_files(p, "with --framework hf, each step is at least what this host needs to dispatch Hugging Face's "
                      "eager loop")
@@ -186,13 +187,13 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-def _overlap(values: list[str] | None) -> list[bool] | None:
+def _overlap(values: list[str] | None, option: str = "--overlap") -> list[bool] | None:
     if values is None:
         return None
     table = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
     bad = [v for v in values if v.lower() not in table]
     if bad:
-        raise gm.ArgumentError(f"--overlap {bad[0]!r} is not one of on, off", argument="--overlap", value=bad[0],
+        raise gm.ArgumentError(f"{option} {bad[0]!r} is not one of on, off", argument=option, value=bad[0],
                                allowed="on, off")
     return [table[v.lower()] for v in values]
 
@@ -234,6 +235,7 @@ def _plan(args: argparse.Namespace) -> int:
                                 budget=args.budget, max_power_kw=args.power, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                                 micro_batches=args.micro_batch, zero_stages=args.zero, checkpointing=args.recompute,
                                 virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
+                                hsdp=_overlap(args.hsdp, "--hsdp"),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
                                 fp8=FP8_SEARCH[args.fp8],

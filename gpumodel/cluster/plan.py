@@ -217,7 +217,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   precision: str = "amp_bf16", optimizer: str = "adamw", framework: str = "megatron",
                   price_per_gpu_hour: float | None = None, currency: str = "USD", max_days: float | None = None,
                   budget: float | None = None, max_power_kw: float | None = None, tp=None, pp=None, cp=None, ep=None, micro_batches=None,
-                  zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None,
+                  zero_stages=None, checkpointing=None, virtual_stages=None, comm_overlap=None, hsdp=None,
                   top: int | None = 50, progress: Callable[[int, int], None] | None = None, calibrated: bool = True,
                   calibration: Any = None, host: Any = None, attention_kernel: Any = "sdpa", fp8: Any = False,
                   grad_reduce_dtype: str | None = None, pipeline_schedule: Any = "1f1b",
@@ -257,10 +257,12 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     max_power_kw : float, optional
         A facility's power cap: only jobs drawing at most this (GPUs x the system's power per GPU, hosts and network
         included) [kW]; each row gives its ``power_kw``.
-    tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap : optional
+    tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap, hsdp : optional
         Values to search along each dimension (one value or a list); None: everything the engine runs
         (micro-batches 1 to 16 that divide the batch; any pipeline degree dividing the GPUs, uneven stages; virtual
-        stages that divide the layers). A value the engine does not run is refused naming the argument.
+        stages that divide the layers; ``hsdp`` False and True for FSDP's ZeRO-2/3: sharded over all the
+        data-parallel ranks, or over those of a node and replicated across the nodes). A value the engine does not
+        run is refused naming the argument.
     top : int or None
         Rows kept (None: all feasible).
     progress : callable, optional
@@ -359,7 +361,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                   virtual_stages=_sweep(virtual_stages, "virtual_stages", positive_int),
                   zero_stages=_sweep(zero_stages, "zero_stages", lambda x, name: bounded_int(x, name, 0, 3).item()),
                   checkpointing=_sweep(checkpointing, "checkpointing", lambda x, name: checkpointing_mode(x, name).value),
-                  comm_overlap=_sweep(comm_overlap, "comm_overlap", flag))
+                  comm_overlap=_sweep(comm_overlap, "comm_overlap", flag), hsdp=_sweep(hsdp, "hsdp", flag))
     if top is not None:
         top = _one(top, "top", positive_int)
     if progress is not None and not callable(progress):
@@ -424,7 +426,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
     if n_folded:
         notes.append(f"{n_folded:,} near-duplicate layouts collapsed: same GPUs, degrees, micro-batch and "
                      f"recomputation within {NEAR_DUPLICATE:.0%} of the fastest step, the simplest setting kept (lower "
-                     "ZeRO stage, fewer virtual stages, no overlap); each row lists them in 'collapsed'")
+                     "ZeRO stage, no HSDP, fewer virtual stages, no overlap); each row lists them in 'collapsed'")
     _, detail = model_for(g, calibrated=calibrated, calibration=calibration)
     used = sorted(used)
     if used and counts[-1] not in used:

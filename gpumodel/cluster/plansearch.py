@@ -132,7 +132,7 @@ def _dimension(given: Any, default: list, name: str, runs: bool, framework: Fram
 
 def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: int, seq_len: int,
                framework: Framework, *, tp=None, pp=None, cp=None, ep=None, micro_batches=None, zero_stages=None,
-               checkpointing=None, virtual_stages=None, comm_overlap=None) -> tuple[Grid, dict]:
+               checkpointing=None, virtual_stages=None, comm_overlap=None, hsdp=None) -> tuple[Grid, dict]:
     """Every layout the engine runs for the job, as arrays (see the module docstring for the rules).
 
     Parameters
@@ -145,8 +145,9 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     global_batch, seq_len : int
         Sequences per step, tokens per sequence.
     framework : Framework
-    tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap : list, optional
-        The values to search (None: everything the engine runs; ``checkpointing`` as names).
+    tp, pp, cp, ep, micro_batches, zero_stages, checkpointing, virtual_stages, comm_overlap, hsdp : list, optional
+        The values to search (None: everything the engine runs; ``checkpointing`` as names; ``hsdp`` True for FSDP's
+        hybrid shard, which no other engine runs).
 
     Returns
     -------
@@ -214,7 +215,9 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     # HSDP (FSDP's hybrid shard): ZeRO 2/3 within the data-parallel ranks of a node, replicated across the nodes
     dpcp = layouts["dp"] * layouts["cp"]
     layouts["hsdp_group"] = np.gcd(dpcp, np.maximum(gpus_per_node // layouts["tp"], 1))
-    hyb = [0, 1] if framework == Framework.FSDP and any(zv >= 2 for zv in zs) else [0]
+    runs_hsdp = framework == Framework.FSDP and any(zv >= 2 for zv in zs)
+    hyb = [int(h) for h in _values(hsdp, (False, True) if runs_hsdp else (False,),
+                                   (False, True) if framework == Framework.FSDP else (False,), "hsdp", framework)]
     searched["hsdp"] = [bool(h) for h in hyb]
     z, ck, ov, hy = np.array(np.meshgrid(zs, [CHECKPOINTING.index(c) for c in cks], [int(o) for o in ovs], hyb,
                                          indexing="ij")).reshape(4, -1)
