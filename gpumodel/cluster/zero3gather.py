@@ -1,6 +1,7 @@
 """ZeRO-3 as DeepSpeed gathered before v0.5.5: one synchronous list all-gather per parameter tensor.
 
-Today's engines (FSDP, DeepSpeed from v0.5.5 on) gather a layer's weights as one flat buffer and prefetch the
+The step's ``zero3_gather="per_parameter"`` (:class:`gpumodel.vocabulary.Zero3Gather`). Today's engines (FSDP,
+DeepSpeed from v0.5.5 on) gather a layer's weights as one flat buffer and prefetch the
 next layer's under the current one's compute (:func:`gpumodel.cluster.dataparallel.zero3_layer_times`).
 DeepSpeed v0.3.13-v0.5.4 (March-October 2021, the ZeRO-3 of Narayanan et al.'s SC21 comparison) did not:
 
@@ -47,12 +48,8 @@ import numpy as np
 from ..records.transformer import MLPType, TransformerConfig
 from .collectives import system_collective_time
 
-__all__ = ["ZERO3_GATHERS", "PER_RANK_S", "PERSISTENCE_THRESHOLD", "layer_tensor_elements", "per_parameter_gather_time",
+__all__ = ["PER_RANK_S", "PERSISTENCE_THRESHOLD", "layer_tensor_elements", "per_parameter_gather_time",
            "per_parameter_layer_times"]
-
-#: How an engine gathers ZeRO-3's weights: ``"prefetch"`` (one flat buffer a layer, prefetched under compute: FSDP,
-#: DeepSpeed from v0.5.5) or ``"per_parameter"`` (DeepSpeed before v0.5.5: this module).
-ZERO3_GATHERS = ("prefetch", "per_parameter")
 
 #: Host time per rank of one tensor's gather: a Python ``narrow()`` view and a ``copy_`` [s]. The shipped host costs
 #: of the H200 machine (``specs/hosts/h200-sxm.yaml``): ``view_s`` (a view, measured from Python) and ``op_nograd_s``
