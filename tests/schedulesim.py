@@ -12,8 +12,9 @@ their backward is its activation memory (``tests/test_schedulesim.py``).
 (``--microbatch-group-size-per-virtual-pipeline-stage``, default ``pp``); within a group every model chunk
 ``c = 0 .. v - 1`` runs the group's micro-batches in turn. The forwards follow this table, the backwards the same
 table with the chunks reversed. Rank ``r`` first runs ``w_r = 2 (pp - r - 1) + (v - 1) N`` forwards (all ``m v``
-if that many or more, or with one group), then alternates one forward and one backward, then runs the backwards
-left. Without interleaving (``v = 1``) the warm-up is ``pp - r - 1``. Checked here for the default ``N = pp`` with
+if that many or more; with one group, ``m = N``, every rank runs all its forwards first, as Megatron-LM did when
+``m = pp`` and as the memory model counts it: today's Megatron-Core lets the last ranks start their backwards
+earlier there), then alternates one forward and one backward, then runs the backwards left. Without interleaving (``v = 1``) the warm-up is ``pp - r - 1``. Checked here for the default ``N = pp`` with
 ``m`` a multiple of ``pp`` (Megatron-LM's interleaved schedule asserts it) and for plain 1F1B with any ``m``; other
 group sizes and remainders follow rules this order does not capture (it can deadlock there).
 
