@@ -104,3 +104,16 @@ def test_gather_host_script_plans_the_sc21_cases(tmp_path):
     assert {r["ranks"] for r in rows} == {384, 640, 768, 1120, 1536, 2240}
     assert {4 * 12288 ** 2, 4 * 20480 ** 2} <= {r["numel"] for r in rows}
     assert all(r["partition"] * r["ranks"] >= r["numel"] for r in rows)
+
+
+def test_per_rank_costs_are_the_h100_hosts_medians():
+    # PER_RANK_S is what bench/measure_gather_host.py measured on an H100 machine's host: the medians over its cases
+    import json
+    import statistics
+    from pathlib import Path
+    rows = [json.loads(x) for x in (Path(__file__).parent / "data" / "cluster" / "gather_host" / "h100.jsonl")
+            .read_text().splitlines()]
+    cases = [r for r in rows if "numel" in r]
+    assert len(cases) == 60 and "H100" in rows[0]["environment"]["device_name"]
+    assert PER_RANK_S["view"] == pytest.approx(statistics.median(r["narrow_s"] for r in cases), rel=0.01)
+    assert PER_RANK_S["copy"] == pytest.approx(statistics.median(r["copy_s"] for r in cases), rel=0.01)

@@ -51,11 +51,12 @@ from .collectives import system_collective_time
 __all__ = ["PER_RANK_S", "PERSISTENCE_THRESHOLD", "layer_tensor_elements", "per_parameter_gather_time",
            "per_parameter_layer_times"]
 
-#: Host time per rank of one tensor's gather: a Python ``narrow()`` view and a ``copy_`` [s]. The shipped host costs
-#: of the H200 machine (``specs/hosts/h200-sxm.yaml``): ``view_s`` (a view, measured from Python) and ``op_nograd_s``
-#: (an op without autograd issued from Python, an upper bound on the copy PyTorch's process group issues from C++).
-#: ``bench/measure_gather_host.py`` times both on a GPU machine, the copy from a compiled loop.
-PER_RANK_S = {"view": 3.08e-6, "copy": 8.18e-6}
+#: Host time per rank of one tensor's gather: a Python ``narrow()`` view and a ``copy_`` of the rank's partition
+#: issued from a compiled loop, as PyTorch's process group issues it from C++ [s]. Medians over the SC21 runs' 60
+#: (tensor, ranks) cases measured on an H100 machine's host (Intel Xeon, Python 3.12, torch 2.11):
+#: ``python bench/measure_gather_host.py``, ``tests/data/cluster/gather_host/h100.jsonl`` (views 1.83-1.97 us,
+#: copies 5.1-11.7 us).
+PER_RANK_S = {"view": 1.91e-6, "copy": 5.24e-6}
 
 
 #: DeepSpeed's ``stage3_param_persistence_threshold`` default: tensors of fewer elements are not partitioned
