@@ -34,7 +34,7 @@ from ..training.steptime import StepTime, model_flops_per_token, recompute_flops
 from ..vocabulary import (Checkpointing, Framework, Optimizer, checkpointing_mode, choice, flag,
                           fp8_recipe, grad_reduce_dtype as grad_reduce_dtype_of, positive_int,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
-                          resolve_system, zero3_gather as zero3_gather_of, divides)
+                          resolve_system, zero3_gather as zero3_gather_of, shard_group as shard_group_of)
 from .composition import PHASES, compose, overlaps
 from .parallelism import Parallelism
 from .pipeline import check_schedule, stage_layers
@@ -214,12 +214,7 @@ def parallel_training_step_time(model: Any, system: Any, batch_size: int, seq_le
     reduce_fmt = grad_reduce_dtype_of(grad_reduce_dtype, fw)
     overlap = overlaps(comm_overlap)
     gather = zero3_gather_of(zero3_gather, fw)
-    if shard_group is not None:
-        if fw != Framework.FSDP or par.zero < 2:
-            raise ArgumentError("shard_group is FSDP's (HSDP's) sharding group: framework='fsdp' with zero 2 or 3",
-                                argument="shard_group", value=shard_group, allowed="None")
-        shard_group = positive_int(shard_group, "shard_group")
-        divides(shard_group, par.dp * par.cp, "shard_group", "dp * cp")
+    shard_group = shard_group_of(shard_group, fw, par.zero, par.dp * par.cp)
     stage_layers(cfg.num_layers, par.pp, first_stage_layers, last_stage_layers)   # refuses a split that does not add up
     b = positive_int(batch_size, "batch_size")
     s = positive_int(seq_len, "seq_len")

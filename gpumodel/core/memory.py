@@ -30,7 +30,8 @@ from ..base.errors import ArgumentError
 from ..records.dtypes import UnknownDTypeError, bytes_per_element
 from ..vocabulary import (Checkpointing, Framework, Optimizer, PipelineSchedule, broadcastable, check_pipeline_schedule,
                           checkpointing_mode, choice,
-                          deprecated_alias, divides, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of, nonnegative_number, positive_int, positive_number,
+                          deprecated_alias, divides, flag, fp8_training, grad_reduce_dtype as grad_reduce_dtype_of,
+                          shard_group as shard_group_of, nonnegative_number, positive_int, positive_number,
                           precision as _precision, recompute_modules as recompute_modules_of, resolve_model,
                           within_positions)
 from ..vocabulary.parallel_rules import parallel_degrees
@@ -245,7 +246,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     if communicator_bytes is None:
         communicator_bytes = nccl_bytes(fw, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, shard_group=shard_group)
     communicator_bytes = nonnegative_number(communicator_bytes, "communicator_bytes")
-    _engine_options(fw, opt, optimizer_dtype, keep_outputs, zero, shard_group)
+    _engine_options(fw, opt, optimizer_dtype, keep_outputs)
+    shard_group = shard_group_of(shard_group, fw, zero, dp * cp)
     sb = prec.param_bytes if optimizer_dtype is None else _dtype_bytes(optimizer_dtype)
     within_positions(cfg, s)
     group = dp * cp
@@ -288,7 +290,7 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
         return assemble(moments, steady, **finish)
     moments, _, params = hf_moments(cfg, b, s, model_prec, opt, attn, ckpt, state_bytes=sb, zero=0, dp=1, **common)
     if fw == Framework.FSDP:
-        shard = group if shard_group is None else _shard_group(shard_group, group)
+        shard = group if shard_group is None else shard_group
         static, steady = fsdp_static(cfg, prec, opt, params, zero=zero, shard_group=shard, ep=ep, tp=tp,
                                      micro_batches=m, foreach=foreach, fused=fused,
                                      state_bytes=None if optimizer_dtype is None else sb)
@@ -315,7 +317,7 @@ def _layout(parallelism: Any, given: dict) -> tuple:
     return tuple(getattr(parallelism, k) for k in names)
 
 
-def _engine_options(fw: Framework, opt: Optimizer, optimizer_dtype, keep_outputs: bool, zero, shard_group) -> None:
+def _engine_options(fw: Framework, opt: Optimizer, optimizer_dtype, keep_outputs: bool) -> None:
     """Refuse options the chosen engine does not have."""
     if optimizer_dtype is not None and opt in (Optimizer.SGD, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR):
         kept = {"sgd": "no state", "adamw_8bit": "int8 states", "adafactor": "fp32 factored states"}[opt.value]
@@ -327,15 +329,6 @@ def _engine_options(fw: Framework, opt: Optimizer, optimizer_dtype, keep_outputs
     if fw == Framework.MEGATRON and keep_outputs:
         raise ArgumentError("keep_outputs is a Hugging Face loop's option; framework='megatron' returns the loss",
                             argument="keep_outputs", value=True, allowed="False with framework='megatron'")
-    if shard_group is not None and (fw != Framework.FSDP or np.any(np.asarray(zero) < 2)):
-        raise ArgumentError("shard_group is FSDP's (HSDP's) sharding group: framework='fsdp' with zero 2 or 3",
-                            argument="shard_group", value=shard_group, allowed="None")
-
-
-def _shard_group(shard_group: Any, group: Any) -> Any:
-    shard = positive_int(shard_group, "shard_group")
-    divides(shard, group, "shard_group", "dp * cp")
-    return shard
 
 
 def _dtype_bytes(name: str, arg: str = "optimizer_dtype") -> float:

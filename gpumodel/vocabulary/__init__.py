@@ -35,7 +35,7 @@ from .parallel_rules import divides, parallel_degrees, splits_model, tensor_para
 from .precision import (KV_DTYPES, PRECISIONS, TIMED_KV_DTYPES, WEIGHT_DTYPES, Checkpointing, ExpertsImplementation,
                         FP8Recipe, FP8_SEARCH, Framework, GradReduce, Optimizer, Precision, checkpointing_mode, fp8_recipe, fp8_training,
                         grad_reduce_dtype, kv_cache_dtype, precision, precision_on,
-                        weight_dtype, Zero3Gather, zero3_gather)
+                        weight_dtype, Zero3Gather, zero3_gather, shard_group)
 from .recompute import DEFAULT_RECOMPUTE_MODULES, RecomputeModule, recompute_modules
 from .schedule import PipelineSchedule, check_pipeline_schedule, pipeline_schedule, schedule_runs
 from .resolvers import resolve_gpu, resolve_gpu_or_cc, resolve_gpus, resolve_model, resolve_system
@@ -45,7 +45,7 @@ __all__ = [
     "TIMED_KV_DTYPES", "resolve_gpu", "resolve_model", "resolve_gpu_or_cc", "resolve_system", "resolve_gpus",
     "bounded_int", "positive_int", "nonnegative_int", "positive_number", "nonnegative_number", "broadcastable",
     "flag", "choice", "scalar_or_array", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "GradReduce", "grad_reduce_dtype", "fp8_training", "fp8_recipe", "FP8Recipe", "FP8_SEARCH",
-    "Zero3Gather", "zero3_gather",
+    "Zero3Gather", "zero3_gather", "shard_group",
     "checkpointing_mode",
     "RecomputeModule", "recompute_modules", "DEFAULT_RECOMPUTE_MODULES",
     "PipelineSchedule", "pipeline_schedule", "schedule_runs", "check_pipeline_schedule",

@@ -20,8 +20,10 @@ import numpy as np
 from ..base.arguments import choice, flag
 from ..base.enums import StrEnum
 from ..base.errors import ArgumentError
+from ..base.numeric import positive_int
 from ..records.dtypes import DType, UnknownDTypeError, dtype as _dtype
 from ..records.gpu import UnsupportedDTypeError
+from .parallel_rules import divides
 
 __all__ = ["Precision", "PRECISIONS", "precision", "precision_on", "weight_dtype", "WEIGHT_DTYPES", "kv_cache_dtype", "KV_DTYPES",
            "TIMED_KV_DTYPES", "Optimizer", "Checkpointing", "ExpertsImplementation", "Framework", "checkpointing_mode",
@@ -290,6 +292,23 @@ def zero3_gather(value: Any, framework: Any, name: str = "zero3_gather") -> Zero
                             f"{getattr(framework, 'value', framework)!r} gathers a layer's weights at once",
                             argument=name, value=value, allowed="'prefetch', or 'per_parameter' with framework='deepspeed'")
     return gather
+
+
+def shard_group(value: Any, framework: Any, zero: Any, group: Any, name: str = "shard_group") -> Any:
+    """``None`` (shard over all of ``group``), or FSDP's HSDP sharding group: a positive divisor of ``group``
+    (``dp * cp``), with ``framework="fsdp"`` and ``zero`` 2 or 3 alone.
+
+    >>> shard_group(8, Framework.FSDP, 3, 64), shard_group(None, Framework.MEGATRON, 1, 64)
+    (8, None)
+    """
+    if value is None:
+        return None
+    if framework != Framework.FSDP or np.any(np.asarray(zero) < 2):
+        raise ArgumentError(f"{name} is FSDP's (HSDP's) sharding group: framework='fsdp' with zero 2 or 3",
+                            argument=name, value=value, allowed="None")
+    shard = positive_int(value, name)
+    divides(shard, group, name, "dp * cp")
+    return shard
 
 
 class FP8Recipe(StrEnum):
