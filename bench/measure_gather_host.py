@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: parameter tensors of the SC21 ZeRO-3 models' layers (hidden 12,288 and 20,480): QKV, projection and MLP weights,
 #: a QKV bias and a hidden-size vector
@@ -124,15 +125,11 @@ def main(argv=None) -> int:
     copies = _copies(torch)
     with open(args.out, "w", encoding="utf-8") as fh:
         if not args.cpu:
-            from gpumodel.calibration.bench import environment_info
             import platform
-            env = {**environment_info(), "cpu": platform.processor() or platform.machine(),
-                   "python": platform.python_version(), "mode": "gather_host"}
-            try:
-                with open("/proc/cpuinfo", encoding="utf-8") as cpu:
-                    env["cpu"] = next(x.split(":", 1)[1].strip() for x in cpu if x.startswith("model name"))
-            except (OSError, StopIteration):
-                pass
+
+            from bench_vectorized import cpu_name
+            from gpumodel.calibration.bench import environment_info
+            env = {**environment_info(), "cpu": cpu_name(), "python": platform.python_version(), "mode": "gather_host"}
             fh.write(json.dumps({"environment": env}) + "\n")
         fh.write(json.dumps({"get_rank_s": get_rank_cost(torch)}) + "\n")
         for numel in sizes:

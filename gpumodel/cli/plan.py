@@ -187,7 +187,7 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-def _overlap(values: list[str] | None, option: str = "--overlap") -> list[bool] | None:
+def _on_off(values: list[str] | None, option: str) -> list[bool] | None:
     if values is None:
         return None
     table = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
@@ -234,8 +234,8 @@ def _plan(args: argparse.Namespace) -> int:
                                 price_per_gpu_hour=args.price, currency=args.currency, max_days=args.deadline,
                                 budget=args.budget, max_power_kw=args.power, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                                 micro_batches=args.micro_batch, zero_stages=args.zero, checkpointing=args.recompute,
-                                virtual_stages=args.virtual_stages, comm_overlap=_overlap(args.overlap),
-                                hsdp=_overlap(args.hsdp, "--hsdp"),
+                                virtual_stages=args.virtual_stages, comm_overlap=_on_off(args.overlap, "--overlap"),
+                                hsdp=_on_off(args.hsdp, "--hsdp"),
                                 top=max(args.top, PLOT_ROWS) if plot or args.pareto else args.top,
                                 attention_kernel=args.attention_kernel,
                                 fp8=FP8_SEARCH[args.fp8],

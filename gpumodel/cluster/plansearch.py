@@ -224,8 +224,8 @@ def candidates(cfg: Any, gpus_per_node: int, counts: list[int], global_batch: in
     settings = dict(zero=z, checkpointing=ck, comm_overlap=ov.astype(bool), hybrid=hy.astype(bool))
     group = dpcp[:, None]
     valid = ((z == 0) | (group > 1)) & ~((z >= 2) & (layouts["pp"][:, None] > 1))   # ZeRO over dp x cp; not 2/3 with pp
-    hsdp = layouts["hsdp_group"][:, None]
-    valid &= ~settings["hybrid"] | ((z >= 2) & (hsdp > 1) & (hsdp < group))          # a node's shard of a larger group
+    node = layouts["hsdp_group"][:, None]
+    valid &= ~settings["hybrid"] | ((z >= 2) & (node > 1) & (node < group))          # a node's shard of a larger group
     return Grid(layouts, settings, valid), searched
 
 

@@ -65,8 +65,9 @@ PER_RANK_S = {"view": 1.91e-6, "copy": 5.24e-6}
 PERSISTENCE_THRESHOLD = 100_000
 
 
-def layer_tensor_elements(cfg: TransformerConfig, tp: int = 1) -> np.ndarray:
-    """Elements of each parameter tensor of one decoder layer as Megatron builds it, on one tensor rank [count].
+def layer_tensor_elements(cfg: TransformerConfig) -> np.ndarray:
+    """Elements of each parameter tensor of one decoder layer as Megatron builds it [count] (a tensor-parallel rank
+    holds ``1 / tp`` of each: :func:`per_parameter_gather_time` divides).
 
     The query, key and value projections are one fused matrix (with its bias when ``qkv_bias``), a gated MLP's
     gate and up projections one matrix; the norms are a weight (and a bias when ``norm_bias``) each. A mixture of
@@ -84,13 +85,13 @@ def layer_tensor_elements(cfg: TransformerConfig, tp: int = 1) -> np.ndarray:
     """
     h, q, kv = cfg.hidden_size, cfg.q_dim, cfg.kv_dim
     qkv = q + 2 * kv
-    out = [qkv * h // tp, h * q // tp]
-    out += [qkv // tp] * bool(cfg.qkv_bias) + [h] * bool(cfg.o_bias)
+    out = [qkv * h, h * q]
+    out += [qkv] * bool(cfg.qkv_bias) + [h] * bool(cfg.o_bias)
     gated = cfg.mlp == MLPType.GATED
 
     def mlp(width: int) -> list[int]:
         up = (2 if gated else 1) * width
-        return [up * h // tp, h * width // tp] + ([up // tp, h] if cfg.mlp_bias else [])
+        return [up * h, h * width] + ([up, h] if cfg.mlp_bias else [])
 
     if cfg.is_moe:
         out += [cfg.num_experts * h]
