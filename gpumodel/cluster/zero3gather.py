@@ -15,8 +15,12 @@ DeepSpeed v0.3.13-v0.5.4 (March-October 2021, the ZeRO-3 of Narayanan et al.'s S
   matrices) makes 6,144 views and copies per gather.
 * Tensors of fewer than ``stage3_param_persistence_threshold`` elements (default 10^5: biases and norms) stay
   whole on every rank and are never gathered (:data:`PERSISTENCE_THRESHOLD`).
-* The gradients were all-reduced in 16-bit buckets on a stream of their own (each rank then keeping its
-  partition), under the backward's compute as today's engines run their reduce-scatters.
+* The gradients were reduce-scattered **each tensor on its own** too (``stage3.py``, ``average_tensor`` with the
+  default ``reduce_scatter: true``; ``partition_parameters.py``, ``_reduce_scatter_gradient``): a Python loop of
+  one ``narrow()`` view of the 16-bit gradient per rank, then ``torch.distributed.reduce_scatter`` on that list,
+  which PyTorch's NCCL process group copies into a flat buffer rank by rank. It runs on a stream of its own from
+  the backward's gradient hooks: the host issues it while the device works through the layer's queued backward
+  kernels, so it shows only where it outlasts them.
 
 So a layer of one micro-batch exposes, per gather (once in its forward, and in the backward once or, with
 full recomputation, twice):
@@ -30,12 +34,15 @@ summed over the tensors of at least :data:`PERSISTENCE_THRESHOLD` elements, with
 ``t``, ``T_AG`` NCCL's all-gather over the ``N`` ranks
 (:func:`~gpumodel.cluster.collectives.system_collective_time`, each tensor's ring latency included), the
 per-rank view and copy costs of :data:`PER_RANK_S`, and the device memory the zero-fill and the copies move
-(write ``2 n_t`` bytes, read and write them again).
+(write ``2 n_t`` bytes, read and write them again). The gradients' reduce-scatter,
+:math:`R = \\sum_t [T_\\mathrm{RS}(2 n_t) + N (c_\\mathrm{view} + c_\\mathrm{copy})]`, exposes
+:math:`\\max(0, R - t_\\mathrm{backward})`.
 
 References
 ----------
-deepspeedai/DeepSpeed, ``deepspeed/runtime/zero/partition_parameters.py`` and ``stage3.py`` at v0.4.0 (2021);
-PR #1188. PyTorch ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`` (``allgather``: flat buffer, then a copy
+deepspeedai/DeepSpeed, ``deepspeed/runtime/zero/partition_parameters.py`` (``_allgather_param``,
+``_reduce_scatter_gradient``) and ``stage3.py`` (``average_tensor``, ``reduce_ipg_grads``) at v0.3.13 and v0.4.0
+(2021); PR #1188. PyTorch ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`` (``allgather``: flat buffer, then a copy
 per rank). D. Narayanan et al., SC 2021, Table 2 (the ZeRO-3 rows these costs are checked on).
 """
 
@@ -135,30 +142,37 @@ def per_parameter_gather_time(system, cfg: TransformerConfig, tp: Any, group: An
     >>> 0.03 < float(t) < 0.1   # 4 NCCL gathers (1.7 GB in all), 4,096 views and copies, 5 GB through HBM
     True
     """
+    return _per_tensor(system, cfg, tp, group, stride, param_bytes, "all_gather", hbm_passes=3)
+
+
+def _per_tensor(system, cfg: TransformerConfig, tp: Any, group: Any, stride: Any, nbytes_per_element: int,
+                collective: str, hbm_passes: int) -> Any:
+    """One collective a partitioned tensor of a layer, issued with a list of ``group`` views (NCCL's time, the host's
+    per-rank view and copy, ``hbm_passes`` passes of the tensor through device memory) [s]; 0 for one rank."""
     tp, group, stride = np.asarray(tp), np.asarray(group), np.asarray(stride)
     shape = np.broadcast(tp, group, stride).shape
     t, g, st = (np.broadcast_to(x, shape)[..., None].astype(float) for x in (tp, group, stride))
     elements = layer_tensor_elements(cfg)
     elements = elements[elements >= PERSISTENCE_THRESHOLD]
-    nbytes = elements * param_bytes / t
-    nccl = np.asarray(system_collective_time("all_gather", nbytes, system, g.astype(int), st.astype(int))).sum(axis=-1)
+    nbytes = elements * nbytes_per_element / t
+    nccl = np.asarray(system_collective_time(collective, nbytes, system, g.astype(int), st.astype(int))).sum(axis=-1)
     host = len(elements) * group * (PER_RANK_S["view"] + PER_RANK_S["copy"])
-    device = 3 * nbytes.sum(axis=-1) / system.gpu.memory_bandwidth
+    device = hbm_passes * nbytes.sum(axis=-1) / system.gpu.memory_bandwidth
     return np.where(group > 1, nccl + host + device, 0.0)
 
 
 def per_parameter_layer_times(system, cfg: TransformerConfig, tp: Any, group: Any, stride: Any, param_bytes: int,
                               grad_bytes: int, backward_s: Any, recompute: Any) -> tuple[Any, Any]:
-    """ZeRO-3's gathers and gradient all-reduce of one layer in one micro-batch, DeepSpeed before v0.5.5:
+    """ZeRO-3's gathers and gradient reduce-scatters of one layer in one micro-batch, DeepSpeed before v0.5.5:
     (exposed, all of it) [s].
 
     The gathers (:func:`per_parameter_gather_time`: once forward, once backward and once more for a fully
-    recomputed forward) are all exposed; the 16-bit gradients' all-reduce runs under the layer's backward
-    (``backward_s``, the recomputed forward included) and exposes what it outlasts it. The arguments are those of
+    recomputed forward) are all exposed; the gradients' reduce-scatters, a tensor at a time with the same per-rank
+    host work and a pass through a flat buffer (read and write), run under the layer's backward (``backward_s``,
+    the recomputed forward included) and expose what they outlast it. The arguments are those of
     :func:`per_parameter_gather_time` and :func:`gpumodel.cluster.dataparallel.zero3_layer_times`.
     """
     gather = per_parameter_gather_time(system, cfg, tp, group, stride, param_bytes)
-    grads = cfg.layer_parameters() / np.asarray(tp) * grad_bytes
-    reduce = np.asarray(system_collective_time("all_reduce", grads, system, group, stride))
+    reduce = _per_tensor(system, cfg, tp, group, stride, grad_bytes, "reduce_scatter", hbm_passes=2)
     gathers = np.where(np.asarray(recompute), 3.0, 2.0) * gather
     return gathers + np.maximum(0.0, reduce - backward_s), gathers + reduce
