@@ -382,3 +382,45 @@ def test_hsdp_is_fsdp_alone_and_can_be_fixed():
     assert off.rows and not any(r["shard_group"] for r in off.rows)
     with pytest.raises(gm.ArgumentError, match="hsdp"):
         gm.plan_training("llama-3-8b", "dgx-h100", framework="megatron", hsdp=True, **kw)
+
+
+def _reproduced(model, plan, rows):
+    """Each row of ``rows`` against gm.training_step_time with the plan's step_arguments for it."""
+    for r in rows:
+        kw = plan.step_arguments(plan.rows.index(r))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gm.DoesNotFitWarning)
+            st = gm.training_step_time(model, plan.system, **kw)
+        assert r["seconds"] == pytest.approx(st.seconds, rel=1e-6), (r, kw)
+        assert r["peak_bytes"] == pytest.approx(st.peak_bytes, rel=1e-6), (r, kw)
+        assert r["mfu"] == pytest.approx(st.mfu, rel=1e-6), (r, kw)
+
+
+def test_step_arguments_reproduce_megatron_fp8_and_dualpipe_rows(plan, schedules):
+    # a dense Megatron plan (overlap on and off), fp8 rows, and DualPipe rows whose schedule hides the all-to-alls
+    _reproduced("llama-3-8b", plan, plan.rows[:: max(1, len(plan.rows) // 12)])
+    fp8 = gm.plan_training("llama-3-8b", "dgx-h100", tokens="1T", global_batch=256, seq_len=4096, num_gpus=16,
+                           fp8=[False, "delayed"], top=None)
+    for setting in (False, "delayed"):
+        some = [r for r in fp8.rows if r["fp8"] == setting]
+        _reproduced("llama-3-8b", fp8, some[:: max(1, len(some) // 4)])
+    dual = [r for r in schedules.rows if r["pipeline_schedule"] == "dualpipe"]
+    _reproduced("mixtral-8x7b", schedules, dual[:: max(1, len(dual) // 6)])
+    kw = schedules.step_arguments(schedules.rows.index(dual[0]))
+    assert {"ep", "pp"} <= set(kw["comm_overlap"].split(",")) and kw["pipeline_schedule"] == "dualpipe"
+
+
+def test_step_arguments_carry_hsdp_recompute_modules_and_the_gradient_format():
+    hsdp = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=64, framework="fsdp", global_batch=256, seq_len=4096,
+                            tokens=1e12, top=400)
+    rows = [r for r in hsdp.rows if r["shard_group"]]
+    assert rows and all(hsdp.step_arguments(hsdp.rows.index(r))["shard_group"] == r["shard_group"] for r in rows)
+    _reproduced("llama-3-8b", hsdp, rows[:: max(1, len(rows) // 5)])
+    sel = gm.plan_training("llama-3-8b", "dgx-h100", num_gpus=16, global_batch=256, seq_len=4096, tokens=1e12,
+                           checkpointing=["selective"], recompute_modules="core_attn,mlp", grad_reduce_dtype="bf16",
+                           top=20)
+    kw = sel.step_arguments(0)
+    assert kw["grad_reduce_dtype"] == "bf16" and set(kw["recompute_modules"].split(",")) == {"core_attn", "mlp"}
+    _reproduced("llama-3-8b", sel, sel.rows[::4])
+    with pytest.raises(gm.ArgumentError, match="rank"):
+        sel.step_arguments(len(sel.rows))

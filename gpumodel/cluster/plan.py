@@ -301,9 +301,8 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
         (:func:`gpumodel.training_memory`: DualPipe holds two stages a GPU and ``pp + 1`` micro-batches; it is
         modelled for ``framework="megatron"`` only). DualPipe hides its expert-parallel all-to-alls and pipeline
         sends under the paired chunk whatever a row's ``comm_overlap``
-        (:data:`~gpumodel.cluster.planprice.SCHEDULE_OVERLAP`): to price a DualPipe row with
-        :func:`gpumodel.training_step_time`, give ``comm_overlap="pp,ep"``, or ``"tp,dp,pp,ep"`` where the row
-        says ``comm_overlap=True``.
+        (:data:`~gpumodel.cluster.planprice.SCHEDULE_OVERLAP`); ``plan.step_arguments(rank)`` gives the keywords
+        with which :func:`gpumodel.training_step_time` prices any row as the plan did, these included.
     recompute_modules : None, str or iterable of str
         Megatron-Core's ``--recompute-modules`` for every row with selective recomputation (``framework="megatron"``;
         "core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts"): its step and memory as
@@ -440,7 +439,7 @@ def plan_training(model: Any, gpu_or_system: Any, *, tokens: Any, global_batch: 
                         feasible=feasible, search_s=time.perf_counter() - t0, attention_kernel=",".join(kernels),
                         fp8=",".join(map(str, fp8s)) if len(fp8s) > 1 else fp8s[0], pipeline_schedule=",".join(schedules),
                         recompute_modules=None if modules is None else ",".join(searched["recompute_modules"]),
-                        gpu=g.name, framework=fw.value,
+                        gpu=g.name, framework=fw.value, grad_reduce_dtype=reduce_fmt,
                         precision=prec.name, optimizer=opt.value, price_per_gpu_hour=price, currency=currency,
                         max_days=days_cap, budget=spend, max_power_kw=power_cap, source=source, source_detail=detail,
                         expected_error=best_err, collapsed=n_folded, gpu_counts=counts, searched=searched,

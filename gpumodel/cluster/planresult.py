@@ -16,7 +16,9 @@ import numpy as np
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..base.readable import format_count
 from ..base.reprs import text_table
+from .composition import overlaps
 from .parallelism import Parallelism
+from .planprice import SCHEDULE_OVERLAP
 
 __all__ = ["TrainingPlan", "PlanRow", "COLUMNS", "legend_lines", "layout_label", "table_rows", "pareto_front"]
 
@@ -183,6 +185,8 @@ class TrainingPlan:
         schedule (or several, comma-separated).
     recompute_modules : str or None
         The modules the selective rows recompute (comma-separated), None: Megatron-Core's default.
+    grad_reduce_dtype : str or None
+        Megatron-LM's gradient reduction format the plan was given (None: the framework's default).
     candidates : int
         Layouts priced (every one the framework runs and that divides the model, the GPUs and the batch);
         ``feasible`` those that fit in memory (and meet ``max_days`` and ``budget``).
@@ -211,6 +215,7 @@ class TrainingPlan:
     fp8: Any = False
     pipeline_schedule: str = "1f1b"
     recompute_modules: str | None = None
+    grad_reduce_dtype: str | None = None
     gpu: str = ""
     framework: str = "megatron"
     precision: str = "amp_bf16"
@@ -260,6 +265,40 @@ class TrainingPlan:
         r = self.rows[int(rank)]   # an HSDP row's sharding group is its "shard_group", beside the layout
         return Parallelism(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep", 1), zero=r["zero"],
                            sequence_parallel=r["tp"] > 1, virtual_stages=r["virtual_stages"])
+
+    def step_arguments(self, rank: int = 0) -> dict:
+        """The keyword arguments with which :func:`gpumodel.training_step_time` prices a ranked layout as the plan did.
+
+        ``gm.training_step_time(model, plan.system, **plan.step_arguments(rank))`` gives the row's step time, memory
+        peak and MFU (with the ``calibration`` and ``host`` the plan was given, passed again): its micro-batch,
+        accumulation, recomputation (and recomputed modules), :meth:`parallelism`, HSDP's ``shard_group``, fp8
+        setting, attention library, pipeline schedule, and the communication its overlap setting and its schedule
+        hide (DualPipe hides its all-to-alls and pipeline sends whatever the row's ``comm_overlap``:
+        :data:`~gpumodel.cluster.planprice.SCHEDULE_OVERLAP`).
+
+        Parameters
+        ----------
+        rank : int
+            Index of the layout in :attr:`rows`, as :meth:`parallelism` takes it.
+
+        Returns
+        -------
+        dict
+            ``batch_size, seq_len, precision, optimizer, checkpointing, gradient_accumulation_steps, parallelism,
+            framework, attention_kernel, fp8, pipeline_schedule, comm_overlap`` and, where the row has them,
+            ``recompute_modules``, ``shard_group`` and ``grad_reduce_dtype``.
+        """
+        par = self.parallelism(rank)
+        r = self.rows[int(rank)]
+        hide = SCHEDULE_OVERLAP.get(r["pipeline_schedule"], frozenset()) | overlaps(bool(r["comm_overlap"]))
+        out = dict(batch_size=r["micro_batch"], seq_len=self.seq_len, precision=self.precision,
+                   optimizer=self.optimizer, checkpointing=r["checkpointing"],
+                   gradient_accumulation_steps=r["gradient_accumulation_steps"], parallelism=par,
+                   framework=self.framework, attention_kernel=r["attention_kernel"], fp8=r["fp8"],
+                   pipeline_schedule=r["pipeline_schedule"], comm_overlap=",".join(sorted(hide)) if hide else False)
+        extra = dict(recompute_modules=r.get("recompute_modules") if r["checkpointing"] == "selective" else None,
+                     shard_group=r.get("shard_group"), grad_reduce_dtype=self.grad_reduce_dtype)
+        return {**out, **{k: v for k, v in extra.items() if v is not None}}
 
     def cost_key(self) -> tuple[str, str]:
         """The row key that measures a run's cost and its label: ``("cost", "cost [USD]")`` with a price, else
