@@ -54,6 +54,26 @@ def test_shipped_slowdown_is_the_median_over_the_fitted_model_of_the_measured_co
     assert 1.0 < over_model < sustained_slowdown(SUSTAINED) - 0.04
 
 
+def test_the_fp8_gemm_keeps_its_own_slowdown():
+    """The record's sustained_slowdown_fp8 is the file's fp8 GEMM over the fitted model; the sustained model divides
+    the fp8 rate by it and every other compute rate by sustained_slowdown, and then prices the fp8 GEMM back to back
+    within 2% of its measured time (one factor for all priced it 6% fast)."""
+    from gpumodel.calibration.loaded import model_slowdowns
+    from gpumodel.calibration.sustained import read_rows
+
+    cal = calibration_for("h200")
+    assert model_slowdowns(cal.model(), read_rows(SUSTAINED))["sustained_slowdown_fp8"] == pytest.approx(
+        cal.parameters["sustained_slowdown_fp8"], abs=5e-4)
+    model = cal.model()
+    loaded = model.sustained().params
+    assert loaded["flops_fp8"] == pytest.approx(model.params["flops_fp8"] / 1.171)
+    assert loaded["flops_bf16"] == pytest.approx(model.params["flops_bf16"] / 1.102)
+    row = next(r for r in _rows() if r.get("op") == "matmul" and r.get("dtype") == "fp8")
+    b2b = statistics.median(w["per_call_s"] for w in row["sustained"][-8:])
+    op = gm.core.ops.matmul(**row["shape"], dtype="fp8")
+    assert gm.estimate(op, "h200", sustained=True).seconds == pytest.approx(b2b, rel=0.02)
+
+
 def test_model_slowdown_is_the_plain_slowdown_for_a_model_that_prices_the_isolated_times():
     from gpumodel.calibration.loaded import model_slowdown
     from gpumodel.calibration.model import predict
@@ -125,3 +145,4 @@ def test_calibrate_keeps_the_measured_slowdown(tmp_path):
     assert cal.parameters["sustained_slowdown"] == pytest.approx(model_slowdown(cal.model(), read_rows(SUSTAINED)),
                                                                  abs=5e-4)
     assert 1.0 < cal.parameters["sustained_slowdown"] < sustained_slowdown(SUSTAINED)
+    assert cal.parameters["sustained_slowdown_fp8"] > cal.parameters["sustained_slowdown"]   # its fp8 GEMM's own

@@ -30,7 +30,7 @@ from .points import (PointSet, family_of, load_points, median_of_runs, median_ti
 from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
-from .loaded import model_slowdown
+from .loaded import model_slowdowns
 from .powermix import MIX_OP, power_share_threshold
 from .transfer import transfer_for
 from ..records.specs import UnknownNameError
@@ -275,8 +275,9 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
 
     ``validation`` (points not used for the fit) fills the record's ``validation_error``;
     ``sustained_rows`` (measured: :func:`gpumodel.calibration.sustained.measure_sustained`) give the parameter
-    ``sustained_slowdown``, against the fitted model (:func:`~gpumodel.calibration.loaded.model_slowdown`); a given
-    ``sustained_slowdown`` is kept as it is. No fit touches it.
+    ``sustained_slowdown``, against the fitted model (:func:`~gpumodel.calibration.loaded.model_slowdown`), and the fp8
+    GEMMs' own ``sustained_slowdown_fp8`` where they hold one (:func:`~gpumodel.calibration.loaded.model_slowdowns`); a
+    given ``sustained_slowdown`` is kept as it is. No fit touches them.
 
     Parameters
     ----------
@@ -326,7 +327,9 @@ def fit_calibration(points: list[dict], gpu: Any, environment: Mapping[str, Any]
     if sustained_rows is not None:
         if sustained_slowdown is not None:
             raise ValueError("give sustained_slowdown or sustained_rows, not both")
-        sustained_slowdown = model_slowdown(model, [r for r in sustained_rows if r.get("op") != MIX_OP])
+        slowdowns = model_slowdowns(model, [r for r in sustained_rows if r.get("op") != MIX_OP])
+        sustained_slowdown = slowdowns.pop("sustained_slowdown")
+        params.update(slowdowns)                                   # the fp8 GEMMs' own, where measured
         mixes = [r for r in sustained_rows if r.get("op") == MIX_OP]
         if mixes:
             params["power_share_threshold"] = power_share_threshold(mixes)

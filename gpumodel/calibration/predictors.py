@@ -71,7 +71,9 @@ class CalibrationModel:
     def sustained(self) -> "CalibrationModel":
         """The model of work that keeps the GPU busy for seconds (a training step): every compute rate
         (:data:`~gpumodel.calibration.sustained.COMPUTE_RATE_PREFIXES`) divided by ``sustained_slowdown``,
-        the power limit's toll on the SM clock; memory rates unchanged. A model without it is returned as is.
+        the power limit's toll on the SM clock, the fp8 GEMM rate by ``sustained_slowdown_fp8`` where the model has
+        it (:func:`gpumodel.calibration.loaded.model_slowdowns`); memory rates unchanged. A model without either is
+        returned as is.
 
         >>> m = CalibrationModel({"launch_s": 4e-6, "bandwidth": 4e12, "flops_bf16": 7e14,
         ...                       "sustained_slowdown": 1.25}, 132)
@@ -80,10 +82,12 @@ class CalibrationModel:
         (560.0, 4.0, 1.0)
         """
         slow = float(self.params.get("sustained_slowdown", 1.0))
-        if slow == 1.0:
+        slow8 = float(self.params.get("sustained_slowdown_fp8", slow))
+        if slow == 1.0 and slow8 == 1.0:
             return self
-        rates = {k: v / slow for k, v in self.params.items() if k.startswith(COMPUTE_RATE_PREFIXES)}
-        return self.replace(**rates, sustained_slowdown=1.0)
+        rates = {k: v / (slow8 if k == "flops_fp8" else slow) for k, v in self.params.items()
+                 if k.startswith(COMPUTE_RATE_PREFIXES)}
+        return self.replace(**rates, sustained_slowdown=1.0, sustained_slowdown_fp8=1.0)
 
     @property
     def threads_per_sm(self) -> int:

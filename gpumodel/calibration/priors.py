@@ -73,6 +73,8 @@ class GPUPrior(BaseModel):
     #: compute-bound kernels' slowdown under seconds of back-to-back work, measured on this GPU
     #: (:func:`gpumodel.calibration.sustained.sustained_slowdown`); replaces the reference's in the transfer
     sustained_slowdown: float | None = Field(default=None, ge=1.0, le=2.0)
+    #: the fp8 GEMMs' own (:func:`gpumodel.calibration.loaded.model_slowdowns`), measured in the same run
+    sustained_slowdown_fp8: float | None = Field(default=None, ge=1.0, le=2.0)
     sustained_source: str = ""
     #: the share of time in compute-bound kernels up to which a mix of work stays under the power limit at the boost
     #: clock, measured on this GPU (:func:`gpumodel.calibration.sustained.clock_share`'s ``threshold``)

@@ -40,7 +40,7 @@ __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "cali
 
 #: parameters a record may carry that no kernel price uses and no datasheet default stands for: measured or absent
 #: (absent, the GPU's prior gives them: :func:`gpumodel.calibration.estimate.power_share_threshold_for`)
-MEASURED_PARAMETERS = ("power_share_threshold",)
+MEASURED_PARAMETERS = ("power_share_threshold", "sustained_slowdown_fp8")
 
 
 class MeasuredPoint(BaseModel):

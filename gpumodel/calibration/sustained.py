@@ -29,7 +29,8 @@ from .bench import FLUSH_BYTES, make_runner, time_events
 from .cases import make_case
 from .powermix import measure_power_mixes
 
-__all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "SUSTAINED_CASES",
+__all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "clock_bound_extra",
+           "SUSTAINED_CASES",
            "COMPUTE_RATE_PREFIXES"]
 
 #: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
@@ -81,6 +82,21 @@ def slowdown(rows: Iterable[dict], last_windows: int = 8, reference: Iterable[fl
     if not ratios:
         raise ValueError("no compute-bound kernel with sustained timings")
     return float(statistics.median(ratios))
+
+
+def clock_bound_extra(alone_s: Any, loaded_s: Any, slowdown: float) -> Any:
+    """What a kernel adds to :func:`clock_share`'s ``extra_s`` [s]: its sustained time over its time alone, counted at
+    most as a kernel wholly bound by the SM clock at ``slowdown`` would, :math:`(s - 1) t_{iso}`.
+
+    A kernel whose own sustained factor is larger than the model's ``sustained_slowdown`` (an fp8 GEMM with its
+    ``sustained_slowdown_fp8``) is all clock-bound time, not more than all of it.
+
+    >>> clock_bound_extra(1.0, 1.05, 1.1), clock_bound_extra(1.0, 1.19, 1.07)
+    (0.05, 0.07)
+    """
+    alone = np.asarray(alone_s, dtype=float)
+    out = np.minimum(np.asarray(loaded_s, dtype=float) - alone, (slowdown - 1.0) * alone)
+    return float(out) if out.ndim == 0 else out
 
 
 def clock_share(isolated_s: Any, extra_s: Any, slowdown: float, threshold: float = 0.0) -> Any:

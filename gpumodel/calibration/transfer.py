@@ -109,6 +109,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .loaded import own_slowdowns
 from .model import PARAMETERS, CalibrationModel, default_parameters
 from .predictors import handed_kind
 from .priors import PRIORS, ArchPrior, prior_for
@@ -408,9 +409,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
                            "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
     sm = target.sm_count if target.name != ref.name else cal.sm_count
     own = pt.gpus.get(target.name)
-    if own is not None and own.sustained_slowdown is not None and "sustained_slowdown" in params:  # the target's own
-        params["sustained_slowdown"] = own.sustained_slowdown
-        table["sustained_slowdown"].update(kind="measured", value=own.sustained_slowdown)
+    dropped += own_slowdowns(params, table, own, cal.parameters)   # the target's own, where measured
     # kinds of kernel the prior hands back: priced by the datasheet model, where the published figures say it does better
     sheet = (CalibrationModel(defaults, target.sm_count, calibrated=False, name=f"{target.name} datasheet", gpu=target)
              if own_datasheet else None)

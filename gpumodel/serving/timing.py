@@ -25,7 +25,7 @@ from ..base.numeric import broadcastable
 from ..calibration.bands import band_and_error, serving_regime
 from ..calibration.estimate import (estimate as _estimate, power_share_threshold_for, resolve_calibration,
                                     sustained_slowdown_for)
-from ..calibration.sustained import clock_share
+from ..calibration.sustained import clock_bound_extra, clock_share
 from ..training.hostcost import host_costs_for
 from ..training.layer import attention_kernel_on
 from ..core.inference import inference_memory
@@ -182,8 +182,7 @@ def step_time(setup: Setup, batch_size: Any, step_tokens: Any, cached: Any, phas
 
     priced = [(fam, op, n, *both(op)) for fam, op, n in kerns]
     alone_s = sum(n * np.asarray(est.seconds, dtype=float) for _, _, n, est, _ in priced) + zeros
-    extra_s = sum(n * (np.asarray(lo.seconds, dtype=float) - np.asarray(est.seconds, dtype=float))
-                  for _, _, n, est, lo in priced) + zeros
+    extra_s = sum(n * clock_bound_extra(est.seconds, lo.seconds, slow) for _, _, n, est, lo in priced) + zeros
     share = clock_share(alone_s, extra_s, slow, power_share_threshold_for(g, calibration=setup.calibration))
     for fam, op, n, est, loaded in priced:
         source = est.source   # one model prices every kernel of the step

@@ -38,7 +38,7 @@ from ..base.errors import ArgumentError, DoesNotFitWarning
 from ..calibration.bands import HOST_BOUND_NOTE, Interval, band_and_error, step_regime
 from ..calibration.estimate import (estimate as _estimate, power_share_threshold_for, resolve_calibration,
                                     sustained_slowdown_for)
-from ..calibration.sustained import clock_share
+from ..calibration.sustained import clock_bound_extra, clock_share
 from ..core.memory import training_memory
 from ..core.margin import fits as memory_fits
 from .hostcost import host_costs_for, timeline
@@ -348,6 +348,7 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
     priced: dict[int, tuple[float, float, bool]] = {}
     sources: set[str] = set()   # where the kernel times came from: "calibrated", "transferred" or "datasheet"
     isolated_s = extra_s = 0.0
+    slow = sustained_slowdown_for(g, calibrated=calibrated, calibration=calibration)
     for block in blocks:
         for op, *_ in block.kernels:
             if op is None:
@@ -359,9 +360,8 @@ experts_implementation, expert_load, calibrated, calibration, host, expandable_s
                 sources.add(loaded.source)
             alone_s, loaded_s, _ = priced[id(op)]
             isolated_s += block.repeat * alone_s
-            extra_s += block.repeat * (loaded_s - alone_s)
-    share = clock_share(isolated_s, extra_s, sustained_slowdown_for(g, calibrated=calibrated, calibration=calibration),
-                        power_share_threshold_for(g, calibration=calibration))
+            extra_s += block.repeat * clock_bound_extra(alone_s, loaded_s, slow)
+    share = clock_share(isolated_s, extra_s, slow, power_share_threshold_for(g, calibration=calibration))
 
     def device_s(op) -> tuple[float, bool]:
         if op is None:
