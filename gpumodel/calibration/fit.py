@@ -30,7 +30,7 @@ from .points import (PointSet, family_of, load_points, median_of_runs, median_ti
 from .composite import WEIGHT_ONLY_PATH
 from ..vocabulary.gpus import gpu as _gpu
 from .record import Calibration, MeasuredPoint
-from .loaded import model_slowdowns
+from .loaded import FP8_SLOWDOWN, model_slowdowns
 from .powermix import MIX_OP, power_share_threshold
 from .transfer import transfer_for
 from ..records.specs import UnknownNameError
@@ -376,7 +376,9 @@ def starting_parameters(gpu: Any) -> dict[str, float]:
     moved = transfer_for(gpu)
     if moved is None:
         return defaults
-    return {**defaults, **{k: v for k, v in moved.model.params.items() if k in defaults}}
+    # and the fp8 GEMMs' own sustained slowdown, which no datasheet default stands for (a run's sustained kernels
+    # replace it with their own)
+    return {**defaults, **{k: v for k, v in moved.model.params.items() if k in defaults or k == FP8_SLOWDOWN}}
 
 
 def gpu_for_device(device_name: str):

@@ -34,7 +34,8 @@ JSON output (--json), SI units:
   fit_error, validation_error {family: {n, median, p90}} (absolute relative error [fraction]
   on the fitted and on the held-out points), transfer_validation_error (the same for the shipped
   calibration carried to this GPU, on the same held-out points; absent where no transfer applies),
-  host_file (the host costs written, or null), sustained_slowdown (or null), power_share_threshold
+  host_file (the host costs written, or null), sustained_slowdown (or null), sustained_slowdown_fp8 (the fp8
+  GEMMs' own, or null), power_share_threshold
   (the compute share up to which a mix of work held the boost clock, or null), measured_families,
   budget_s (the budget the kernel plan was sized to [s], or null with --from-points), kernels (measured).
 """
@@ -204,6 +205,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
                     "validation_error": cal.validation_error, "transfer_validation_error": transferred,
                     "host_file": getattr(args, "host_file", None),
                     "sustained_slowdown": slow,
+                    "sustained_slowdown_fp8": cal.parameters.get("sustained_slowdown_fp8"),
                     "power_share_threshold": cal.parameters.get("power_share_threshold"),
                     "measured_families": cal.measured_families, "budget_s": getattr(args, "budget_s", None),
                     "kernels": len(points) + len(validation or [])})
@@ -226,6 +228,8 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     if slow is not None:
         print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, "
               "over this fit)")
+    if "sustained_slowdown_fp8" in cal.parameters:
+        print(f"sustained_slowdown_fp8 {cal.parameters['sustained_slowdown_fp8']:.3f} (the fp8 GEMMs' own)")
     if "power_share_threshold" in cal.parameters:
         print(f"power_share_threshold {cal.parameters['power_share_threshold']:.2f} (a mix of work held the boost "
               "clock up to this share of its time in compute-bound kernels)")
