@@ -8,6 +8,11 @@ back for ``--seconds``, timed by CUDA events over windows of 0.25 s, with the SM
 compare the timed call with its kernels (``kernel_s``).
 
     python bench/measure_sustained.py --out sustained.jsonl      # on the GPU, about 90 s
+    python bench/measure_sustained.py --out heldout.jsonl --held-out --seconds 4   # other shapes, about 90 s
+
+``--held-out`` times, instead of the calibration's sustained kernels, GEMMs of the layer shapes of fp8 training runs
+(:data:`HELD_OUT`: Llama-2-7B at 4,096 tokens, GPT-3 5B at 8,192 tokens, in fp8 and bf16), none of which set a
+``sustained_slowdown``: ``python bench/sustained_heldout.py`` prices them with the model.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpumodel.calibration.plan import make_case  # noqa: E402
 
+#: GEMMs of fp8 training runs' layers that no sustained slowdown was measured on: (m, n, k) of Llama-2-7B's QKV,
+#: gate-and-up, down projections at 4,096 tokens and GPT-3 5B's QKV, fc1, fc2 at 8,192, each in fp8 and bf16
+HELD_OUT = [make_case("matmul", "mm", dt, m=m, n=n, k=k) for dt in ("fp8", "bf16") for m, n, k in
+            ((4096, 12288, 4096), (4096, 22016, 4096), (4096, 4096, 11008),
+             (8192, 12288, 4096), (8192, 16384, 4096), (8192, 4096, 16384))]
+
 ADAMW = [make_case("adamw_step", "adamw_fused", "fp32", numel=n, tensors=t) for n, t in
          ((65536, 1), (1048576, 1), (1048576, 8), (3_000_000, 32), (16777216, 1))]
 
@@ -29,6 +40,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--held-out", action="store_true", help="the GEMMs of HELD_OUT instead (no AdamW, no mixes)")
     args = p.parse_args(argv)
     import torch
 
@@ -38,14 +50,16 @@ def main(argv=None) -> int:
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(json.dumps({"environment": {**environment_info(), "mode": "sustained"}}) + "\n")
-        for row in measure_sustained(args.seconds):
+        rows = (measure_sustained(args.seconds, cases=HELD_OUT, mixes=False) if args.held_out
+                else measure_sustained(args.seconds))
+        for row in rows:
             iso, run = row["isolated_s"], row["sustained"]
             last = sorted(r["per_call_s"] for r in run[-8:])[4]
             fh.write(json.dumps(row) + "\n")
             print(f"{row['op']:11s} {row['dtype']:5s} {json.dumps(row['shape'])[:60]:60s} isolated {iso*1e6:9.1f} us"
                   f" sustained (last 2 s) {last*1e6:9.1f} us  ratio {last/iso:.3f}  after {row['isolated_after_s']/iso:.3f}"
                   f"  smi {run[0]['smi']} -> {run[-1]['smi']}", flush=True)
-        for case in ADAMW:
+        for case in ([] if args.held_out else ADAMW):
             fn = make_runner(case)
             t = time_events(fn, flush)[0]
             dev = device_seconds(fn, flush)
