@@ -38,7 +38,7 @@ from .selective import SelectiveRecompute, selective_recompute
 from .shard import shard_config, shard_times
 from .step import PHASES, compose, model_flops_per_token
 
-__all__ = ["SHARD_FIELDS", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error", "host_floor",
+__all__ = ["SHARD_FIELDS", "SCHEDULE_OVERLAP", "row_overlap", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error", "host_floor",
            "run_metrics", "distinct_rows", "SCHEDULE_OVERLAP"]
 
 #: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
@@ -49,6 +49,16 @@ SHARD_FIELDS = ("layer_forward", "layer_backward", "attention_forward", "head_fo
 #: be fully hidden" (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, section 3.2.1). A row's ``comm_overlap``
 #: adds Megatron-Core's overlaps (:func:`gpumodel.cluster.composition.overlaps`) to it.
 SCHEDULE_OVERLAP = {"1f1b": frozenset(), "zero_bubble": frozenset(), "dualpipe": frozenset({"pp", "ep"})}
+
+
+def row_overlap(pipeline_schedule: str, comm_overlap: bool) -> frozenset:
+    """The communication a plan row hides: its schedule's own (:data:`SCHEDULE_OVERLAP`) and, with ``comm_overlap``,
+    Megatron-Core's (:func:`gpumodel.cluster.composition.overlaps`).
+
+    >>> sorted(row_overlap("dualpipe", False)), sorted(row_overlap("1f1b", True))
+    (['ep', 'pp'], ['dp', 'pp', 'tp'])
+    """
+    return SCHEDULE_OVERLAP[pipeline_schedule] | overlaps(bool(comm_overlap))
 
 
 def parallel_model_error() -> float:
@@ -141,7 +151,7 @@ def step_parts(cfg, sysm, prec, fw, st, grid: Grid, seq_len: int, grad_reduce_dt
         sel = np.flatnonzero(grid.settings["comm_overlap"] == overlap)
         if not len(sel):
             continue
-        hide = SCHEDULE_OVERLAP[pipeline_schedule] | overlaps(overlap)
+        hide = row_overlap(pipeline_schedule, overlap)
         hybrid = grid.settings["hybrid"][sel]
         shard = np.where(hybrid[None, :], col("hsdp_group"), col("dp") * col("cp")) if hybrid.any() else None
         parts = compose(cfg, sysm, prec, fw, sub, tp=col("tp"), pp=col("pp"), cp=col("cp"), dp=col("dp"),

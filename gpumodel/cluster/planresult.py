@@ -16,9 +16,8 @@ import numpy as np
 from ..base.errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from ..base.readable import format_count
 from ..base.reprs import text_table
-from .composition import overlaps
 from .parallelism import Parallelism
-from .planprice import SCHEDULE_OVERLAP
+from .planprice import row_overlap
 
 __all__ = ["TrainingPlan", "PlanRow", "COLUMNS", "legend_lines", "layout_label", "table_rows", "pareto_front"]
 
@@ -290,7 +289,7 @@ class TrainingPlan:
         """
         par = self.parallelism(rank)
         r = self.rows[int(rank)]
-        hide = SCHEDULE_OVERLAP.get(r["pipeline_schedule"], frozenset()) | overlaps(bool(r["comm_overlap"]))
+        hide = row_overlap(r["pipeline_schedule"], r["comm_overlap"])   # as the plan priced it
         out = dict(batch_size=r["micro_batch"], seq_len=self.seq_len, precision=self.precision,
                    optimizer=self.optimizer, checkpointing=r["checkpointing"],
                    gradient_accumulation_steps=r["gradient_accumulation_steps"], parallelism=par,
