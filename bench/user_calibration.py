@@ -17,7 +17,9 @@ median within 5%.
 
 ``--detail`` adds where the two calibrations part on the prefill steps (:func:`detail`): each kernel family's time
 under each and what its change moves the summed error by, the signed error by step length, the full-rate bf16 GEMMs
-by how long each ran, and what each calibration's rates make of the sustained-load run's kernels.
+by how long each ran, what each calibration's rates make of the sustained-load run's kernels, and each one's error on
+the decode-shaped kernels timed alone (:func:`decode_shaped`: attention of one query token, matmuls of at most 64
+rows or columns), the kernels a replayed decode step is made of.
 
 Usage::
 
@@ -52,20 +54,28 @@ def errors(pred, meas) -> dict:
     return {"n": int(e.size), "median": float(np.median(np.abs(e))), "signed": float(np.median(e))}
 
 
-def kernel_rows(folder: Path, gpu: str, cal) -> list[tuple]:
-    """(label, transfer errors, user errors) of the fresh kernels and of the calibration run's held-out kernels."""
-    from gpumodel.calibration.estimate import model_for
-    from gpumodel.calibration.fit import load_points, point_set, relative_errors
+def unfitted_kernels(folder: Path) -> list[tuple[str, list[dict]]]:
+    """(label, points) of the kernels no calibration of the folder was fitted on: the fresh kernels, and the
+    calibration run's held-out ones (every ``HOLD_OUT_EVERY``-th row as measured, failed ones dropped)."""
+    from gpumodel.calibration.fit import load_points
 
-    transfer = model_for(gpu)[0]
-    rows = []
     sets = [("kernels, fresh", load_points(folder / "kernels.jsonl")[1])]
     if (folder / "calibrate_points.jsonl").exists():   # every row as measured, failed ones too: the run's count
         lines = [json.loads(x) for x in (folder / "calibrate_points.jsonl").read_text().splitlines() if x.strip()]
         pts = [r for r in lines if "environment" not in r]
         sets.append(("kernels, held out of the fit", [p for p in pts[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
                                                       if p.get("time_s")]))
-    for label, points in sets:
+    return sets
+
+
+def kernel_rows(folder: Path, gpu: str, cal) -> list[tuple]:
+    """(label, transfer errors, user errors) of the fresh kernels and of the calibration run's held-out kernels."""
+    from gpumodel.calibration.estimate import model_for
+    from gpumodel.calibration.fit import point_set, relative_errors
+
+    transfer = model_for(gpu)[0]
+    rows = []
+    for label, points in unfitted_kernels(folder):
         ps = point_set(points)
         rows.append((label, errors(1 + relative_errors(transfer, ps), np.ones(len(ps.points))),
                      errors(1 + relative_errors(cal.model(), ps), np.ones(len(ps.points)))))
@@ -234,6 +244,36 @@ def detail(folder: Path) -> dict:
            "gemms": gemms_by_duration(kernel_sets(folder), models, cal.gpu)}
     if (folder / "sustained.jsonl").exists():
         out["sustained"] = sustained_carried(folder / "sustained.jsonl", models)
+    out["decode_shaped"] = decode_shaped(folder, models)
+    return out
+
+
+def decode_shaped(folder: Path, models: dict) -> list[dict]:
+    """Each model's signed median and median error on the decode-shaped kernels timed alone that no calibration was
+    fitted on (:func:`unfitted_kernels`): attention of one query token (``seq`` 1) and matmuls with
+    ``min(m, n) <= 64`` (a decode step's GEMVs)."""
+    from gpumodel.calibration.fit import point_set, relative_errors
+
+    def kind(p: dict):
+        s = p.get("shape", {})
+        if p.get("op") == "attention" and s.get("seq") == 1:
+            return "attention, one query token"
+        if p.get("op") == "matmul" and min(s.get("m", np.inf), s.get("n", np.inf)) <= 64:
+            return "matmul, <= 64 rows"
+        return None
+
+    out = []
+    for label, points in unfitted_kernels(folder):
+        groups: dict[str, list] = {}
+        for p in points:
+            if kind(p):
+                groups.setdefault(kind(p), []).append(p)
+        for k, pts in sorted(groups.items()):
+            ps = point_set(pts)
+            errs = {m: relative_errors(model, ps) for m, model in models.items()}
+            out.append({"set": label, "kernels": k, "n": len(pts),
+                        **{m: {"signed": float(np.median(e)), "median": float(np.median(np.abs(e)))}
+                           for m, e in errs.items()}})
     return out
 
 
@@ -263,6 +303,10 @@ def print_detail(d: dict) -> None:
                 for n in ("transfer", "user")))
         print("  median: " + "; ".join(f"{n} {s[n]['median_model_over_isolated']:.3f}, "
                                        f"{s[n]['median_sustained_over_model']:.3f}" for n in ("transfer", "user")))
+    print("decode-shaped kernels timed alone, signed median (median):  transfer | user")
+    for r in d["decode_shaped"]:
+        print(f"  {r['set']:28s} {r['kernels']:26s} n={r['n']:3d}  {r['transfer']['signed']:+6.1%} "
+              f"({r['transfer']['median']:.1%}) | {r['user']['signed']:+6.1%} ({r['user']['median']:.1%})")
     print()
 
 
