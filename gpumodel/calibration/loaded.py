@@ -24,12 +24,9 @@ import numpy as np
 
 from .model import predict
 from .points import point_set
-from .sustained import slowdown
+from .sustained import FP8_SLOWDOWN, slowdown
 
 __all__ = ["model_slowdown", "model_slowdowns", "own_slowdowns", "FP8_SLOWDOWN"]
-
-#: the record's parameter for the fp8 GEMMs' own slowdown (:func:`model_slowdowns`)
-FP8_SLOWDOWN = "sustained_slowdown_fp8"
 
 
 def model_slowdown(model: Any, rows: list[dict], last_windows: int = 8) -> float:

@@ -21,7 +21,7 @@ from ..records.arch import arch_limits
 from ..records.dtypes import bytes_per_element
 from ..vocabulary import resolve_gpu
 from .kernels import MAX_THREADS_PER_SM, SMEM_PER_BLOCK
-from .sustained import COMPUTE_RATE_PREFIXES
+from .sustained import COMPUTE_RATE_PREFIXES, FP8_SLOWDOWN
 
 __all__ = ["CalibrationModel", "Prediction", "PREDICTORS", "predictor", "fallback", "dispatch", "handed_kind",
            "predicted_ops",
@@ -82,12 +82,12 @@ class CalibrationModel:
         (560.0, 4.0, 1.0)
         """
         slow = float(self.params.get("sustained_slowdown", 1.0))
-        slow8 = float(self.params.get("sustained_slowdown_fp8", slow))
+        slow8 = float(self.params.get(FP8_SLOWDOWN, slow))
         if slow == 1.0 and slow8 == 1.0:
             return self
         rates = {k: v / (slow8 if k == "flops_fp8" else slow) for k, v in self.params.items()
                  if k.startswith(COMPUTE_RATE_PREFIXES)}
-        return self.replace(**rates, sustained_slowdown=1.0, sustained_slowdown_fp8=1.0)
+        return self.replace(**rates, sustained_slowdown=1.0, **{FP8_SLOWDOWN: 1.0})
 
     @property
     def threads_per_sm(self) -> int:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..records.gpu import GPUSpec
 from ..records.specs import Catalog, SpecError, load_records
 from .model import PARAMETERS, CalibrationModel, default_parameters
+from .sustained import FP8_SLOWDOWN
 from ..vocabulary.gpus import gpu as _gpu
 from ..vocabulary import path_argument
 
@@ -40,7 +41,7 @@ __all__ = ["Calibration", "MeasuredPoint", "FitError", "load_calibration", "cali
 
 #: parameters a record may carry that no kernel price uses and no datasheet default stands for: measured or absent
 #: (absent, the GPU's prior gives them: :func:`gpumodel.calibration.estimate.power_share_threshold_for`)
-MEASURED_PARAMETERS = ("power_share_threshold", "sustained_slowdown_fp8")
+MEASURED_PARAMETERS = ("power_share_threshold", FP8_SLOWDOWN)
 
 
 class MeasuredPoint(BaseModel):

@@ -30,8 +30,7 @@ from .cases import make_case
 from .powermix import measure_power_mixes
 
 __all__ = ["sustained_slowdown", "slowdown", "read_rows", "measure_sustained", "clock_share", "clock_bound_extra",
-           "SUSTAINED_CASES",
-           "COMPUTE_RATE_PREFIXES"]
+           "SUSTAINED_CASES", "COMPUTE_RATE_PREFIXES", "FP8_SLOWDOWN"]
 
 #: the kernels timed alone and then back to back: compute-bound GEMMs and a flash-attention backward, and a copy
 SUSTAINED_CASES = [make_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
@@ -41,6 +40,9 @@ SUSTAINED_CASES = [make_case("matmul", "mm", "bf16", m=8192, n=8192, k=8192),
                    make_case("attention", "sdpa", "bf16", batch=4, heads=32, seq=4096, head_dim=128, causal=True,
                              backward=True)]
 
+#: the record's parameter for the fp8 GEMMs' own sustained slowdown
+#: (:func:`gpumodel.calibration.loaded.model_slowdowns`)
+FP8_SLOWDOWN = "sustained_slowdown_fp8"
 #: parameters that are rates of the SMs' math units (tensor cores; CUDA-core GEMMs), which follow the SM clock
 COMPUTE_RATE_PREFIXES = ("flops_", "attn_flops_", "unaligned_flops")
 #: the calls the power limit slows: tensor-core work (elementwise copies are bound by the memory's clock)

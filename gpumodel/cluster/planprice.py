@@ -38,8 +38,8 @@ from .selective import SelectiveRecompute, selective_recompute
 from .shard import shard_config, shard_times
 from .step import PHASES, compose, model_flops_per_token
 
-__all__ = ["SHARD_FIELDS", "SCHEDULE_OVERLAP", "row_overlap", "shard_table", "step_parts", "memory_per_gpu", "parallel_model_error", "host_floor",
-           "run_metrics", "distinct_rows", "SCHEDULE_OVERLAP"]
+__all__ = ["SHARD_FIELDS", "SCHEDULE_OVERLAP", "row_overlap", "shard_table", "step_parts", "memory_per_gpu",
+           "parallel_model_error", "host_floor", "run_metrics", "distinct_rows"]
 
 #: The shard times the step composes (see :class:`~gpumodel.cluster.shard.ShardTimes`).
 SHARD_FIELDS = ("layer_forward", "layer_backward", "attention_forward", "head_forward", "head_backward",
