@@ -26,7 +26,7 @@ from .model import predict
 from .points import point_set
 from .sustained import FP8_SLOWDOWN, slowdown
 
-__all__ = ["model_slowdown", "model_slowdowns", "own_slowdowns", "FP8_SLOWDOWN"]
+__all__ = ["model_slowdown", "model_slowdowns", "own_slowdowns", "transfer_row", "FP8_SLOWDOWN"]
 
 
 def model_slowdown(model: Any, rows: list[dict], last_windows: int = 8) -> float:
@@ -96,6 +96,18 @@ def model_slowdowns(model: Any, rows: list[dict], last_windows: int = 8) -> dict
     return out
 
 
+def transfer_row(kind: str, reference: float, value: float, datasheet_ratio: float = float("nan"),
+                 prior_ratio: float = float("nan")) -> dict:
+    """One parameter's row of a transfer's table: how it was carried (``kind``), the reference GPU's value, the
+    target's, and the datasheet and prior ratios that carried it (NaN where none did).
+
+    >>> transfer_row("default", float("nan"), 0.8)["kind"]
+    'default'
+    """
+    return {"kind": kind, "reference": reference, "value": value, "datasheet_ratio": datasheet_ratio,
+            "prior_ratio": prior_ratio}
+
+
 def own_slowdowns(params: dict, table: dict, own: Any, reference: dict) -> list[str]:
     """Put a target GPU's own measured slowdowns into its transferred ``params`` (and their ``table`` rows), in place.
 
@@ -117,7 +129,6 @@ def own_slowdowns(params: dict, table: dict, own: Any, reference: dict) -> list[
         dropped.append(FP8_SLOWDOWN)
     if own is not None and own.sustained_slowdown_fp8 is not None and "flops_fp8" in params:
         params[FP8_SLOWDOWN] = own.sustained_slowdown_fp8
-        table[FP8_SLOWDOWN] = {"kind": "measured", "reference": reference.get(FP8_SLOWDOWN, float("nan")),
-                               "value": own.sustained_slowdown_fp8, "datasheet_ratio": float("nan"),
-                               "prior_ratio": float("nan")}
+        table[FP8_SLOWDOWN] = transfer_row("measured", reference.get(FP8_SLOWDOWN, float("nan")),
+                                           own.sustained_slowdown_fp8)
     return dropped

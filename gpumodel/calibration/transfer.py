@@ -109,7 +109,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .loaded import own_slowdowns
+from .loaded import own_slowdowns, transfer_row
 from .model import PARAMETERS, CalibrationModel, default_parameters
 from .predictors import handed_kind
 from .priors import PRIORS, ArchPrior, prior_for
@@ -400,13 +400,11 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
         if kind is ParameterKind.SM_STREAM:   # no faster than a plain stream of the target's memory
             new = min(new, cal.parameters.get("bw_eff_stream", 1.0))
         params[name] = new
-        table[name] = {"kind": kind.value, "reference": value, "value": new,
-                       "datasheet_ratio": ratios[0], "prior_ratio": ratios[1]}
+        table[name] = transfer_row(kind.value, value, new, *ratios)
     for name, value in defaults.items():
         if name not in params and name not in dropped:
             params[name] = value
-            table[name] = {"kind": "default", "reference": float("nan"), "value": value,
-                           "datasheet_ratio": float("nan"), "prior_ratio": float("nan")}
+            table[name] = transfer_row("default", float("nan"), value)
     sm = target.sm_count if target.name != ref.name else cal.sm_count
     own = pt.gpus.get(target.name)
     dropped += own_slowdowns(params, table, own, cal.parameters)   # the target's own, where measured

@@ -182,6 +182,7 @@ def _host_path(out: str) -> str:
 def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validation: list | None) -> int:
     from gpumodel.calibration.fit import accuracy_table, fit_calibration, gpu_for_device
     from gpumodel.calibration.points import point_set
+    from gpumodel.calibration.sustained import FP8_SLOWDOWN
     from gpumodel.calibration.transfer import transfer_for
 
     g = g or gpu_for_device(str(env.get("device_name", "")))
@@ -205,7 +206,7 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
                     "validation_error": cal.validation_error, "transfer_validation_error": transferred,
                     "host_file": getattr(args, "host_file", None),
                     "sustained_slowdown": slow,
-                    "sustained_slowdown_fp8": cal.parameters.get("sustained_slowdown_fp8"),
+                    FP8_SLOWDOWN: cal.parameters.get(FP8_SLOWDOWN),
                     "power_share_threshold": cal.parameters.get("power_share_threshold"),
                     "measured_families": cal.measured_families, "budget_s": getattr(args, "budget_s", None),
                     "kernels": len(points) + len(validation or [])})
@@ -228,8 +229,8 @@ def _fit_and_save(args: argparse.Namespace, g, env: dict, points: list, validati
     if slow is not None:
         print(f"sustained_slowdown {slow:.3f} (compute-bound kernels after seconds of back-to-back work, "
               "over this fit)")
-    if "sustained_slowdown_fp8" in cal.parameters:
-        print(f"sustained_slowdown_fp8 {cal.parameters['sustained_slowdown_fp8']:.3f} (the fp8 GEMMs' own)")
+    if FP8_SLOWDOWN in cal.parameters:
+        print(f"{FP8_SLOWDOWN} {cal.parameters[FP8_SLOWDOWN]:.3f} (the fp8 GEMMs' own)")
     if "power_share_threshold" in cal.parameters:
         print(f"power_share_threshold {cal.parameters['power_share_threshold']:.2f} (a mix of work held the boost "
               "clock up to this share of its time in compute-bound kernels)")
