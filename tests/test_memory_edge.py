@@ -11,7 +11,7 @@ import gpumodel as gm
 edge = load_bench("edge_accuracy")
 SETS = ["h100", "h100_heldout", "h100_forloop", "h100_heldout_forloop"]
 #: measured after the model, its band and ``gm.fits`` were written (tests/data/memory/edge/README.md)
-LATER = ["h100_heldout2"]
+LATER = ["h100_heldout2", "h100_heldout3"]
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_a_step_that_ran_then_failed_is_an_answer_that_could_go_either_way():
 
 def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way():
     wrong = []
-    for name in SETS + LATER + ["h100_amp_traces"]:
+    for name in SETS + LATER + ["h100_amp_traces", "h100_sgd_traces"]:
         for r in edge.load(name):
             if r["expandable_segments"]:
                 continue
@@ -154,10 +154,10 @@ def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way
 
 
 def test_runs_measured_later_come_out_as_they_ran():
-    """A plan drawn with another seed and measured after the model was written: the allocated peak, fits with
-    expandable segments on every run, and the replay's reserved peak of the default allocator."""
+    """Plans drawn with other seeds and measured after the model was written (49 and 41 runs): the allocated peak,
+    fits with expandable segments on every run, and the replay's reserved peak of the default allocator."""
     runs = [r for name in LATER for r in edge.load(name)]
-    assert len(runs) == 49 and {r["status"] for r in runs} == {"ok", "oom"}
+    assert len(runs) == 49 + 41 and {r["status"] for r in runs} == {"ok", "oom"}
     scored = [(r, edge.modelled(r)) for r in runs]
     peak = [abs(m["peak"] / r["peak_allocated"] - 1) for r, m in scored if r["status"] == "ok"]
     assert np.median(peak) < 0.005 and max(peak) < 0.03
@@ -166,4 +166,19 @@ def test_runs_measured_later_come_out_as_they_ran():
     replayed = [(edge.simulated(r), r) for r in default]
     reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for s, r in replayed if r["status"] == "ok" and s["reserved"]]
     assert len(reserved) >= 10 and np.median(reserved) < 0.05
-    assert sum(s["fits"] == (r["status"] == "ok") for s, r in replayed) >= len(default) - 1
+    for name in LATER:   # at most one wrong answer a plan, each marked uncertain (the test above)
+        mine = [(s, r) for s, r in replayed if r in edge.load(name)]
+        assert sum(s["fits"] == (r["status"] == "ok") for s, r in mine) >= len(mine) - 1
+
+
+def test_the_same_step_failed_first_and_ran_when_repeated_in_one_process():
+    """Llama-3.2-1B's SGD step at 12 x 2048 (77.8 GiB allocated) failed as the process's first run, asking 11.74 GiB
+    with 11.94 GiB reserved but split, and ran when repeated at the end; three shapes of the same peak ran in between
+    (an earlier process had them fail). The outcome is not a function of the step: each default-allocator answer
+    says it could go either way, and with expandable segments every one ran, as ``gm.fits`` says."""
+    runs = edge.load("h100_sgd_traces")
+    default = [r for r in runs if not r["expandable_segments"]]
+    same = [r for r in default if (r["batch"], r["seq"]) == (12, 2048)]
+    assert [r["status"] for r in sorted(same, key=lambda r: r["index"])] == ["oom", "ok"]
+    assert all(edge.modelled(r)["uncertain"] for r in default)
+    assert all(edge.modelled(r)["fits"] and r["status"] == "ok" for r in runs if r["expandable_segments"])
