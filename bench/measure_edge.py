@@ -25,8 +25,9 @@ model (parameters, gradients and optimizer states in bf16); ``amp_bf16`` an fp32
 
 Runs follow one another in one process: before each, every tensor of the last is dropped and
 ``torch.cuda.empty_cache()`` returns the cached segments to the driver, and the allocator's setting is
-switched with ``torch.cuda.memory._set_allocator_settings``. The first run is repeated at the end to
-show that the order does not matter.
+switched with ``torch.cuda.memory._set_allocator_settings``. The first run is repeated at the end, to show
+whether the order matters: with the default allocator at the edge it can (``tests/data/memory/edge``:
+``h100_amp_traces`` ran then failed, ``h100_sgd_traces`` failed then ran).
 
 Usage::
 
@@ -34,6 +35,8 @@ Usage::
     PYTHONUNBUFFERED=1 python bench/measure_edge.py --plan tests/data/memory/edge/plan.json \\
         --gpu h100-sxm --out OUTDIR --budget-s 420                                       # on the GPU
     python bench/measure_edge.py --plan PLAN --gpu h100-sxm --cpu --out /tmp/edge        # tiny, CPU
+    python bench/measure_edge.py --plan tests/data/memory/edge/plan_amp_traces.json --gpu h100-sxm \
+        --out OUTDIR --traces 5 --trace-whole      # each traced run's every event, its model's build on
 """
 
 from __future__ import annotations
@@ -183,7 +186,11 @@ def compact_trace(snapshot: dict) -> dict:
             "size": [int(e.get("size", 0)) for e in events], "addr": [int(e.get("addr", 0)) - base for e in events]}
 
 
-def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: bool) -> tuple[dict, dict | None]:
+def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: bool,
+            whole: bool = False) -> tuple[dict, dict | None]:
+    """One run: build, four steps; with ``trace``, the allocator's events of the last step, or with ``whole`` of the
+    whole run from the model's build on (the history that places the last step's blocks), kept also when a step runs
+    out of memory."""
     row = dict(spec, expandable_segments=expandable)
     model = opt = x = loss = None
     recorded = None
@@ -196,6 +203,8 @@ def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: b
             row["base_allocated"] = torch.cuda.memory_allocated()
             row["base_reserved"] = torch.cuda.memory_reserved()
             row["free_before"], row["total"] = torch.cuda.mem_get_info()
+            if trace and whole:
+                torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=1_000_000)
         dtype = torch.bfloat16 if spec["precision"] == "bf16" else torch.float32
         model, config = build(hf, dtype, device, torch)
         model.train()
@@ -217,7 +226,7 @@ def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: b
             row["failed_step"] = step
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            if trace and step == 3 and cuda:
+            if trace and step == 3 and cuda and not whole:
                 torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=400_000)
             with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
                 loss = model(input_ids=x, labels=x).loss
@@ -238,6 +247,8 @@ def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: b
         row["status"] = "oom"
         row["error"] = str(exc).splitlines()[0][:400]
         if trace and cuda:
+            if whole:
+                recorded = compact_trace(torch.cuda.memory._snapshot())
             torch.cuda.memory._record_memory_history(enabled=None)
     except Exception as exc:  # a broken run is recorded; the sweep goes on
         row["status"] = "error"
@@ -287,6 +298,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no run after this many seconds")
     ap.add_argument("--traces", type=int, default=4, help="runs whose allocator events are recorded")
+    ap.add_argument("--trace-whole", action="store_true",
+                    help="record a traced run's events from the model's build on (and when it runs out of memory), "
+                         "not only its last step's")
     ap.add_argument("--cpu", action="store_true", help="tiny shapes on the CPU: checks the script")
     args = ap.parse_args(argv)
     if args.make_plan:
@@ -311,7 +325,8 @@ def main(argv=None) -> int:
             if time.time() - t0 > args.budget_s:
                 print(f"budget reached after {i} of {len(order)} runs", flush=True)
                 break
-            row, trace = run_one(spec, shapes[spec["shape"]], expandable, device, torch, i in traced)
+            row, trace = run_one(spec, shapes[spec["shape"]], expandable, device, torch, i in traced,
+                                 args.trace_whole)
             row["index"] = i
             f.write(json.dumps(row) + "\n")
             f.flush()
