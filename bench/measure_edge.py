@@ -254,6 +254,8 @@ def run_one(spec: dict, hf: dict, expandable: bool, device: str, torch, trace: b
         row["status"] = "error"
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         traceback.print_exc()
+        if trace and cuda:
+            torch.cuda.memory._record_memory_history(enabled=None)
     finally:
         if cuda:
             row["peak_allocated"] = torch.cuda.max_memory_allocated()
