@@ -266,14 +266,12 @@ def decode_shaped(folder: Path, models: dict) -> list[dict]:
     for label, points in unfitted_kernels(folder):
         groups: dict[str, list] = {}
         for p in points:
-            if kind(p):
-                groups.setdefault(kind(p), []).append(p)
+            if (k := kind(p)) is not None:
+                groups.setdefault(k, []).append(p)
         for k, pts in sorted(groups.items()):
             ps = point_set(pts)
-            errs = {m: relative_errors(model, ps) for m, model in models.items()}
             out.append({"set": label, "kernels": k, "n": len(pts),
-                        **{m: {"signed": float(np.median(e)), "median": float(np.median(np.abs(e)))}
-                           for m, e in errs.items()}})
+                        **{m: errors(1 + relative_errors(model, ps), np.ones(len(pts))) for m, model in models.items()}})
     return out
 
 

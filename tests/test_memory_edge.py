@@ -156,19 +156,20 @@ def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way
 def test_runs_measured_later_come_out_as_they_ran():
     """Plans drawn with other seeds and measured after the model was written (49 and 41 runs): the allocated peak,
     fits with expandable segments on every run, and the replay's reserved peak of the default allocator."""
-    runs = [r for name in LATER for r in edge.load(name)]
+    by_set = {name: edge.load(name) for name in LATER}
+    runs = [r for rows in by_set.values() for r in rows]
     assert len(runs) == 49 + 41 and {r["status"] for r in runs} == {"ok", "oom"}
     scored = [(r, edge.modelled(r)) for r in runs]
     peak = [abs(m["peak"] / r["peak_allocated"] - 1) for r, m in scored if r["status"] == "ok"]
     assert np.median(peak) < 0.005 and max(peak) < 0.03
     assert all(m["fits"] == (r["status"] == "ok") for r, m in scored if r["expandable_segments"])
-    default = [r for r in runs if not r["expandable_segments"]]
-    replayed = [(edge.simulated(r), r) for r in default]
-    reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for s, r in replayed if r["status"] == "ok" and s["reserved"]]
+    replayed = {name: [(edge.simulated(r), r) for r in rows if not r["expandable_segments"]]
+                for name, rows in by_set.items()}
+    reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for pairs in replayed.values() for s, r in pairs
+                if r["status"] == "ok" and s["reserved"]]
     assert len(reserved) >= 10 and np.median(reserved) < 0.05
-    for name in LATER:   # at most one wrong answer a plan, each marked uncertain (the test above)
-        mine = [(s, r) for s, r in replayed if r in edge.load(name)]
-        assert sum(s["fits"] == (r["status"] == "ok") for s, r in mine) >= len(mine) - 1
+    for pairs in replayed.values():   # at most one wrong answer a plan, each marked uncertain (the test above)
+        assert sum(s["fits"] == (r["status"] == "ok") for s, r in pairs) >= len(pairs) - 1
 
 
 def test_the_same_step_failed_first_and_ran_when_repeated_in_one_process():
