@@ -218,8 +218,8 @@ def test_the_allocator_model_scores_the_edge_runs():
     for name in ("h100", "h100_forloop", "h100_heldout", "h100_heldout_forloop"):
         rows = [r for r in edge.load(name) if not r["expandable_segments"]]
         right[name] = sum(edge.simulated(r)["fits"] == (r["status"] == "ok") for r in rows), len(rows)
-    assert right == {"h100": (16, 19), "h100_forloop": (18, 19), "h100_heldout": (20, 21),
-                     "h100_heldout_forloop": (20, 21)}
+    assert right == {"h100": (18, 19), "h100_forloop": (18, 19), "h100_heldout": (21, 21),
+                     "h100_heldout_forloop": (21, 21)}
 
 
 def test_unsupported_steps_are_refused_by_name():

@@ -73,7 +73,7 @@ def test_the_margins_bands_are_the_held_out_runs_errors():
     replayed = [(edge.simulated(r)["reserved"], r) for r in ran if not r["expandable_segments"]]
     replay = [abs(s / r["peak_reserved"] - 1) for s, r in replayed if s]     # the replay's failures: they miss
     allocated = [abs(edge.modelled(r)["peak"] / r["peak_allocated"] - 1) for r in ran]
-    assert len(replay) == 16 and len(allocated) == 54
+    assert len(replay) == 18 and len(allocated) == 54
     assert REPLAY_ERROR == pytest.approx(np.percentile(replay, 80), abs=0.0005)
     assert ALLOCATED_ERROR == pytest.approx(np.percentile(allocated, 80), abs=0.0005)
 
@@ -97,14 +97,15 @@ def test_the_margin_decides_as_fits_and_states_its_need(name):
             assert low < m.needed_bytes < high and bool(m.uncertain) == (low <= gpu.usable_memory_bytes <= high)
 
 
-def test_the_misses_of_the_replay_near_the_edge_are_marked_uncertain():
-    """The one-GPU steps the replay calls wrong within 1 GiB of the capacity (the 8B step at 6 x 2048 that failed with
-    0.2 GiB modelled to spare) say that the answer could go either way."""
+def test_a_step_at_the_edge_that_failed_is_replayed_short_and_marked_uncertain():
+    """The 8B step at 6 x 2048 that failed on the H100: the replay (the head's weight freed at the build, the cuBLAS
+    workspaces taken after their products, new segments below the old) runs short by 2-3 GiB, and the answer says it
+    could go either way (the allocated peak plus the context fits)."""
     gpu = gm.gpu("h100-sxm")
     r = next(r for r in edge.load("h100") if r["shape"] == "llama-3-8b" and r["batch"] == 6 and r["seq"] == 2048
              and not r["expandable_segments"] and r["status"] == "oom")
     m = gm.memory_margin(gm.TransformerConfig.from_hf(edge.SHAPES["llama-3-8b"]), gpu, **_options(r))
-    assert str(m.decided_by) == "allocator" and m.fits and m.spare_bytes < 2**30 and m.uncertain
+    assert str(m.decided_by) == "allocator" and not m.fits and -4 * 2**30 < m.spare_bytes < -2**30 and m.uncertain
     assert "could go either way" in repr(m)
 
 
@@ -124,21 +125,26 @@ def test_the_margin_broadcasts_and_the_command_line_says_what_fits_says(capsys):
 
 
 def test_a_step_that_ran_then_failed_is_an_answer_that_could_go_either_way():
-    """Llama-3.2-1B's amp step at 32 x 1024 ran (68.1 GiB reserved), then failed when repeated in the same process
-    (15.7 GiB asked at 67.7 GiB reserved): the replay's failure is marked uncertain, its band down to the allocated
-    peak plus the CUDA context."""
+    """Llama-3.2-1B's amp step at 32 x 1024 ran as the process's first run (68.1 GiB reserved), then failed when
+    repeated at its end (15.7 GiB asked at 67.7 GiB reserved), in two processes (``h100_amp_traces``,
+    ``h100_amp_whole``). The replay is the first run's to the byte and says it fits; the band reaches up by one segment
+    of the step's largest block (the 15.66 GiB fp32 logits), which a process's earlier work can leave no room for, so
+    the answer says it could go either way."""
     gpu = gm.gpu("h100-sxm")
-    runs = [r for r in edge.load("h100_amp_traces") if r["shape"] == "llama-3.2-1b" and not r["expandable_segments"]]
-    assert sorted(r["status"] for r in runs) == ["ok", "oom"]
-    assert {(r["batch"], r["seq"], r["precision"]) for r in runs} == {(32, 1024, "amp_bf16")}
     cfg = gm.TransformerConfig.from_hf(edge.SHAPES["llama-3.2-1b"])
+    for name in ("h100_amp_traces", "h100_amp_whole"):
+        runs = sorted((r for r in edge.load(name) if r["shape"] == "llama-3.2-1b" and not r["expandable_segments"]),
+                      key=lambda r: r["index"])
+        assert [r["status"] for r in runs] == ["ok", "oom"]
+        assert {(r["batch"], r["seq"], r["precision"]) for r in runs} == {(32, 1024, "amp_bf16")}
+        assert edge.simulated(runs[0])["reserved"] == runs[0]["peak_reserved"]      # 73,169,633,280 B both
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = gm.memory_margin(cfg, gpu, **_options(runs[0]))
-        peak = gm.training_memory(cfg, **_options(runs[0])).peak_bytes
-    assert str(m.decided_by) == "allocator" and not m.fits and m.uncertain
-    assert m.band_bytes[0] == pytest.approx(peak + 768 * 2**20)          # the allocated peak and the CUDA context
-    assert m.band_bytes[0] < gpu.usable_memory_bytes < m.needed_bytes
+    logits_fp32 = 32 * 1024 * cfg.vocab_size * 4                                  # 15.66 GiB
+    assert str(m.decided_by) == "allocator" and m.fits and m.uncertain
+    assert m.band_bytes[1] == pytest.approx(m.needed_bytes + logits_fp32, rel=1e-3)
+    assert m.needed_bytes < gpu.usable_memory_bytes < m.band_bytes[1]
 
 
 def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way():

@@ -9,7 +9,8 @@ unlimited, one stream):
   split when the rest is worth keeping: at least 512 B in the small pool, more than 1 MiB in the large pool;
 * with no such block a new segment is allocated (``cudaMalloc``, :func:`segment_bytes`): 2 MiB for a small
   request, 20 MiB for a request of 1-10 MiB (the rest of it serves later requests), else the request rounded up
-  to 2 MiB;
+  to 2 MiB. In a fresh process the driver hands out each new segment below the earlier ones, so of two free
+  blocks of one size the newer segment's is taken (the allocator's tie-break is the lower address);
 * a freed block merges with its free neighbours of the same segment;
 * when a segment does not fit in what the card has left, every cached segment with no block in use is returned
   (``release_cached_blocks``) and the allocation is tried once more; if it still does not fit the program raises
@@ -57,6 +58,8 @@ LARGE_SEGMENT_BYTES = 20 * MiB
 MIN_LARGE_ALLOC_BYTES = 10 * MiB
 #: rounding of the large segments [B] (``kRoundLarge``)
 ROUND_LARGE_BYTES = 2 * MiB
+#: the address the first segment ends at: segments are laid out downwards from it
+_TOP_ADDRESS = 2 ** 62
 
 
 def block_bytes(request_bytes):
@@ -166,12 +169,14 @@ class _Pools:
         self.free = ([], [])            # large, small: sorted (size, address)
         self.size, self.prev, self.next, self.pool = {}, {}, {}, {}
         self.busy: set[int] = set()
-        self.top = self.reserved = self.allocated = self.segments = self.retries = 0
+        self.reserved = self.allocated = self.segments = self.retries = 0
+        self.bottom = _TOP_ADDRESS
 
     def _segment(self, pool: int, nbytes: int) -> int | None:
         if self.reserved + nbytes > self.capacity:
             return None
-        a, self.top = self.top, self.top + nbytes     # a new address range, above every earlier one
+        self.bottom -= nbytes           # a new address range, below every earlier one (as cudaMalloc's fall)
+        a = self.bottom
         self.size[a], self.prev[a], self.next[a], self.pool[a] = nbytes, None, None, pool
         self.reserved += nbytes
         self.segments += 1

@@ -418,9 +418,6 @@ def linear(g, sc, x, w, el, nb, bias=None) -> Tensor:
     one = el == g.tokens
 
     def back(g, gr):
-        if g.first_mm is not None:
-            g.first_mm()
-            g.first_mm = None
         order = ("w", "x") if bias is None else ("x", "w")
         made = {}
         for k in order:
@@ -428,6 +425,9 @@ def linear(g, sc, x, w, el, nb, bias=None) -> Tensor:
             if t.fn is not None:
                 # the input's: a view of the 2-D product; the weight's: the transpose of the product mm computes
                 made[k] = new_grad(g, t.n, view=(k == "w" or not one))
+                if g.first_mm is not None:      # the mm's output is allocated, then cuBLAS takes its workspace
+                    g.first_mm()
+                    g.first_mm = None
         gb = ("tokens", share_grad(g, gr[0]), bias.n, bias.el) if bias is not None and bias.fn is not None else None
         return [made.get("x"), made.get("w"), gb]
     return op(g, sc, [x, w, bias], el, nb, back, save_in=[w, x])

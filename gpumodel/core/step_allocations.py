@@ -3,15 +3,18 @@
 :func:`training_step_allocations` writes down every allocation and free of a Hugging Face training loop
 (``loss = model(input_ids=x, labels=x).loss; loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)``) as
 :mod:`~gpumodel.core.step_graph` and :mod:`~gpumodel.core.autograd_tape` derive them: the parameters created in
-order, the input ids, then each step's forward and backward, the optimizer states created on the first
+order (with tied embeddings, the LM head's own weight too, which ``post_init`` frees when it ties the head to the
+embedding: its segment stays cached and takes the first step's activations), the input ids, then each step's
+forward and backward, the optimizer states created on the first
 ``opt.step()`` (``exp_avg`` and ``exp_avg_sq`` of each parameter in turn; a device ``step`` scalar for the fused
 kernel), the optimizer's temporaries (foreach AdamW: one ``sqrt`` buffer a parameter, all at once; the for-loop
 one two a parameter; fused AdamW and SGD none) and ``zero_grad`` freeing the gradients. The first step also
-allocates the cuBLAS workspaces (the forward's and autograd's).
+allocates the cuBLAS workspaces (the forward's at the rotary tables' matmul, autograd's at its first ``mm``, each
+after the product it computes).
 
 :func:`simulate_training_step` replays them through :func:`~gpumodel.core.allocator.simulate_allocator`. The first
 step cuts its segments to the activations; the second finds them taken in part by the optimizer states and
-is where a step at the edge of the card fails, as on the GPU: 74 of the 80 H100 runs of
+is where a step at the edge of the card fails, as on the GPU: 78 of the 80 H100 runs of
 ``tests/data/memory/edge`` (the default allocator) come out as they ran (``bench/edge_accuracy.py --allocator``).
 
 Supported: the llama, qwen2, mixtral and qwen2_moe families (``transformers`` 5, SDPA flash attention, grouped_mm
@@ -93,6 +96,10 @@ class StepSimulation(ResultRecord):
         Allocations that returned the cached segments and tried again.
     capacity_bytes : float
         What the allocator's segments could take [B].
+    largest_request_bytes : int
+        The largest single allocation of the steps [B] (with a large vocabulary, the fp32 logits or their
+        gradient): the block that needs a segment of its own where a process's earlier allocations left no free
+        block as large (:func:`~gpumodel.core.margin.memory_margin`'s band).
     """
 
     fits: bool
@@ -104,6 +111,7 @@ class StepSimulation(ResultRecord):
     peak_allocated_bytes: int
     alloc_retries: int
     capacity_bytes: float
+    largest_request_bytes: int = 0
 
     def __repr__(self) -> str:
         state = "fits" if self.fits else (f"out of memory in step {self.failed_step} asking for "
@@ -190,6 +198,8 @@ def training_step_allocations(model, batch_size, seq_len, precision="amp_bf16", 
     impl = "fused" if fused else ("foreach" if foreach else "forloop")
     tape = Tape()
     model_t = ModelTensors(tape, shape)
+    if shape.tied:       # the head's own weight, built with the model and freed when post_init ties it
+        tape.dec(tape.new(shape.V * shape.h * shape.w))
     tape.new(shape.T * 8)                                    # the input ids (also the labels)
     workspace = CUBLAS_WORKSPACE_BYTES // 2
     starts, states = [], False
@@ -220,8 +230,8 @@ def training_step_allocations(model, batch_size, seq_len, precision="amp_bf16", 
 
 
 def _adam_temporaries(tape, params, impl) -> None:
-    if impl == "foreach":        # torch._foreach_sqrt(exp_avg_sqs): one buffer a parameter, dropped together
-        for h in [tape.new(p.n) for p in params]:
+    if impl == "foreach":        # torch._foreach_sqrt(exp_avg_sqs): one buffer a parameter, dropped together, the
+        for h in reversed([tape.new(p.n) for p in params]):     # last first (a Python list frees its items so)
             tape.dec(h)
     elif impl == "forloop":      # denom = (exp_avg_sq.sqrt() / c).add_(eps), kept until the next parameter's
         prev = None
@@ -302,4 +312,5 @@ def simulate_training_step(model, batch_size, seq_len, precision="amp_bf16", opt
         step_reserved_bytes=tuple(int(run.reserved_bytes[a:b].max()) for a, b in ran_steps),
         step_allocated_bytes=tuple(int(run.allocated_bytes[a:b].max()) for a, b in ran_steps),
         peak_reserved_bytes=run.peak_reserved_bytes, peak_allocated_bytes=run.peak_allocated_bytes,
-        alloc_retries=run.alloc_retries, capacity_bytes=float(capacity_bytes))
+        alloc_retries=run.alloc_retries, capacity_bytes=float(capacity_bytes),
+        largest_request_bytes=max((n for _, n in alloc.events), default=0))

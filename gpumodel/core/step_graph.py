@@ -260,7 +260,11 @@ class StepGraph:
     def rope_tables(self):
         d, tape = self.d, self.g.tape
         tape.dec(tape.new(d.s * 8))
-        pos, freqs, emb = tape.new(d.s * 4), tape.new(d.s * d.hd * 2), tape.new(d.s * d.hd * 4)
+        pos, freqs = tape.new(d.s * 4), tape.new(d.s * d.hd * 2)
+        if self.first_mm is not None:   # inv_freq @ positions: the step's first matmul takes cuBLAS's workspace
+            self.first_mm()
+            self.first_mm = None
+        emb = tape.new(d.s * d.hd * 4)
         c0 = tape.new(d.s * d.hd * 4)
         c1 = tape.new(d.s * d.hd * 4)
         tape.dec(c0)
