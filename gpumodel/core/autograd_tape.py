@@ -164,8 +164,14 @@ class Graph:
         self.saving = True         # saved tensors are kept (not inside a checkpointed forward)
         self.frame = None          # the checkpointed block being recorded
         self.recompute = None      # [saved handles, how many remain] while a block is recomputed
-        self.first_mm = None       # allocation made by the first matmul of the backward (its cuBLAS workspace)
+        self.first_mm = None       # allocation the next first matmul makes (its cuBLAS workspace): first_matmul
         self.count = 0
+
+    def first_matmul(self) -> None:
+        """A matmul runs: the first after ``first_mm`` was set allocates what it holds (cuBLAS's workspace), once."""
+        if self.first_mm is not None:
+            self.first_mm()
+            self.first_mm = None
 
     def wants(self, *inputs) -> bool:
         return self.grad and any(t is not None and t.fn is not None for t in inputs)
@@ -425,9 +431,7 @@ def linear(g, sc, x, w, el, nb, bias=None) -> Tensor:
             if t.fn is not None:
                 # the input's: a view of the 2-D product; the weight's: the transpose of the product mm computes
                 made[k] = new_grad(g, t.n, view=(k == "w" or not one))
-                if g.first_mm is not None:      # the mm's output is allocated, then cuBLAS takes its workspace
-                    g.first_mm()
-                    g.first_mm = None
+                g.first_matmul()                # the mm's output is allocated, then cuBLAS takes its workspace
         gb = ("tokens", share_grad(g, gr[0]), bias.n, bias.el) if bias is not None and bias.fn is not None else None
         return [made.get("x"), made.get("w"), gb]
     return op(g, sc, [x, w, bias], el, nb, back, save_in=[w, x])

@@ -206,9 +206,10 @@ def training_step_allocations(model, batch_size, seq_len, precision="amp_bf16", 
     for step in range(steps):
         starts.append(len(tape.events))
         g = Graph(tape, tokens=shape.T, sms=sm_count)
-        first = (lambda: tape.new(workspace)) if step == 0 else None
-        loss = StepGraph(g, model_t, shape, first_mm=first).forward()
-        g.first_mm = (lambda: tape.new(workspace)) if step == 0 else None
+        take = (lambda: tape.new(workspace)) if step == 0 else None
+        g.first_mm = take                                    # the forward's cuBLAS workspace
+        loss = StepGraph(g, model_t, shape).forward()
+        g.first_mm = take                                    # autograd's, on its own stream
         g.backward(loss.fn, Grad(tape.new(4), 4))
         tape.dec(loss.h)
         if adam and not states:                              # opt.step() creates the states

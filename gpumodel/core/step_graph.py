@@ -101,9 +101,8 @@ class ModelTensors:
 class StepGraph:
     """One forward of the model on one micro-batch, recorded on ``g``; :meth:`forward` returns the loss."""
 
-    def __init__(self, g: Graph, model: ModelTensors, shape: StepShape, first_mm=None):
+    def __init__(self, g: Graph, model: ModelTensors, shape: StepShape):
         self.g, self.m, self.d = g, model, shape
-        self.first_mm = first_mm          # the cuBLAS workspace the first matmul allocates, or None
 
     # ------------------------------------------------------------------------------ blocks
     def wcast(self, name):
@@ -118,9 +117,6 @@ class StepGraph:
             xc = cast(g, sc, x, 2)
         else:
             w, b, xc = self.m.p[name], (self.m.p[bias] if bias else None), x
-        if self.first_mm is not None:
-            self.first_mm()
-            self.first_mm = None
         y = linear(g, sc, xc, w, d.T * out_features, d.a, b)
         if d.amp:
             sc.drop(xc)
@@ -261,9 +257,7 @@ class StepGraph:
         d, tape = self.d, self.g.tape
         tape.dec(tape.new(d.s * 8))
         pos, freqs = tape.new(d.s * 4), tape.new(d.s * d.hd * 2)
-        if self.first_mm is not None:   # inv_freq @ positions: the step's first matmul takes cuBLAS's workspace
-            self.first_mm()
-            self.first_mm = None
+        self.g.first_matmul()           # inv_freq @ positions: the step's first matmul takes cuBLAS's workspace
         emb = tape.new(d.s * d.hd * 4)
         c0 = tape.new(d.s * d.hd * 4)
         c1 = tape.new(d.s * d.hd * 4)
