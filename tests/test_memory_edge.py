@@ -1,5 +1,6 @@
 """Memory answers at the edge of an H100 (tests/data/memory/edge, measured with bench/measure_edge.py)."""
 
+import functools
 import warnings
 
 import numpy as np
@@ -14,9 +15,21 @@ SETS = ["h100", "h100_heldout", "h100_forloop", "h100_heldout_forloop"]
 LATER = ["h100_heldout2", "h100_heldout3", "h100_heldout4"]
 
 
+@functools.cache
+def modelled(name: str) -> list:
+    """(run, ``gm.memory_margin``'s answer) of every run of a set, computed once for the module's tests."""
+    return [(r, edge.modelled(r)) for r in edge.load(name)]
+
+
+@functools.cache
+def replayed(name: str) -> list:
+    """(the allocator replay's answer, run) of a set's default-allocator runs, computed once."""
+    return [(edge.simulated(r), r) for r in edge.load(name) if not r["expandable_segments"]]
+
+
 @pytest.fixture(scope="module")
 def scored():
-    return [(r, edge.modelled(r)) for name in SETS for r in edge.load(name)]
+    return [pair for name in SETS for pair in modelled(name)]
 
 
 def test_the_allocated_peak_holds_at_the_edge(scored):
@@ -69,10 +82,11 @@ def _options(r):
 def test_the_margins_bands_are_the_held_out_runs_errors():
     """REPLAY_ERROR and ALLOCATED_ERROR are the 80th percentiles of the held-out sets' errors (recomputed here)."""
     from gpumodel.core.margin import ALLOCATED_ERROR, REPLAY_ERROR
-    ran = [r for name in ("h100_heldout", "h100_heldout_forloop") for r in edge.load(name) if r["status"] == "ok"]
-    replayed = [(edge.simulated(r)["reserved"], r) for r in ran if not r["expandable_segments"]]
-    replay = [abs(s / r["peak_reserved"] - 1) for s, r in replayed if s]     # the replay's failures: they miss
-    allocated = [abs(edge.modelled(r)["peak"] / r["peak_allocated"] - 1) for r in ran]
+    held_out = ("h100_heldout", "h100_heldout_forloop")
+    reserved = [(s["reserved"], r) for name in held_out for s, r in replayed(name) if r["status"] == "ok"]
+    replay = [abs(s / r["peak_reserved"] - 1) for s, r in reserved if s]     # the replay's failures: they miss
+    allocated = [abs(m["peak"] / r["peak_allocated"] - 1) for name in held_out for r, m in modelled(name)
+                 if r["status"] == "ok"]
     assert len(replay) == 18 and len(allocated) == 54
     assert REPLAY_ERROR == pytest.approx(np.percentile(replay, 80), abs=0.0005)
     assert ALLOCATED_ERROR == pytest.approx(np.percentile(allocated, 80), abs=0.0005)
@@ -150,10 +164,9 @@ def test_a_step_that_ran_then_failed_is_an_answer_that_could_go_either_way():
 def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way():
     wrong = []
     for name in SETS + LATER + ["h100_amp_traces", "h100_sgd_traces"]:
-        for r in edge.load(name):
+        for r, m in modelled(name):
             if r["expandable_segments"]:
                 continue
-            m = edge.modelled(r)
             if m["fits"] != (r["status"] == "ok") and not m["uncertain"]:
                 wrong.append((name, r["shape"], r["batch"], r["seq"], r["status"]))
     assert not wrong
@@ -162,19 +175,17 @@ def test_every_wrong_answer_of_the_default_allocator_says_it_could_go_either_way
 def test_runs_measured_later_come_out_as_they_ran():
     """Plans drawn with other seeds and measured after the model was written (49, 41 and 37 runs): the allocated peak,
     fits with expandable segments on every run, and the replay's reserved peak of the default allocator."""
-    by_set = {name: edge.load(name) for name in LATER}
-    runs = [r for rows in by_set.values() for r in rows]
+    scored = [pair for name in LATER for pair in modelled(name)]
+    runs = [r for r, _ in scored]
     assert len(runs) == 49 + 41 + 37 and {r["status"] for r in runs} == {"ok", "oom"}
-    scored = [(r, edge.modelled(r)) for r in runs]
     peak = [abs(m["peak"] / r["peak_allocated"] - 1) for r, m in scored if r["status"] == "ok"]
     assert np.median(peak) < 0.005 and max(peak) < 0.03
     assert all(m["fits"] == (r["status"] == "ok") for r, m in scored if r["expandable_segments"])
-    replayed = {name: [(edge.simulated(r), r) for r in rows if not r["expandable_segments"]]
-                for name, rows in by_set.items()}
-    reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for pairs in replayed.values() for s, r in pairs
+    by_set = {name: replayed(name) for name in LATER}
+    reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for pairs in by_set.values() for s, r in pairs
                 if r["status"] == "ok" and s["reserved"]]
     assert len(reserved) >= 10 and np.median(reserved) < 0.05
-    for pairs in replayed.values():   # at most one wrong answer a plan, each marked uncertain (the test above)
+    for pairs in by_set.values():   # at most one wrong answer a plan, each marked uncertain (the test above)
         assert sum(s["fits"] == (r["status"] == "ok") for s, r in pairs) >= len(pairs) - 1
 
 
@@ -183,24 +194,24 @@ def test_the_same_step_failed_first_and_ran_when_repeated_in_one_process():
     with 11.94 GiB reserved but split, and ran when repeated at the end; three shapes of the same peak ran in between
     (an earlier process had them fail). The outcome is not a function of the step: each default-allocator answer
     says it could go either way, and with expandable segments every one ran, as ``gm.fits`` says."""
-    runs = edge.load("h100_sgd_traces")
-    default = [r for r in runs if not r["expandable_segments"]]
-    same = [r for r in default if (r["batch"], r["seq"]) == (12, 2048)]
+    scored = modelled("h100_sgd_traces")
+    default = [(r, m) for r, m in scored if not r["expandable_segments"]]
+    same = [r for r, _ in default if (r["batch"], r["seq"]) == (12, 2048)]
     assert [r["status"] for r in sorted(same, key=lambda r: r["index"])] == ["oom", "ok"]
-    assert all(edge.modelled(r)["uncertain"] for r in default)
-    assert all(edge.modelled(r)["fits"] and r["status"] == "ok" for r in runs if r["expandable_segments"])
+    assert all(m["uncertain"] for _, m in default)
+    assert all(m["fits"] and r["status"] == "ok" for r, m in scored if r["expandable_segments"])
 
 
 def test_a_plan_measured_after_the_replays_last_changes_comes_out_as_it_ran():
     """``h100_heldout4``: drawn (seed 37) and measured after the replay learnt the tied head's weight, the workspaces'
     timing and the segments' order from the whole traces: every default-allocator answer right (19 of 19, dense and
     MoE), every expandable-segments answer right (18 of 18), the reserved peaks within 1% at the median."""
-    runs = edge.load("h100_heldout4")
+    scored = modelled("h100_heldout4")
+    runs = [r for r, _ in scored]
     assert len(runs) == 37 and sorted({r["shape"] for r in runs}) == ["llama-3-8b", "llama-3.2-1b", "llama-3.2-3b",
                                                                        "qwen-moe-12l", "qwen2.5-7b"]
-    scored = [(r, edge.modelled(r)) for r in runs]
     assert all(m["fits"] == (r["status"] == "ok") for r, m in scored)
-    default = [(edge.simulated(r), r) for r in runs if not r["expandable_segments"]]
+    default = replayed("h100_heldout4")
     assert len(default) == 19 and all(s["fits"] == (r["status"] == "ok") for s, r in default)
     reserved = [abs(s["reserved"] / r["peak_reserved"] - 1) for s, r in default if r["status"] == "ok"]
     assert len(reserved) == 10 and np.median(reserved) < 0.01
