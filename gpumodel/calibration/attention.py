@@ -304,6 +304,11 @@ def _attention(model: CalibrationModel, op: Any) -> Prediction:
         spread = per_tile * tiles / slots + LIST_SCHEDULE_TAIL * longest
         t_c = np.where((seq == skv) & (tiles > slots), np.maximum(longest, spread), np.maximum(t_c, longest))
     t_c = t_c + waves * overhead
+    # the decode kernel over many tiles: a tile of a later wave sets up (loads its query, starts its first key
+    # block) while the SM's previous tile still streams, so after the first wave only a share of each wave's tile
+    # time adds to the cache stream (measured: many tiles stream at 3.0-3.2 TB/s plus ~1.3 us a wave on an H100)
+    share = p.get("attn_decode_wave_share", 1.0)
+    t_c = np.where(decode, t_c / waves * (1.0 + (waves - 1.0) * share), t_c)
     # a few busy SMs cannot pull the whole bandwidth (decode of few sequences)
     t_m = farray(op.bytes) / np.minimum(p["bandwidth"] * p.get("bw_eff_attention", 1.0),
                                     np.minimum(tiles, P) * p["sm_bandwidth"])

@@ -49,7 +49,7 @@ UPPER_BOUNDS = {**{f"unaligned_eff_{f}": 1.0 for f in GENERIC_ROW_FAMILIES},
                 # `bandwidth` is the copy rate; read-only streams (a sum, a skinny GEMM's big operand) have no
                 # read/write bus turnarounds and may pass it, up to about the datasheet (4.8 / 4.2 TB/s on the H200)
                 "bw_eff_reduce_sum": 1.15, "bw_eff_stream": 1.15, "bw_eff_gemm": 1.0, "bw_eff_attention": 1.15,
-                "bw_eff_int4_mm": 1.15, "bw_eff_int8_mm": 1.15,
+                "bw_eff_int4_mm": 1.15, "bw_eff_int8_mm": 1.15, "attn_decode_wave_share": 1.0,
                 **{f"bw_eff_{f}": 1.0 for f in ("elementwise", "softmax", "layer_norm", "rms_norm",
                                                 "embedding", "adamw_step")},
                 **{f"rows_per_sm_{f}": 32.0 for f in GENERIC_ROW_FAMILIES}}
@@ -125,7 +125,8 @@ def _free_parameters(ps: PointSet, params: Mapping[str, float]) -> list[str]:
             free += [f"attn_flops_{d}", f"attn_score_rate_{d}", f"attn_tile_overhead_{d}_s"]
             free += ["attn_kv_block_s"] if d == "fwd" else []
     if "attention_decode" in fams:
-        free += ["bw_eff_attention", "attn_flops_fa2", "attn_tile_overhead_fa2_s", "attn_tile_overhead_decode_s"]
+        free += ["bw_eff_attention", "attn_flops_fa2", "attn_tile_overhead_fa2_s", "attn_tile_overhead_decode_s",
+                 "attn_decode_wave_share"]
     strided = any(op.shape.get("strided") for fam, op, *_ in ps.groups if fam == "elementwise")
     if strided or fams & {"attention_naive_fwd", "attention_naive_bwd"}:
         free += ["strided_elem_rate"]

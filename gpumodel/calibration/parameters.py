@@ -162,6 +162,9 @@ DEFAULTS: dict[str, Default] = {
     "attn_tile_overhead_decode_s": Default("s", "fixed time per wave of tiles of the decode kernel (one query a "
                                            "sequence over a cache), before its tiles stream their keys",
                                            _const(2e-6), "start value of the fit"),
+    "attn_decode_wave_share": Default("1", "share of a decode wave's tile time that adds to the cache stream after "
+                                      "the first wave (the rest overlaps the previous tiles' streaming)",
+                                      _const(1.0), "start value of the fit: no overlap"),
     "attn_tile_overhead_bwd_s": Default("s", "fixed time per tile of flash attention backward", _const(3e-6),
                                         "start value of the fit"),
     "bw_eff_attention": Default("1", "device-memory rate of flash attention's traffic (decode: the KV cache)",
