@@ -42,8 +42,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 DATA = ROOT / "tests" / "data" / "calibration"
-#: the calibrate run holds every this many-th kernel out of its fit (gpumodel.cli.calibrate.HOLD_OUT_EVERY)
-HOLD_OUT_EVERY = 5
 
 
 def errors(pred, meas) -> dict:
@@ -56,15 +54,15 @@ def errors(pred, meas) -> dict:
 
 def unfitted_kernels(folder: Path) -> list[tuple[str, list[dict]]]:
     """(label, points) of the kernels no calibration of the folder was fitted on: the fresh kernels, and the
-    calibration run's held-out ones (every ``HOLD_OUT_EVERY``-th row as measured, failed ones dropped)."""
+    calibration run's held-out ones (every fifth row as measured, failed ones dropped)."""
     from gpumodel.calibration.fit import load_points
+
+    from user_calibration_refit import split_points
 
     sets = [("kernels, fresh", load_points(folder / "kernels.jsonl")[1])]
     if (folder / "calibrate_points.jsonl").exists():   # every row as measured, failed ones too: the run's count
-        lines = [json.loads(x) for x in (folder / "calibrate_points.jsonl").read_text().splitlines() if x.strip()]
-        pts = [r for r in lines if "environment" not in r]
-        sets.append(("kernels, held out of the fit", [p for p in pts[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
-                                                      if p.get("time_s")]))
+        held = split_points(folder / "calibrate_points.jsonl")[2]
+        sets.append(("kernels, held out of the fit", [p for p in held if p.get("time_s")]))
     return sets
 
 

@@ -140,7 +140,13 @@ def test_the_anchor_keeps_what_the_points_cannot_tell_apart_where_it_started():
 
 def test_records_say_which_families_they_measured_and_old_ones_still_load(tmp_path):
     shipped = calibration_for("h200")
-    assert shipped.measured_families == []                      # written before the field: loads, empty
+    assert "attention_decode" in shipped.measured_families and "kv_cache_write" in shipped.measured_families
+    old = shipped.model_dump(exclude={"measured_families"})
+    old_path = tmp_path / "old.yaml"
+    Calibration.model_validate(old).save(old_path)
+    text = old_path.read_text()
+    old_path.write_text("\n".join(x for x in text.splitlines() if not x.startswith("measured_families")))
+    assert load_calibration(old_path).measured_families == []    # written before the field: loads, empty
     cal = Calibration.model_validate({**shipped.model_dump(), "points": [],
                                       "measured_families": ["matmul", "attention_decode"]})
     path = cal.save(tmp_path / "c.yaml")

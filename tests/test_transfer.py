@@ -309,7 +309,7 @@ def test_the_h100s_own_fp8_slowdown():
     moved = transfer("h100-sxm").model
     runs = [DATA / name / "sustained.jsonl" for name in ("h100", "user_h100", "user_h100_rerun", "user_h100_sustained")]
     measured = [model_slowdowns(moved, read_rows(p)) for p in runs]
-    assert measured[0]["sustained_slowdown_fp8"] == moved.params["sustained_slowdown_fp8"] == 1.189
+    assert measured[0]["sustained_slowdown_fp8"] == moved.params["sustained_slowdown_fp8"] == 1.188
     assert all(1.17 < m["sustained_slowdown_fp8"] < 1.20 for m in measured)
     assert all(m["sustained_slowdown_fp8"] - m["sustained_slowdown"] > 0.1 for m in measured)
     # no fp8 tensor cores, no fp8 slowdown; a Hopper GPU without a measurement of its own takes the reference's

@@ -372,7 +372,7 @@ def transfer(gpu: Any, reference: Any = None) -> Transfer:
     --------
     >>> t = transfer("a100")
     >>> t
-    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.58 TB/s, TFLOP/s bf16 255, fp16 255, fp32 14, tf32 127, fp64 7, int8 477; 88 parameters)
+    Transfer(h200-sxm (sm90) -> a100-sxm4-80gb (sm80): bandwidth 1.58 TB/s, TFLOP/s bf16 255, fp16 255, fp32 14, tf32 127, fp64 7, int8 477; 89 parameters)
     >>> t.model.sm_count, "flops_fp8" in t.dropped       # the A100 has no fp8 tensor cores
     (108, True)
     """
