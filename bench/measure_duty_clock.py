@@ -11,8 +11,9 @@ with CUDA events around every GEMM and every filler; between mixes the GPU idles
 The measuring is :func:`gpumodel.calibration.powermix.measure_power_mixes` (``gpumodel calibrate`` runs a short
 version of it); one JSON line per (GEMM, ratio): the GEMM's median time in the window (``gemm_s``) and alone after
 the idle, first calls at the boost clock (``gemm_boost_s``), the filler's median time (``filler_s``), the compute
-share ``gemm_s / (gemm_s + filler_s)``, and the SM clock read at the end of the window (``sm_clock_mhz``, where NVML
-is present). ``ratio`` 0 is the GEMM alone, back to back: the full slowdown.
+share ``gemm_s / (gemm_s + filler_s)``, the SM clock read at the end of the window (``sm_clock_mhz``, where NVML
+is present), and the filler alone after the idle (``filler_boost_s``): ``filler_s / filler_boost_s`` says how much
+of the clock's fall the filler itself follows. ``ratio`` 0 is the GEMM alone, back to back: the full slowdown.
 
     python bench/measure_duty_clock.py --out duty_clock.jsonl     # on the GPU, about a minute
     python bench/measure_duty_clock.py --out /tmp/d.jsonl --dry-run  # CPU: the plan, no torch
@@ -61,12 +62,13 @@ def main(argv=None) -> int:
                                              "window_s": args.window_s, "idle_s": args.idle_s,
                                              "filler": args.filler}}) + "\n")
         for m, n, k in GEMMS:
-            for row in measure_power_mixes(m, n, k, ratios, args.warm_s, args.window_s, args.idle_s, args.filler):
+            for row in measure_power_mixes(m, n, k, ratios, args.warm_s, args.window_s, args.idle_s, args.filler,
+                                           filler_alone=True):
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 g, b, f = row["gemm_s"], row["gemm_boost_s"], row["filler_s"]
                 print(f"{m}x{n}x{k} ratio {row['ratio']:4.2f}: gemm {g * 1e6:8.1f} us (boost {b * 1e6:7.1f}, "
-                      f"x{g / b:.3f}), filler {f * 1e6:7.1f} us, share {row['share']:.3f}, clock {row['sm_clock_mhz']}",
+                      f"x{g / b:.3f}), filler {f * 1e6:7.1f} us (alone {row.get('filler_boost_s', 0) * 1e6:7.1f}), share {row['share']:.3f}, clock {row['sm_clock_mhz']}",
                       flush=True)
     return 0
 

@@ -106,9 +106,23 @@ def _filler(torch: Any, kind: str, seconds: float):  # pragma: no cover - needs 
     return build(rows), rows * 128
 
 
+def _alone(torch: Any, fn, idle_s: float) -> float:  # pragma: no cover - needs a GPU
+    """Median time [s] of a dozen calls of ``fn`` after ``idle_s`` seconds without work (the boost clock), the first
+    two left out."""
+    torch.cuda.synchronize()
+    time.sleep(idle_s)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(12)]
+    for s, e in ev:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in ev[2:])
+
+
 def measure_power_mixes(m: int = 4096, n: int = 14336, k: int = 4096, ratios=CALIBRATE_RATIOS,
                         warm_s: float = 0.8, window_s: float = 0.3, idle_s: float = 1.0,
-                        filler: str = "scale") -> list[dict]:  # pragma: no cover - needs a GPU
+                        filler: str = "scale", filler_alone: bool = False) -> list[dict]:  # pragma: no cover - needs a GPU
     """Time a bf16 GEMM in mixes with a memory-bound filler (see the module docstring).
 
     Parameters
@@ -121,12 +135,15 @@ def measure_power_mixes(m: int = 4096, n: int = 14336, k: int = 4096, ratios=CAL
         Seconds of each mix before it is timed, timed, and idle before it [s].
     filler : {"scale", "strided"}
         The memory-bound kernel.
+    filler_alone : bool
+        Also time the filler alone after ``idle_s`` (``filler_boost_s``): how much of the clock's fall it follows.
 
     Returns
     -------
     list of dict
         One row a mix: ``op`` (:data:`MIX_OP`), ``m``, ``n``, ``k``, ``ratio``, ``filler``, ``filler_numel``,
-        ``gemm_boost_s``, ``gemm_s``, ``filler_s`` [s], ``share``, ``calls`` and ``sm_clock_mhz``.
+        ``gemm_boost_s``, ``gemm_s``, ``filler_s`` [s], ``share``, ``calls`` and ``sm_clock_mhz``; with
+        ``filler_alone``, ``filler_boost_s`` [s] (the filler alone after the idle, at the boost clock).
     """
     import torch
 
@@ -139,18 +156,11 @@ def measure_power_mixes(m: int = 4096, n: int = 14336, k: int = 4096, ratios=CAL
 
     for _ in range(3):                      # cuBLAS's first call sets up its handle and picks the kernel
         gemm()
-    torch.cuda.synchronize()
-    time.sleep(idle_s)
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(12)]
-    for s, e in ev:                         # a dozen calls after the idle: the boost clock
-        s.record()
-        gemm()
-        e.record()
-    torch.cuda.synchronize()
-    boost = statistics.median(s.elapsed_time(e) * 1e-3 for s, e in ev[2:])
+    boost = _alone(torch, gemm, idle_s)
     rows = []
     for ratio in ratios:
         fill, numel = _filler(torch, filler, ratio * boost) if ratio > 0 else (None, 0)
+        fill_boost = _alone(torch, fill, idle_s) if fill is not None and filler_alone else None
         time.sleep(idle_s)
 
         def pair(fill=fill):
@@ -178,6 +188,7 @@ def measure_power_mixes(m: int = 4096, n: int = 14336, k: int = 4096, ratios=CAL
         fs = statistics.median(e[1].elapsed_time(e[2]) * 1e-3 for e in marks) if fill is not None else 0.0
         rows.append({"op": MIX_OP, "m": m, "n": n, "k": k, "ratio": ratio, "filler": filler, "filler_numel": numel,
                      "gemm_boost_s": boost, "gemm_s": gs, "filler_s": fs, "share": gs / (gs + fs),
-                     "calls": len(marks), "sm_clock_mhz": clock})
+                     "calls": len(marks), "sm_clock_mhz": clock,
+                     **({"filler_boost_s": fill_boost} if fill_boost is not None else {})})
         del fill
     return rows
