@@ -61,3 +61,15 @@ def test_the_threshold_share_model_against_the_measured_slowdowns():
     # the proportional share the model took before misses the half-and-half mix by about half the slowdown
     half = [r for r in rows if r["ratio"] == 1.0]
     assert all(clock_share(1.0, 0.1 * r["share"], 1.1) > 0.45 for r in half)
+
+
+def test_the_strided_path_follows_the_clock_and_a_contiguous_kernel_does_not():
+    """``alone/``: each filler also timed alone at the boost clock. Where the GEMMs beside them hold the clock down
+    (compute share 0.77 and more), PyTorch's generic strided kernel runs 1.08-1.12x its time alone (fillers of 90 us
+    and more) and a contiguous scale of the same traffic no slower than alone; at a share of 0.36 both run as alone."""
+    strided, scale = (_rows(FOLDER / "alone" / f"{name}.jsonl")[1] for name in ("strided", "scale"))
+    for rows, lo, hi in ((strided, 1.08, 1.13), (scale, 0.93, 1.0)):
+        loaded = [r["filler_s"] / r["filler_boost_s"] for r in rows if r["share"] >= 0.77 and r["filler_boost_s"] > 9e-5]
+        assert len(loaded) >= 3 and all(lo <= x <= hi for x in loaded), loaded
+        idle = [r["filler_s"] / r["filler_boost_s"] for r in rows if r["share"] < 0.4]
+        assert idle and all(abs(x - 1.0) < 0.01 for x in idle)
