@@ -17,7 +17,11 @@ depend on the shapes; on the H200 with torch 2.11 the profiler (``tests/data/cal
   best, none when the tiles fill 80% of the slots), where PyTorch counts two slots an SM.
 
 The FlashAttention-2 and decode kernels stream a tile's keys after its fixed work (no warp
-specialisation over the cache): their tile time and the cache stream add. The backward pass (cuDNN's, on the
+specialisation over the cache): their tile time and the cache stream add. With more decode tiles than an SM
+wave holds, only the first wave's tile time adds whole: a tile of a later wave sets up while the SM's previous
+tile still streams, and each later wave adds the fitted share ``attn_decode_wave_share`` of it (0.66 on the
+H200; measured on an H100, many tiles stream the cache at 3.0-3.2 TB/s plus about 1.3 us a wave,
+``tests/data/calibration/h100/decode_short.jsonl``). The backward pass (cuDNN's, on the
 H200 and the H100) runs four kernels one after another: a ``Memset``, ``dot(dO, O)`` (which also clears the
 fp32 dQ accumulator), the main kernel (a block per tile of keys, looping over the queries) and the dQ
 conversion to 16 bits. The two side kernels stream :func:`bwd_side_bytes` at the memory bandwidth; they
