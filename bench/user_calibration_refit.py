@@ -23,16 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gpumodel.cli.calibrate import HOLD_OUT_EVERY  # noqa: E402  (the command's split)
+import yaml  # noqa: E402
+
+from gpumodel.cli.calibrate import hold_out  # noqa: E402  (the command's own split)
 
 
-def split_points(path: Path, every: int = HOLD_OUT_EVERY) -> tuple[list[dict], list[dict], list[dict]]:
-    """(environment lines, fitted rows, held-out rows) of a ``--points`` file: the held-out rows are every
-    ``every``-th row after the environment, failed ones included in the count, as the command splits them."""
+def split_points(path: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """(environment lines, fitted rows, held-out rows) of a ``--points`` file, the rows after the environment split
+    as the command splits them (:func:`gpumodel.cli.calibrate.hold_out`)."""
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     env = [r for r in lines if "environment" in r]
-    rows = [r for r in lines if "environment" not in r]
-    return env, [r for i, r in enumerate(rows) if (i + 1) % every], rows[every - 1::every]
+    return (env, *hold_out([r for r in lines if "environment" not in r]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="where to write (default: FOLDER/calibration.yaml)")
     args = ap.parse_args(argv)
     env, fit, held = split_points(args.folder / "calibrate_points.jsonl")
-    gpu = __import__("yaml").safe_load((args.folder / "calibration.yaml").read_text())["gpu"]
+    gpu = yaml.safe_load((args.folder / "calibration.yaml").read_text())["gpu"]
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
         for name, rows in (("fit", fit), ("held", held)):

@@ -44,6 +44,16 @@ JSON output (--json), SI units:
 HOLD_OUT_EVERY = 5
 
 
+def hold_out(points: list) -> tuple[list, list]:
+    """``(fitted, held out)``: every :data:`HOLD_OUT_EVERY`-th of the run's ``points`` in the order measured (failed
+    ones counted) is held out of the fit, the rest fitted.
+
+    >>> hold_out(list(range(1, 11)))
+    ([1, 2, 3, 4, 6, 7, 8, 9], [5, 10])
+    """
+    return [pt for i, pt in enumerate(points) if (i + 1) % HOLD_OUT_EVERY], points[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="measure this GPU with torch and fit a calibration (needs torch + CUDA)",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,8 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     env, points, plan = bench.run_budget(budget, jsonl=args.points, show_progress=not args.no_progress)
     args.budget_s = budget
     if validation is None:   # hold every fifth kernel out of the fit: the fit's error and the transfer's on them
-        validation = points[HOLD_OUT_EVERY - 1::HOLD_OUT_EVERY]
-        points = [pt for i, pt in enumerate(points) if (i + 1) % HOLD_OUT_EVERY]
+        points, validation = hold_out(points)
     args.host_file = None
     if host_out:
         from gpumodel.training.hostfit import fit_host_costs, measure_host, save_host_costs
