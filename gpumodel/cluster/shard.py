@@ -23,7 +23,7 @@ from ..calibration.estimate import calibration_key, resolve_calibration
 from ..training.layer import COMPUTE_DTYPE, memory_kernel
 from ..training.stepkernels import OPTIMIZER_PASSES
 from ..training.steptime import step_kernels
-from ..records.transformer import MLPType, TransformerConfig
+from ..records.transformer import MLPType, PositionType, TransformerConfig
 from ..vocabulary import fp8_recipe
 from .kernelprice import price_kernels
 
@@ -91,15 +91,23 @@ def shard_config(cfg: TransformerConfig, tp: int = 1, ep: int = 1) -> Transforme
     return cfg.model_copy(update=update)
 
 
-def _fused_bytes(cfg: TransformerConfig, tokens: float, c: int) -> float:
-    """Bytes the fused memory-bound kernels of one Megatron layer forward move: two norms, two
-    bias-dropout-adds, the activation (read gate and up, write one)."""
+def _fused_bytes(cfg: TransformerConfig, tokens: float, c: int, phase: str = "forward") -> float:
+    """Bytes the fused memory-bound kernels of one Megatron layer move in ``phase`` ("forward" or "backward"): two
+    norms, two bias-dropout-adds, the activation (read gate and up, write one), each twice in the backward; and with
+    rotary positions Megatron-Core's fused RoPE kernel (``apply_rope_fusion``, on by default: read and write the
+    queries and keys, and their gradients in the backward; under multi-latent attention only their rotary parts)."""
     h, i = cfg.hidden_size, cfg.intermediate_size
     gated = cfg.mlp == MLPType.GATED
     norms = 2 * 2 * h
     adds = 2 * (3 * h + h / 2)              # read x and residual, write out; 1-byte dropout mask
     act = (3 if gated else 2) * i
-    return tokens * c * (norms + adds + act)
+    if cfg.position != PositionType.ROPE:
+        rope = 0
+    elif cfg.is_mla:                        # the rotary part of each query head and the one shared rotary key
+        rope = 2 * (cfg.num_heads + 1) * cfg.qk_rope_head_dim
+    else:
+        rope = 2 * (cfg.q_dim + cfg.kv_dim)
+    return tokens * c * ((1 if phase == "forward" else 2) * (norms + adds + act) + rope)
 
 
 def _with_impl(op, impl: str, dtype: str):
@@ -326,7 +334,7 @@ def _shard_times(cfg: TransformerConfig, gpu, micro_batch: int, seq_local: int, 
         comp_h, mem_h, flops_h = one[0] - comp_l, one[1] - mem_l, one[3] - flops_l
         if fused:
             c = 2 if precision != "fp32" else 4
-            fused_bytes = (1 if phase == "forward" else 2) * _fused_bytes(cfg, mb * sl, c)
+            fused_bytes = _fused_bytes(cfg, mb * sl, c, phase)
             mem_l = mem_l * np.where(bytes_l > 0, np.minimum(1.0, fused_bytes / np.where(bytes_l > 0, bytes_l, 1.0)), 1.0)
         return comp_l + mem_l + attn_l * cp, comp_h + mem_h + (one[2] - attn_l), attn_l * cp, flops_l, flops_h
 
