@@ -20,7 +20,10 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
   backward, over NVLink inside a node and the network across nodes; exposed unless ``comm_overlap`` hides them.
 * **Pipeline parallelism** (:mod:`gpumodel.cluster.pipeline`): ``m`` micro-batches through ``pp`` stages take
   ``(m + (pp - 1) / v) t_stage`` (1F1B; or a named schedule: zero-bubble, DualPipe); the stage-to-stage
-  sends, split over the tensor ranks by Megatron-LM and DeepSpeed.
+  sends, split over the tensor ranks by Megatron-LM and DeepSpeed. DeepSpeed's pipeline engine sends and
+  receives synchronously (``deepspeed/runtime/pipe/p2p.py``), so both sides wait out each transfer: its order
+  played op by op exposes about twice the send time that asynchronous sends do (``tests/deepspeed_schedulesim.py``),
+  and the step counts its sends twice, never hidden.
 * **Data parallelism** (:mod:`gpumodel.cluster.dataparallel`): the gradient reduction and ZeRO's gathers, per
   step (ZeRO 0-2) or per layer and micro-batch (ZeRO-3), with each engine's overlap.
 * **Optimizer**: over the shard's parameters (``/ dp`` with ZeRO >= 1).
@@ -30,7 +33,7 @@ One optimizer step of a job laid out by :class:`~gpumodel.cluster.parallelism.Pa
   chunks under the layer's GEMMs, exposed only where it outlasts them (``max(0, t_tp - t_gemm)`` per layer,
   the GEMMs being the layer's compute less its attention kernels); the gradient reduce-scatter runs bucket
   by bucket under the last micro-batch's backward and the parameter all-gather under the first micro-batch's
-  forward; the pipeline's sends run under the next model chunk's compute.
+  forward; the pipeline's sends run under the next model chunk's compute (not DeepSpeed's, which block).
 * **What hidden communication costs the compute**: a collective kernel that runs under compute keeps
   :data:`COLLECTIVE_CTAS` thread blocks resident, each on an SM, so the compute beside it runs on the rest and
   takes :func:`collective_sm_share` of the hidden collective's time longer (the context-parallel exchanges, hidden
@@ -205,9 +208,12 @@ def compose(cfg, sysm, prec, fw, st, *, tp, pp, cp, dp, ep, zero, sequence_paral
     head_f, head_b = A(st.head_forward), A(st.head_backward)
     layer_t = f_l + b_l + r_l + tp_layer + cp_layer + ep_layer + zero3_l + slowed_l
     layers, head = slowest_stage(layer_t, head_f + head_b + 2 * tp_coll, cut, pp)
+    # DeepSpeed's pipeline engine sends and receives synchronously: both sides wait out each transfer, which so
+    # shows twice (tests/deepspeed_schedulesim.py plays its order); nothing of it hides under compute
+    blocking = fw == Framework.DEEPSPEED
     p2p = p2p_all = p2p_time(act_bytes, sysm, tp, tp * cp * dp, v, pp, sp,
-                             fw in (Framework.MEGATRON, Framework.DEEPSPEED))
-    if "pp" in hide:  # each send under the next model chunk's compute
+                             fw in (Framework.MEGATRON, Framework.DEEPSPEED)) * (2.0 if blocking else 1.0)
+    if "pp" in hide and not blocking:  # each send under the next model chunk's compute
         p2p = np.maximum(0.0, p2p - layers * (f_l + b_l + r_l))
     comm_mb = (layers * (tp_layer + cp_layer + ep_layer + zero3_l + slowed_l) + head * 2 * tp_coll + p2p
                + share * (p2p_all - p2p))
