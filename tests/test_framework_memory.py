@@ -14,7 +14,8 @@ from hypothesis import given, settings, strategies as st
 
 import gpumodel as gm
 from benchscript import load_bench
-from gpumodel.core.framework_memory import (DEEPSPEED_REDUCE_BUCKET, megatron_layer_bytes, megatron_moments)
+from gpumodel.core.framework_memory import (DEEPSPEED_REDUCE_BUCKET, deepspeed_static, megatron_layer_bytes,
+                                            megatron_moments)
 from gpumodel.core.megatron_activations import megatron_saved_tensors, recomputed_tensors
 from gpumodel.core.memory_parts import stage_layers, stage_parameters
 from gpumodel.vocabulary import Checkpointing, precision
@@ -71,6 +72,25 @@ def test_deepspeed_buckets_are_its_config_defaults():
     # the optimizer step: the allgather bucket (5e8 elements) and the fp32 gradient partition (4 / N_d bytes each)
     step = m.moments["optimizer_step"]
     assert step == pytest.approx((2 + 2 + 12 / 8 + 4 / 8) * n + 2 * 5e8 + gm.core.memory.CUBLAS_WORKSPACE_BYTES)
+
+
+def test_deepspeed_zero3_gathers_a_module_at_a_time():
+    # DeepSpeed fetches each sub-module's own parameters (a linear layer), not a decoder layer: Llama-3-8B's largest
+    # module is an MLP projection, 4096 x 14336 = 58.7M, plus the 5e7-element prefetch bucket, in bf16
+    n, layer = L8.num_parameters(), L8.layer_parameters()
+    static, _ = deepspeed_static(L8, precision("amp_bf16"), "adamw", (n, 0.0, layer), zero=3, group=8, ep=1, tp=1,
+                                 micro_batches=2)
+    module = 4096 * 14336
+    assert static["layer_backward"]["gathered_weights"] == pytest.approx(2 * (module + 5e7))
+    assert static["layer_backward"]["gathered_weights"] < 2 * layer             # less than FSDP's unit of a layer
+    # forward to backward: the LM head (128256 x 4096) and the 5e8 elements before it (reused within the 1e9-element
+    # distance) stay gathered, with the module whose backward runs
+    assert static["backward_start"]["gathered_weights"] == pytest.approx(2 * (128256 * 4096 + 5e8 + module))
+    # a model smaller than that stays gathered whole through the turn
+    tiny_n = 2e8
+    small, _ = deepspeed_static(L8, precision("amp_bf16"), "adamw", (tiny_n, 0.0, layer), zero=3, group=8, ep=1,
+                                tp=1, micro_batches=2)
+    assert small["backward_start"]["gathered_weights"] == pytest.approx(2 * tiny_n)
 
 
 def test_fsdp_full_shard_holds_sixteen_bytes_over_the_group_and_two_gathered_layers():

@@ -53,9 +53,14 @@ Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel
     parameter, sharded by stage as Rajbhandari et al. 2020, Figure 1), the fp32 gradient partition the
     optimizer step converts, and the buffers of DeepSpeed's configuration defaults (``DeepSpeedZeroConfig``):
     ``reduce_bucket_size`` and ``allgather_bucket_size`` 5e8 elements (``allreduce_bucket_size`` 5e8
-    without ZeRO), doubled by ``overlap_comm`` (on by default at stage 3); at stage 3 the layer running
-    plus ``stage3_prefetch_bucket_size`` (5e7 elements) prefetched. Activations as for ``fsdp``: the
-    model's forward in 16 bits (``"bf16": {"enabled": true}`` casts the model).
+    without ZeRO), doubled by ``overlap_comm`` (on by default at stage 3). At stage 3 DeepSpeed gathers each
+    sub-module's own parameters when it runs (``partitioned_param_coordinator.py``, ``fetch_sub_module``: a linear
+    layer's weight, not a whole decoder layer as FSDP's per-layer units do) and releases them after it unless their
+    next use comes within ``stage3_max_reuse_distance`` (1e9 elements): inside a layer the largest module plus
+    ``stage3_prefetch_bucket_size`` (5e7 elements) prefetched; at the turn from forward to backward also the
+    model's tail, the LM head and the modules before it within half that distance (used again in the backward before 1e9
+    elements have been fetched), at most the whole model. Activations as for ``fsdp``: the model's forward in 16
+    bits (``"bf16": {"enabled": true}`` casts the model).
 
 References
 ----------
@@ -80,7 +85,8 @@ from .megatron_activations import megatron_layer_bytes
 from .memory_parts import optimizer_state_bytes, stage_layers, stage_parameters
 
 __all__ = ["MEGATRON_BUFFERS", "megatron_layer_bytes", "megatron_moments", "fsdp_static", "deepspeed_static",
-           "DEEPSPEED_REDUCE_BUCKET", "DEEPSPEED_ALLGATHER_BUCKET", "DEEPSPEED_PREFETCH_BUCKET"]
+           "DEEPSPEED_REDUCE_BUCKET", "DEEPSPEED_ALLGATHER_BUCKET", "DEEPSPEED_PREFETCH_BUCKET",
+           "DEEPSPEED_MAX_REUSE"]
 
 #: What Megatron-Core allocates once and keeps: its contiguous parameter and gradient buffers, the distributed
 #: optimizer's shards, Transformer Engine's fp8 weight copies, cuBLAS's workspace (no allocator reserve on them).
@@ -91,6 +97,17 @@ DEEPSPEED_REDUCE_BUCKET = 5e8
 DEEPSPEED_ALLGATHER_BUCKET = 5e8
 #: DeepSpeed's ``stage3_prefetch_bucket_size`` default [elements].
 DEEPSPEED_PREFETCH_BUCKET = 5e7
+#: DeepSpeed's ``stage3_max_reuse_distance`` default: a gathered parameter whose next use comes within this many
+#: parameter elements is not released [elements].
+DEEPSPEED_MAX_REUSE = 1e9
+
+
+def _largest_module(cfg: TransformerConfig) -> float:
+    """Parameters of a decoder layer's largest linear module (before tensor parallelism) [count]: an MLP
+    projection (an expert's in a mixture), or the fused query-key-value projection where it is larger."""
+    width = max(cfg.intermediate_size if not cfg.is_moe or cfg.num_dense_layers else 0, cfg.expert_size,
+                cfg.shared_expert_intermediate_size)
+    return float(max(cfg.hidden_size * width, cfg.hidden_size * (cfg.q_dim + 2 * cfg.kv_dim)))
 
 
 def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
@@ -266,12 +283,16 @@ def deepspeed_static(cfg: TransformerConfig, prec: Precision, optimizer, params,
     n = shared + experts
     reduce = np.minimum(DEEPSPEED_REDUCE_BUCKET, n) * pb * np.where(zero >= 3, 2, 1)   # overlap_comm at stage 3
     allgather = np.where((zero >= 1) & (zero <= 2), np.minimum(DEEPSPEED_ALLGATHER_BUCKET, n) * pb, 0.0)
-    gathered = np.where(zero >= 3, (layer + np.minimum(DEEPSPEED_PREFETCH_BUCKET, layer)) * pb, 0.0)
-    head = np.where(zero >= 3, cfg.vocab_size * cfg.hidden_size / tp * pb, 0.0)
+    # ZeRO-3 gathers a sub-module's own parameters when it runs: its largest module and the prefetch bucket; at the
+    # turn from forward to backward also the tail of the model kept for its backward (reuse within the distance)
+    module = _largest_module(cfg) / tp
+    gathered = np.where(zero >= 3, (module + np.minimum(DEEPSPEED_PREFETCH_BUCKET, layer)) * pb, 0.0)
+    head = cfg.vocab_size * cfg.hidden_size / tp
+    turn = np.where(zero >= 3, np.minimum(n, head + DEEPSPEED_MAX_REUSE / 2 + module) * pb, 0.0)
     held = np.where(np.asarray(micro_batches) > 1, grads, 0.0)
     base = dict(weights=weights, optimizer_states=states, autocast_weight_copies=0.0)
-    out = {"forward_loss": dict(base, gradients=held, gathered_weights=gathered + head),
-           "backward_start": dict(base, gradients=held, gathered_weights=gathered + head),
+    out = {"forward_loss": dict(base, gradients=held, gathered_weights=turn),
+           "backward_start": dict(base, gradients=held, gathered_weights=turn),
            "layer_backward": dict(base, gradients=held, gathered_weights=gathered,
                                   communication_buffers=np.where(zero >= 1, reduce, 0.0)),
            "backward_end": dict(base, gradients=grads, gathered_weights=gathered, communication_buffers=reduce),
