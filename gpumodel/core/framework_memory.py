@@ -54,13 +54,13 @@ Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel
     optimizer step converts, and the buffers of DeepSpeed's configuration defaults (``DeepSpeedZeroConfig``):
     ``reduce_bucket_size`` and ``allgather_bucket_size`` 5e8 elements (``allreduce_bucket_size`` 5e8
     without ZeRO), doubled by ``overlap_comm`` (on by default at stage 3). At stage 3 DeepSpeed gathers each
-    sub-module's own parameters when it runs (``partitioned_param_coordinator.py``, ``fetch_sub_module``: a linear
-    layer's weight, not a whole decoder layer as FSDP's per-layer units do) and releases them after it unless their
-    next use comes within ``stage3_max_reuse_distance`` (1e9 elements): inside a layer the largest module plus
-    ``stage3_prefetch_bucket_size`` (5e7 elements) prefetched; at the turn from forward to backward also the
-    model's tail, the LM head and the modules before it within half that distance (used again in the backward before 1e9
-    elements have been fetched), at most the whole model. Activations as for ``fsdp``: the model's forward in 16
-    bits (``"bf16": {"enabled": true}`` casts the model).
+    sub-module's own parameters when it runs (``partitioned_param_coordinator.py``, ``fetch_sub_module``: a
+    linear layer's weight, not a whole decoder layer as FSDP's per-layer units do) and releases them after it
+    unless their next use comes within ``stage3_max_reuse_distance`` (1e9 elements): inside a layer the largest
+    module plus ``stage3_prefetch_bucket_size`` (5e7 elements) prefetched; at the turn from forward to backward
+    also the model's tail, the LM head and the modules before it within half that distance (used again in the
+    backward before 1e9 elements have been fetched), at most the whole model. Activations as for ``fsdp``: the
+    model's forward in 16 bits (``"bf16": {"enabled": true}`` casts the model).
 
 References
 ----------
