@@ -65,6 +65,10 @@ def published_keys(source: str) -> tuple:
 RULES = ("ZeRO-2/3 with pp", "micro-batches < pp", "MoE without ep", "MFU > 75%")
 
 
+#: recomputation from least to most (a plan row's ``checkpointing``; the CSV's)
+_LEVEL = {"none": 0, "selective": 1, "full": 2}
+
+
 def broken_rules(r: dict, cfg: gm.TransformerConfig) -> list[str]:
     """The rules a plan row breaks (see the module docstring)."""
     out = []
@@ -115,7 +119,9 @@ def rank_row(row: dict, own_engine: bool = True) -> dict:
                 pick=None if pick is None else gm.cluster.planresult.layout_label(pick) + f" mb{pick['micro_batch']}",
                 pick_s=None if pick is None else pick["seconds"], published_s=None if match is None else match["seconds"],
                 gap=None if match is None or pick is None else match["seconds"] / pick["seconds"] - 1,
-                pick_mfu=None if pick is None else pick["mfu"], broken=[] if pick is None else broken_rules(pick, cfg))
+                pick_mfu=None if pick is None else pick["mfu"], broken=[] if pick is None else broken_rules(pick, cfg),
+                more_recompute=None if match is None else
+                _LEVEL.get(match.get("checkpointing"), 0) > _LEVEL.get(row["checkpointing"] or "none", 0))
 
 
 def main(argv=None) -> int:
@@ -134,7 +140,7 @@ def main(argv=None) -> int:
     print(head)
     print("-" * len(head))
     for r in out:
-        rank = "-" if r["rank"] is None else str(r["rank"])
+        rank = "-" if r["rank"] is None else str(r["rank"]) + ("*" if r["more_recompute"] else "")
         gap = "-" if r["gap"] is None else f"{r['gap']:+.1%}"
         mfu = "-" if r["pick_mfu"] is None else f"{r['pick_mfu']:.0%}"
         print(f"{(r['source'] + ' ' + r['label'])[:42]:<42} {r['gpus']:>6}  {r['published']:<28} {rank:>5} "
@@ -147,7 +153,8 @@ def main(argv=None) -> int:
               f"10% of the pick's step: {top10}; median rank "
               f"{statistics.median(r['rank'] for r in ranked) if ranked else '-'}; "
               f"picks breaking a rule: {sum(1 for r in res if r['broken'])}")
-    print("(+step: the published layout's modelled step over the pick's; '-' rank: not searched, or does not fit)")
+    print("(+step: the published layout's modelled step over the pick's; '-' rank: not searched, or does not fit; "
+          "'*': the published layout ranks with more recomputation than the run used, which alone fits it here)")
     return 0
 
 
