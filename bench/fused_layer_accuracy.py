@@ -6,8 +6,9 @@ bf16 weights): the ``fused`` rows with ``framework="megatron"`` (the eager layer
 the fused kernels' bytes), the ``hf`` rows with ``framework="hf"``. It prints per row the measured and modelled
 forward and forward-plus-backward time of one layer, their errors, and the speed-up of fusion measured (eager over
 fused, same shape, same run) and modelled: the ratio tells whether the fused-bytes scaling holds, whatever the
-clock; then the medians per variant. The layer's modelled time includes no launch gaps (the step adds them apart),
-so short layers read slightly fast.
+clock; then the medians per variant, and the attention kernel's time with dropout over without, measured (the model
+prices no attention dropout). The layer's modelled time includes no launch gaps (the step adds them apart), so short
+layers read slightly fast.
 
     python bench/fused_layer_accuracy.py FILE [--gpu h100-sxm] [--calibration FILE] [--json]
 """
@@ -62,6 +63,8 @@ def table(rows: list[dict], gpu, calibration=None) -> list[dict]:
     """Per row: measured and modelled times [s], errors, and the speed-up of fusion (eager over fused)."""
     out = []
     for r in rows:
+        if r["variant"] not in FRAMEWORK:          # the attention kernels alone: dropout_ratios
+            continue
         m = modelled(r, gpu, calibration)
         out.append(dict(shape=r["shape"], batch=r["batch"], seq=r["seq"], variant=r["variant"],
                         measured_forward_s=r["layer_forward_s"], measured_step_s=r["layer_step_s"],
@@ -79,6 +82,16 @@ def table(rows: list[dict], gpu, calibration=None) -> list[dict]:
     return out
 
 
+def dropout_ratios(rows: list[dict]) -> list[dict]:
+    """Per shape, the attention kernel's forward-and-backward time with dropout over without (measured) [1]."""
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        if r["variant"].startswith("attention"):
+            by.setdefault((r["shape"], r["batch"], r["seq"]), {})[r["variant"]] = r["layer_step_s"]
+    return [dict(shape=k[0], batch=k[1], seq=k[2], ratio=v["attention_dropout"] / v["attention"])
+            for k, v in by.items() if {"attention", "attention_dropout"} <= set(v)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", type=Path)
@@ -90,7 +103,8 @@ def main(argv=None) -> int:
     gpu = gm.gpu(args.gpu or env.get("device_name") or "h100")
     res = table(rows, gpu, args.calibration)
     if args.json:
-        print(json.dumps({"gpu": gpu.name, "environment": env, "rows": res}, indent=1))
+        print(json.dumps({"gpu": gpu.name, "environment": env, "rows": res, "dropout": dropout_ratios(rows)},
+                         indent=1))
         return 0
     print(f"one decoder layer on {env.get('device_name', '?')}, priced on {gpu.name}: measured / model [ms], error")
     print(f"{'shape':<16} {'b':>2} {'seq':>5} {'variant':<6} {'forward':>17} {'err':>7} {'fwd+bwd':>17} {'err':>7}  "
@@ -105,6 +119,10 @@ def main(argv=None) -> int:
         if e:
             print(f"{variant:<6} ({FRAMEWORK[variant]}): fwd+bwd median |error| {statistics.median(map(abs, e)):.1%}, "
                   f"signed {statistics.median(e):+.1%} over {len(e)} rows")
+    drop = dropout_ratios(rows)
+    for r in drop:
+        print(f"attention with dropout 0.1 over without, {r['shape']} b{r['batch']} s{r['seq']}: {r['ratio']:.3f} "
+              "(the model prices no dropout: 1)")
     s = [(r["speedup_measured"], r["speedup_model"]) for r in res if "speedup_measured" in r]
     if s:
         print(f"fusion speed-up, median: measured {statistics.median(a for a, _ in s):.3f}, "

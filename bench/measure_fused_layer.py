@@ -15,6 +15,10 @@ Megatron and NeMo runs:
   ``scaled_dot_product_attention`` on views, no copies (grouped keys and values as the kernel takes them, else
   repeated: the row says which); cuBLAS GEMMs by ``F.linear``.
 * ``hf``: Hugging Face's own ``LlamaDecoderLayer`` (``attn_implementation="sdpa"``), eager.
+* ``attention`` and ``attention_dropout``: the causal flash attention of the layer's query heads alone
+  (``scaled_dot_product_attention`` on one tensor as queries, keys and values), without and with the attention
+  dropout (p = 0.1) that Megatron-LM's and NeMo's GPT configurations default to: the ratio is what dropout's random
+  numbers cost the kernel, forward and backward.
 
 A stack of ``--layers`` identical layers (bf16 weights, no bias) takes a bf16 input and runs forward and backward (the
 gradient of the output given; weights' gradients set to None after each step, as a step with one micro-batch
@@ -51,7 +55,10 @@ SHAPES = {
 #: (shape, micro-batch, sequence) measured, in order
 CASES = (("llama-2-7b", 1, 4096), ("llama-3-8b", 1, 8192), ("llama-3-8b", 2, 4096), ("llama-2-13b", 1, 4096),
          ("llama-3.2-1b", 4, 2048), ("llama-3.2-1b", 1, 8192), ("llama-3-70b-tp4", 1, 8192), ("llama-2-7b", 4, 2048))
-VARIANTS = ("fused", "hf")
+#: the layer as Megatron-Core runs it, as Hugging Face runs it, and its attention kernel alone without and with the
+#: attention dropout of GPT configurations (p = 0.1: Megatron-LM's and NeMo's GPT defaults)
+VARIANTS = ("fused", "hf", "attention", "attention_dropout")
+ATTENTION_DROPOUT = 0.1
 ROPE_THETA = 500000.0
 EPS = 1e-5
 
@@ -146,6 +153,24 @@ def build(torch, row: dict, layers: int, device, dtype):
     """``(stack, run)``: the layers and a function of the input that runs them forward."""
     h, heads, kv, ffn, d, s = (row[k] for k in ("hidden", "heads", "kv_heads", "ffn", "head_dim", "seq"))
     cos, sin = _rope_tables(torch, s, d, device, dtype)
+    if row["variant"].startswith("attention"):
+        p = ATTENTION_DROPOUT if row["variant"] == "attention_dropout" else 0.0
+        F = torch.nn.functional
+
+        class Attention(torch.nn.Module):
+            def forward(self, x):
+                b, n, _ = x.shape
+                q = x.view(b, n, heads, d).transpose(1, 2)
+                return F.scaled_dot_product_attention(q, q, q, is_causal=True, dropout_p=p).transpose(1, 2).reshape(
+                    b, n, heads * d)
+
+        stack = torch.nn.ModuleList([Attention() for _ in range(layers)])
+
+        def run(x):
+            for layer in stack:
+                x = layer(x)
+            return x
+        return stack, run
     if row["variant"] == "fused":
         cls = fused_layer_class(torch)
         stack = torch.nn.ModuleList([cls(h, heads, kv, ffn, d) for _ in range(layers)]).to(device, dtype)
@@ -181,7 +206,8 @@ def measure(torch, row: dict, layers: int, warm_s: float, reps: int, device: str
     torch.manual_seed(0)
     stack, run = build(torch, row, layers, device, dtype)
     params = list(stack.parameters())
-    x = torch.randn(row["batch"], row["seq"], row["hidden"], device=device, dtype=dtype, requires_grad=True)
+    width = row["heads"] * row["head_dim"] if row["variant"].startswith("attention") else row["hidden"]
+    x = torch.randn(row["batch"], row["seq"], width, device=device, dtype=dtype, requires_grad=True)
     g = torch.randn_like(x)
 
     def step():

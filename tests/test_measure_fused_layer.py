@@ -17,9 +17,10 @@ def test_plan_measures_each_case_fused_and_eager(tmp_path):
                    check=True, capture_output=True, timeout=120)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     mod = load_bench("measure_fused_layer")
-    assert len(rows) == 2 * len(mod.CASES)
+    variants = ("fused", "hf", "attention", "attention_dropout")
+    assert len(rows) == len(variants) * len(mod.CASES)
     assert {(r["shape"], r["batch"], r["seq"], r["variant"]) for r in rows} == \
-        {(s, b, q, v) for s, b, q in mod.CASES for v in ("fused", "hf")}
+        {(s, b, q, v) for s, b, q in mod.CASES for v in variants}
     for r in rows:
         assert r["heads"] % r["kv_heads"] == 0
         if r["shape"] != "llama-3-70b-tp4":   # whole layers: the heads span the hidden size
@@ -81,3 +82,12 @@ def test_comparison_prices_each_variant_with_its_framework(tmp_path):
     # fusion only removes memory-bound bytes: a fused layer is faster, never by more than its memory-bound share
     assert all(1.0 < r["speedup_model"] < 2.0 for r in res if "speedup_model" in r)
     assert f["step_error"] == pytest.approx(f["model_step_s"] / 3e-3 - 1)
+    assert all(r["variant"] in ("fused", "hf") for r in res)     # the attention kernels alone are not layers
+
+
+def test_dropout_ratio_pairs_the_attention_kernels():
+    acc = load_bench("fused_layer_accuracy")
+    rows = [dict(shape="s", batch=1, seq=4096, variant="attention", layer_step_s=2e-3),
+            dict(shape="s", batch=1, seq=4096, variant="attention_dropout", layer_step_s=2.5e-3),
+            dict(shape="s", batch=2, seq=4096, variant="attention", layer_step_s=4e-3)]   # no pair: left out
+    assert acc.dropout_ratios(rows) == [dict(shape="s", batch=1, seq=4096, ratio=pytest.approx(1.25))]
