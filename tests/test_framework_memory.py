@@ -336,6 +336,19 @@ def test_a_layout_gives_the_degrees():
         gm.training_memory(L8, 1, 1024, framework="deepspeed", optimizer_dtype="bf16")
 
 
+def test_megatron_precision_aware_optimizer_keeps_lower_precision_moments():
+    # Megatron-Core's --use-precision-aware-optimizer with --exp-avg-dtype/--exp-avg-sq-dtype bf16: the two Adam
+    # moments at 2 bytes, the fp32 master weights kept; over the distributed optimizer's 8 ranks
+    n = L8.num_parameters()
+    fp32 = gm.training_memory(L8, 1, 1024, dp=8, zero=1, framework="megatron")
+    bf16 = gm.training_memory(L8, 1, 1024, dp=8, zero=1, framework="megatron", optimizer_dtype="bf16")
+    assert fp32.breakdown["optimizer_states"] == pytest.approx((4 + 2 * 4) * n / 8)
+    assert bf16.breakdown["optimizer_states"] == pytest.approx((4 + 2 * 2) * n / 8)
+    assert bf16.breakdown["gradients"] == fp32.breakdown["gradients"]      # the gradient buffer is not the states'
+    with pytest.raises(gm.ArgumentError, match="optimizer_dtype"):
+        gm.training_memory(L8, 1, 1024, framework="megatron", optimizer="sgd", optimizer_dtype="bf16")
+
+
 def test_context_parallelism_splits_the_tokens():
     one = gm.training_memory(L8, 1, 8192, dp=8, zero=1, framework="megatron")
     cp = gm.training_memory(L8, 1, 8192, dp=2, cp=4, zero=1, framework="megatron")

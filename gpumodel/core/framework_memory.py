@@ -7,7 +7,8 @@ Each engine keeps other tensors than eager Hugging Face training (:mod:`gpumodel
     ``--bf16``, 16-bit with ``--fp16``), fp32 master weights and the optimizer's moments; the distributed
     optimizer (``zero=1``) shards master weights and moments over the ``dp * cp`` data-parallel ranks (the
     routed experts' over their ``dp * cp / ep`` expert-data-parallel ranks), so Adam costs
-    ``2 + 4 + 12 / (dp cp)`` bytes per parameter with ``--bf16`` (``2 + 4 + 12`` without it: ``zero=0``).
+    ``2 + 4 + 12 / (dp cp)`` bytes per parameter with ``--bf16`` (``2 + 4 + 12`` without it: ``zero=0``;
+    ``2 + 4 + 8 / (dp cp)`` with bf16 moments, ``optimizer_dtype="bf16"``: Megatron-Core's precision-aware optimizer).
     ``zero`` 2 and 3 are Megatron-FSDP's ``optim_grads`` and ``optim_grads_params`` sharding strategies
     (``--use-megatron-fsdp``): the gradients, then the weights too, shard over the same ranks, with one layer's
     gradients unsharded before their reduce-scatter and, at 3, two layers' weights gathered.
@@ -124,7 +125,8 @@ def _layer_transient(cfg: TransformerConfig, tokens, c: int, tp, sp, moe: bool):
 def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, ckpt: Checkpointing, scores: bool, *,
                      micro_batches, dp, tp, pp, cp, ep, zero, sequence_parallel, virtual_stages,
                      cublas_workspace_bytes: float, first_stage_layers=None, last_stage_layers=None, fp8: bool = False,
-                     grad_reduce_dtype=None, recompute_modules=None, pipeline_schedule="1f1b"):
+                     grad_reduce_dtype=None, recompute_modules=None, pipeline_schedule="1f1b",
+                     state_bytes: float = 4.0):
     """``(moments, steady)`` of a Megatron-Core step: moment@stage -> component -> bytes, for the first, a middle
     and the last pipeline stage (see the module notes). ``fp8``: Transformer Engine's fp8 linear layers keep their
     GEMM inputs in fp8 (:func:`megatron_layer_bytes`) and an fp8 copy of each decoder weight and its transpose,
@@ -132,7 +134,9 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
     ``grad_reduce_dtype``: the gradient buffer's format ("fp32", "bf16", "fp16"; None: Megatron-LM's default).
     ``recompute_modules``: with selective ``ckpt``, the submodules recomputed (:func:`megatron_layer_bytes`; None:
     ``core_attn``); a layer's backward holds what they drop again while it runs. ``pipeline_schedule``: "1f1b" and
-    "zero_bubble" hold 1F1B's micro-batches, "dualpipe" two stages a GPU (see the module notes)."""
+    "zero_bubble" hold 1F1B's micro-batches, "dualpipe" two stages a GPU (see the module notes). ``state_bytes``: the
+    bytes of an optimizer-state element (4; 2 or 1 with Megatron-Core's precision-aware optimizer), the fp32 master
+    weights apart."""
     dualpipe = pipeline_schedule == "dualpipe"
     c = prec.compute_bytes
     h, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
@@ -141,7 +145,7 @@ def megatron_moments(cfg: TransformerConfig, b, s, prec: Precision, optimizer, c
     if grad_reduce_dtype is not None:     # --grad-reduce-in-bf16, or fp32 asked for explicitly
         gb = 4 if grad_reduce_dtype == "fp32" else 2
     master = 4 if wb == 2 else 0
-    states_total, _ = optimizer_state_bytes(cfg, optimizer, 4)
+    states_total, _ = optimizer_state_bytes(cfg, optimizer, state_bytes)
     per_param = states_total / cfg.num_parameters() + master
     group = np.where(zero >= 1, dp * cp, 1)
     group_e = np.maximum(group / ep, 1)

@@ -95,7 +95,9 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
     optimizer_dtype : str, optional
         Optimizer-state dtype of adamw, adam and sgd_momentum (default: the weights' dtype, as ``torch.optim``
         does); refused for the optimizers whose states it does not set (sgd, adamw_8bit, adafactor), and with
-        "megatron" and "deepspeed", whose states are fp32.
+        "deepspeed", whose states are fp32. With "megatron", the Adam moments' dtype of Megatron-Core's
+        precision-aware optimizer (``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` and
+        ``--exp-avg-sq-dtype``: fp32, fp16, bf16 or fp8); its master weights stay fp32 (default: fp32 moments).
     foreach, fused : bool
         ``torch.optim`` implementation of Adam/AdamW: foreach (the default on CUDA) allocates one
         temporary as large as all parameters together, the for-loop one (``foreach=False``) one as
@@ -270,7 +272,8 @@ def training_memory(model, batch_size, seq_len, precision="amp_bf16", optimizer=
                                            virtual_stages=v, cublas_workspace_bytes=runtime,
                                            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                                            fp8=fp8, grad_reduce_dtype=reduce_fmt, recompute_modules=modules,
-                                           pipeline_schedule=schedule.value)
+                                           pipeline_schedule=schedule.value,
+                                           state_bytes=4.0 if optimizer_dtype is None else sb)
         return assemble(moments, steady, contiguous=MEGATRON_BUFFERS, **finish)
     sharding = fw != Framework.HF and not (fw == Framework.FSDP and np.all(np.asarray(zero) < 2))
     if sharding and np.any(np.asarray(zero) < 2) and fw == Framework.FSDP:
@@ -323,7 +326,7 @@ def _engine_options(fw: Framework, opt: Optimizer, optimizer_dtype, keep_outputs
         kept = {"sgd": "no state", "adamw_8bit": "int8 states", "adafactor": "fp32 factored states"}[opt.value]
         raise ArgumentError(f"optimizer_dtype applies to adamw, adam and sgd_momentum; {opt.value} keeps {kept} "
                             f"(drop optimizer_dtype)")
-    if optimizer_dtype is not None and fw in (Framework.MEGATRON, Framework.DEEPSPEED):
+    if optimizer_dtype is not None and fw == Framework.DEEPSPEED:
         raise ArgumentError(f"framework={fw.value!r} keeps fp32 optimizer states; drop optimizer_dtype",
                             argument="optimizer_dtype", value=optimizer_dtype, allowed="None")
     if fw == Framework.MEGATRON and keep_outputs:
