@@ -71,25 +71,24 @@ def table(rows: list[dict], gpu, calibration=None) -> list[dict]:
                         model_forward_s=m["forward_s"], model_step_s=m["step_s"],
                         forward_error=m["forward_s"] / r["layer_forward_s"] - 1,
                         step_error=m["step_s"] / r["layer_step_s"] - 1))
-    pairs: dict[tuple, dict] = {}
-    for r in out:
-        pairs.setdefault((r["shape"], r["batch"], r["seq"]), {})[r["variant"]] = r
-    for pair in pairs.values():
-        if {"fused", "hf"} <= set(pair):
-            f, h = pair["fused"], pair["hf"]
-            f["speedup_measured"] = h["measured_step_s"] / f["measured_step_s"]
-            f["speedup_model"] = h["model_step_s"] / f["model_step_s"]
+    for f, h in _pairs(out, "fused", "hf"):
+        f["speedup_measured"] = h["measured_step_s"] / f["measured_step_s"]
+        f["speedup_model"] = h["model_step_s"] / f["model_step_s"]
     return out
+
+
+def _pairs(rows: list[dict], a: str, b: str) -> list[tuple[dict, dict]]:
+    """The rows of variants ``a`` and ``b`` of each measured shape (shape, batch, sequence) that has both."""
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        by.setdefault((r["shape"], r["batch"], r["seq"]), {})[r["variant"]] = r
+    return [(v[a], v[b]) for v in by.values() if a in v and b in v]
 
 
 def dropout_ratios(rows: list[dict]) -> list[dict]:
     """Per shape, the attention kernel's forward-and-backward time with dropout over without (measured) [1]."""
-    by: dict[tuple, dict] = {}
-    for r in rows:
-        if r["variant"].startswith("attention"):
-            by.setdefault((r["shape"], r["batch"], r["seq"]), {})[r["variant"]] = r["layer_step_s"]
-    return [dict(shape=k[0], batch=k[1], seq=k[2], ratio=v["attention_dropout"] / v["attention"])
-            for k, v in by.items() if {"attention", "attention_dropout"} <= set(v)]
+    return [dict(shape=off["shape"], batch=off["batch"], seq=off["seq"], ratio=on["layer_step_s"] / off["layer_step_s"])
+            for off, on in _pairs(rows, "attention", "attention_dropout")]
 
 
 def main(argv=None) -> int:

@@ -210,11 +210,13 @@ def measure(torch, row: dict, layers: int, warm_s: float, reps: int, device: str
     x = torch.randn(row["batch"], row["seq"], width, device=device, dtype=dtype, requires_grad=True)
     g = torch.randn_like(x)
 
-    def step():
-        y = run(x)
-        y.backward(g)
+    def clear():                                    # as a step with one micro-batch leaves the gradients
         for p in params + [x]:
             p.grad = None
+
+    def step():
+        run(x).backward(g)
+        clear()
 
     cuda = device == "cuda"
     step()                                          # compiles the fused functions for this shape
@@ -246,8 +248,7 @@ def measure(torch, row: dict, layers: int, warm_s: float, reps: int, device: str
             y.backward(g)
             fwd.append(b - a)
             total.append(time.perf_counter() - a)
-        for p in params + [x]:
-            p.grad = None
+        clear()
     fwd.sort()
     total.sort()
     out = dict(row, layers=layers, reps=reps, warm_steps=n, layer_forward_s=fwd[len(fwd) // 2] / layers,

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpumodel as gm  # noqa: E402
+from gpumodel.cluster.plansearch import CHECKPOINTING  # noqa: E402
 from published_runs import config, load_rows, recompute_modules  # noqa: E402
 
 DEGREES = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "virtual_stages")
@@ -63,10 +64,6 @@ def published_keys(source: str) -> tuple:
     return tuple(k for k in DEGREES if (k != "micro_batch" or source in MICRO_BATCH_PUBLISHED)
                  and (k != "virtual_stages" or source in VIRTUAL_STAGES_PUBLISHED))
 RULES = ("ZeRO-2/3 with pp", "micro-batches < pp", "MoE without ep", "MFU > 75%")
-
-
-#: recomputation from least to most (a plan row's ``checkpointing``; the CSV's)
-_LEVEL = {"none": 0, "selective": 1, "full": 2}
 
 
 def broken_rules(r: dict, cfg: gm.TransformerConfig) -> list[str]:
@@ -120,8 +117,8 @@ def rank_row(row: dict, own_engine: bool = True) -> dict:
                 pick_s=None if pick is None else pick["seconds"], published_s=None if match is None else match["seconds"],
                 gap=None if match is None or pick is None else match["seconds"] / pick["seconds"] - 1,
                 pick_mfu=None if pick is None else pick["mfu"], broken=[] if pick is None else broken_rules(pick, cfg),
-                more_recompute=None if match is None else
-                _LEVEL.get(match.get("checkpointing"), 0) > _LEVEL.get(row["checkpointing"] or "none", 0))
+                more_recompute=None if match is None else   # the planner's recomputation modes, least to most
+                CHECKPOINTING.index(match["checkpointing"]) > CHECKPOINTING.index(row["checkpointing"] or "none"))
 
 
 def main(argv=None) -> int:
